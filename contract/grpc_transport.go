@@ -1,0 +1,259 @@
+package contract
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tether-agent/tether/contract/proto/tetherv1"
+)
+
+// TransportGRPCClient is the host's side of a transport plugin: it
+// implements Transport by calling the plugin over gRPC.
+type TransportGRPCClient struct {
+	client tetherv1.TransportClient
+	done   <-chan struct{} // closed when the plugin process exits; nil in-memory
+
+	mu     sync.Mutex // guards the fields below
+	stream tetherv1.Transport_LinkClient
+	ready  chan struct{} // closed once stream is set
+	sendMu sync.Mutex    // serialises Send on stream
+}
+
+var _ Transport = (*TransportGRPCClient)(nil)
+
+// NewTransportGRPCClient wraps a generated client.
+func NewTransportGRPCClient(c tetherv1.TransportClient) *TransportGRPCClient {
+	return &TransportGRPCClient{client: c, ready: make(chan struct{})}
+}
+
+// Done returns a channel closed when the plugin process has exited, or nil
+// when the client was not made by go-plugin.
+func (c *TransportGRPCClient) Done() <-chan struct{} { return c.done }
+
+// Start implements Transport.
+func (c *TransportGRPCClient) Start(ctx context.Context, req StartRequest) (StartResponse, error) {
+	resp, err := c.client.Start(ctx, &tetherv1.StartRequest{
+		Instance:       req.Instance,
+		Listen:         req.Listen,
+		PingIntervalMs: req.PingInterval.Milliseconds(),
+		PeerTimeoutMs:  req.PeerTimeout.Milliseconds(),
+		MaxMessage:     req.MaxMessage,
+		SendQueue:      req.SendQueue,
+	})
+	if err != nil {
+		return StartResponse{}, FromGRPC(err)
+	}
+	return StartResponse{Addr: resp.GetAddr(), Version: resp.GetVersion()}, nil
+}
+
+// Link implements Transport: it opens the one bidirectional stream and
+// delivers its event batches to sink until the stream ends.
+func (c *TransportGRPCClient) Link(ctx context.Context, sink EventSink) error {
+	c.mu.Lock()
+	if c.stream != nil {
+		c.mu.Unlock()
+		return ErrAlreadyLinked
+	}
+	stream, err := c.client.Link(ctx)
+	if err != nil {
+		c.mu.Unlock()
+		return FromGRPC(err)
+	}
+	c.stream = stream
+	close(c.ready)
+	c.mu.Unlock()
+
+	var events []Event
+	for {
+		batch, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return FromGRPC(err)
+		}
+		events = events[:0]
+		for _, e := range batch.GetEvents() {
+			events = append(events, eventFromProto(e))
+		}
+		if err := sink(ctx, events); err != nil {
+			return err
+		}
+	}
+}
+
+// Exec implements Transport: it sends cmds as one batch on the link
+// stream, waiting for Link to have opened it.
+func (c *TransportGRPCClient) Exec(ctx context.Context, cmds []Command) error {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	stream := c.stream
+	c.mu.Unlock()
+	batch := &tetherv1.CommandBatch{Commands: make([]*tetherv1.Command, 0, len(cmds))}
+	for _, cmd := range cmds {
+		batch.Commands = append(batch.Commands, commandToProto(cmd))
+	}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if err := stream.Send(batch); err != nil {
+		if errors.Is(err, io.EOF) {
+			return ErrStopped
+		}
+		return FromGRPC(err)
+	}
+	return nil
+}
+
+// Stop implements Transport.
+func (c *TransportGRPCClient) Stop(ctx context.Context, req StopRequest) error {
+	_, err := c.client.Stop(ctx, &tetherv1.StopRequest{Code: int32(req.Code), Reason: req.Reason})
+	return FromGRPC(err)
+}
+
+// TransportGRPCServer is the plugin's side: it serves a Transport
+// implementation over gRPC.
+type TransportGRPCServer struct {
+	tetherv1.UnimplementedTransportServer
+	Impl Transport
+}
+
+// Start implements tetherv1.TransportServer.
+func (s *TransportGRPCServer) Start(ctx context.Context, req *tetherv1.StartRequest) (*tetherv1.StartResponse, error) {
+	resp, err := s.Impl.Start(ctx, StartRequest{
+		Instance:     req.GetInstance(),
+		Listen:       req.GetListen(),
+		PingInterval: time.Duration(req.GetPingIntervalMs()) * time.Millisecond,
+		PeerTimeout:  time.Duration(req.GetPeerTimeoutMs()) * time.Millisecond,
+		MaxMessage:   req.GetMaxMessage(),
+		SendQueue:    req.GetSendQueue(),
+	})
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.StartResponse{Addr: resp.Addr, Version: resp.Version}, nil
+}
+
+// Link implements tetherv1.TransportServer: commands read from the stream
+// go to Impl.Exec; events from Impl.Link go out on the stream.
+func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+
+	recvDone := make(chan error, 1)
+	go func() {
+		for {
+			batch, err := stream.Recv()
+			if err != nil {
+				cancel()
+				recvDone <- err
+				return
+			}
+			cmds := make([]Command, 0, len(batch.GetCommands()))
+			for _, c := range batch.GetCommands() {
+				cmds = append(cmds, commandFromProto(c))
+			}
+			if err := s.Impl.Exec(ctx, cmds); err != nil {
+				cancel()
+				recvDone <- err
+				return
+			}
+		}
+	}()
+
+	out := &tetherv1.EventBatch{}
+	err := s.Impl.Link(ctx, func(_ context.Context, events []Event) error {
+		out.Events = out.Events[:0]
+		for i := range events {
+			out.Events = append(out.Events, eventToProto(&events[i]))
+		}
+		return stream.Send(out)
+	})
+	cancel()
+	rerr := <-recvDone
+	if err == nil && rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, context.Canceled) {
+		err = rerr
+	}
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return ToGRPC(err)
+}
+
+// Stop implements tetherv1.TransportServer.
+func (s *TransportGRPCServer) Stop(ctx context.Context, req *tetherv1.StopRequest) (*tetherv1.StopResponse, error) {
+	if err := s.Impl.Stop(ctx, StopRequest{Code: int(req.GetCode()), Reason: req.GetReason()}); err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.StopResponse{}, nil
+}
+
+func eventToProto(e *Event) *tetherv1.Event {
+	p := &tetherv1.Event{
+		Kind:   tetherv1.Event_Kind(e.Kind),
+		Conn:   e.Conn,
+		Path:   e.Path,
+		Query:  e.Query,
+		Remote: e.Remote,
+		Host:   e.Host,
+		Binary: e.Binary,
+		Data:   e.Data,
+		Code:   int32(e.Code),
+		Reason: e.Reason,
+	}
+	for k, v := range e.Header {
+		p.Header = append(p.Header, &tetherv1.Header{Name: k, Values: v})
+	}
+	return p
+}
+
+func eventFromProto(p *tetherv1.Event) Event {
+	e := Event{
+		Kind:   EventKind(p.GetKind()),
+		Conn:   p.GetConn(),
+		Path:   p.GetPath(),
+		Query:  p.GetQuery(),
+		Remote: p.GetRemote(),
+		Host:   p.GetHost(),
+		Binary: p.GetBinary(),
+		Data:   p.GetData(),
+		Code:   int(p.GetCode()),
+		Reason: p.GetReason(),
+	}
+	if hs := p.GetHeader(); len(hs) > 0 {
+		e.Header = make(map[string][]string, len(hs))
+		for _, h := range hs {
+			e.Header[http.CanonicalHeaderKey(h.GetName())] = h.GetValues()
+		}
+	}
+	return e
+}
+
+func commandToProto(c Command) *tetherv1.Command {
+	return &tetherv1.Command{
+		Kind:   tetherv1.Command_Kind(c.Kind),
+		Conn:   c.Conn,
+		Binary: c.Binary,
+		Data:   c.Data,
+		Code:   int32(c.Code),
+		Reason: c.Reason,
+	}
+}
+
+func commandFromProto(p *tetherv1.Command) Command {
+	return Command{
+		Kind:   CommandKind(p.GetKind()),
+		Conn:   p.GetConn(),
+		Binary: p.GetBinary(),
+		Data:   p.GetData(),
+		Code:   int(p.GetCode()),
+		Reason: p.GetReason(),
+	}
+}

@@ -1,0 +1,77 @@
+package contract
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/tether-agent/tether/contract/proto/tetherv1"
+)
+
+// Plugin kinds, the keys of PluginMap.
+const (
+	// KindTransport is a network-facing transport plugin.
+	KindTransport = "transport"
+	// KindBackend is a PTY backend plugin.
+	KindBackend = "backend"
+)
+
+// Handshake is the go-plugin handshake every tether plugin must answer:
+// environment variable TETHER_PLUGIN with the magic value, protocol
+// version 1.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "TETHER_PLUGIN",
+	MagicCookieValue: "7f3d1c2a-tether-plugin-v1",
+}
+
+// PluginMap returns the plugins the host can dispense, by kind.
+func PluginMap() map[string]plugin.Plugin {
+	return map[string]plugin.Plugin{
+		KindTransport: &TransportPlugin{},
+	}
+}
+
+// TransportPlugin is the go-plugin adapter for Transport. Impl is set on the
+// plugin side only.
+type TransportPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	Impl Transport
+}
+
+var _ plugin.GRPCPlugin = (*TransportPlugin)(nil)
+
+// GRPCServer registers Impl on s.
+func (p *TransportPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	tetherv1.RegisterTransportServer(s, &TransportGRPCServer{Impl: p.Impl})
+	return nil
+}
+
+// GRPCClient returns a *TransportGRPCClient. ctx is cancelled when the
+// plugin process exits; the client's Done channel reports it.
+func (p *TransportPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
+	cl := NewTransportGRPCClient(tetherv1.NewTransportClient(c))
+	cl.done = ctx.Done()
+	return cl, nil
+}
+
+// TransportServeConfig is the go-plugin ServeConfig for a transport; tests
+// set its Test field to serve in-process.
+func TransportServeConfig(impl Transport) *plugin.ServeConfig {
+	return &plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		Plugins:         map[string]plugin.Plugin{KindTransport: &TransportPlugin{Impl: impl}},
+		GRPCServer:      plugin.DefaultGRPCServer,
+		Logger:          hclog.NewNullLogger(),
+	}
+}
+
+// ServeTransport serves impl as a transport plugin on the go-plugin
+// protocol and returns when the host ends it. A transport plugin's main is:
+//
+//	func main() { contract.ServeTransport(mytransport.New(logger)) }
+func ServeTransport(impl Transport) {
+	plugin.Serve(TransportServeConfig(impl))
+}

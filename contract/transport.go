@@ -1,0 +1,201 @@
+package contract
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TransportID identifies one connection of one transport plugin process:
+// the plugin instance id (fresh for every process the host starts) and the
+// connection id the plugin assigns (never reused within an instance). A
+// TransportID is never reused, also across plugin restarts. The zero value
+// means "no transport".
+type TransportID struct {
+	Instance string
+	Conn     uint64
+}
+
+// IsZero reports whether id is the zero TransportID.
+func (id TransportID) IsZero() bool { return id == TransportID{} }
+
+// String formats id as "instance/conn".
+func (id TransportID) String() string {
+	if id.IsZero() {
+		return "-"
+	}
+	return id.Instance + "/" + strconv.FormatUint(id.Conn, 10)
+}
+
+// ParseTransportID parses the String form of a TransportID.
+func ParseTransportID(s string) (TransportID, error) {
+	i := strings.LastIndexByte(s, '/')
+	if i <= 0 {
+		return TransportID{}, fmt.Errorf("transport id %q: %w", s, ErrInvalidArgument)
+	}
+	n, err := strconv.ParseUint(s[i+1:], 10, 64)
+	if err != nil {
+		return TransportID{}, fmt.Errorf("transport id %q: %w", s, ErrInvalidArgument)
+	}
+	return TransportID{Instance: s[:i], Conn: n}, nil
+}
+
+// NewInstanceID returns a random plugin instance id (16 lower-case hex
+// characters). The host gives each plugin process it starts a new one.
+func NewInstanceID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("contract: crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// EventKind says what happened to a transport connection.
+type EventKind uint8
+
+// Event kinds reported by a transport.
+const (
+	// EventOpened: a new connection was upgraded. The transport reads no
+	// frame from it until the host admits it with CommandAdmit.
+	EventOpened EventKind = iota + 1
+	// EventFrame: a complete data message arrived.
+	EventFrame
+	// EventClosed: the connection is gone. It is the last event for Conn.
+	EventClosed
+)
+
+// String names the kind.
+func (k EventKind) String() string {
+	switch k {
+	case EventOpened:
+		return "opened"
+	case EventFrame:
+		return "frame"
+	case EventClosed:
+		return "closed"
+	}
+	return "event(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is something a transport reports about one of its connections.
+// Events for one connection are delivered in order: Opened, then Frames,
+// then exactly one Closed.
+type Event struct {
+	Kind EventKind
+	Conn uint64
+
+	// Opened.
+	Path   string              // URL path, e.g. "/api/ws"
+	Query  string              // raw query string, without "?"
+	Header map[string][]string // request headers, canonical keys
+	Remote string              // peer address host:port
+	Host   string              // the request's Host header
+
+	// Frame.
+	Binary bool   // binary (true) or text (false) message
+	Data   []byte // message payload
+
+	// Closed.
+	Code   int    // close code received or sent; 1006 when there was none
+	Reason string // close reason, if any
+}
+
+// CommandKind says what the host asks a transport to do with a connection.
+type CommandKind uint8
+
+// Command kinds sent by the host.
+const (
+	// CommandAdmit lets the transport start reading frames of Conn.
+	CommandAdmit CommandKind = iota + 1
+	// CommandSend queues one message on Conn.
+	CommandSend
+	// CommandClose sends a close frame with Code and Reason (after every
+	// message queued before it) and closes Conn.
+	CommandClose
+)
+
+// String names the kind.
+func (k CommandKind) String() string {
+	switch k {
+	case CommandAdmit:
+		return "admit"
+	case CommandSend:
+		return "send"
+	case CommandClose:
+		return "close"
+	}
+	return "command(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Command is an instruction from the host for one connection. Commands for
+// one connection are applied in order.
+type Command struct {
+	Kind   CommandKind
+	Conn   uint64
+	Binary bool   // Send: binary or text message
+	Data   []byte // Send: payload
+	Code   int    // Close: close code
+	Reason string // Close: close reason
+}
+
+// StartRequest configures a transport before it is linked.
+type StartRequest struct {
+	// Instance is the plugin instance id the host assigned; the transport
+	// uses it only for logging.
+	Instance string
+	// Listen is the address of the public listener, e.g. "127.0.0.1:0".
+	Listen string
+	// PingInterval is how often idle peers are pinged (default 20s).
+	PingInterval time.Duration
+	// PeerTimeout closes a peer silent for that long (default 60s).
+	PeerTimeout time.Duration
+	// MaxMessage is the largest data message accepted; larger is closed
+	// with 1009 (default 1 MiB).
+	MaxMessage int64
+	// SendQueue bounds the bytes queued for one connection; a peer that
+	// lets more pile up is closed with 1013 (default 8 MiB).
+	SendQueue int64
+}
+
+// StartResponse reports the bound listener.
+type StartResponse struct {
+	// Addr is the bound host:port of the public listener.
+	Addr string
+	// Version is the transport's own version string.
+	Version string
+}
+
+// StopRequest asks a transport to stop: close the listener, then every
+// connection with Code, and report each Closed event.
+type StopRequest struct {
+	Code   int
+	Reason string
+}
+
+// EventSink receives batches of events from a transport, in order. It must
+// not retain the slice after returning.
+type EventSink func(ctx context.Context, events []Event) error
+
+// Transport is what a transport plugin implements. The host calls Start,
+// then Link (which runs until the link ends) and, concurrently with Link,
+// Exec for commands; Stop ends it all. All of the transport's connections
+// are multiplexed over the one link: over gRPC it is a single
+// bidirectional stream.
+type Transport interface {
+	// Start binds the public listener.
+	Start(ctx context.Context, req StartRequest) (StartResponse, error)
+	// Link delivers every event of every connection to sink, in order,
+	// batching events that pile up, until ctx is done or the transport is
+	// stopped. It returns ErrAlreadyLinked if a link is already running.
+	Link(ctx context.Context, sink EventSink) error
+	// Exec applies cmds in order. It never blocks on a slow peer: a
+	// connection whose queue overflows is closed with 1013. Commands for
+	// a connection that is already gone are ignored.
+	Exec(ctx context.Context, cmds []Command) error
+	// Stop closes the listener and every connection.
+	Stop(ctx context.Context, req StopRequest) error
+}
