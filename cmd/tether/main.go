@@ -1,0 +1,60 @@
+// Command tether is the tether host and its built-in plugins in one
+// binary:
+//
+//	tether serve            run the host (see --help for flags)
+//	tether sessions         list live and stored sessions of a running host
+//	tether plugin ws        the built-in WebSocket transport plugin (run by the host)
+//
+// Every flag can also be set as TETHER_<NAME> (upper case, dashes as
+// underscores), e.g. TETHER_LISTEN=127.0.0.1:0.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// version is the tether version, reported in gateway.ready; release
+// builds set it with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		usage()
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:])
+	case "sessions":
+		return sessions(args[1:])
+	case "plugin":
+		return pluginMain(args[1:])
+	case "version", "--version", "-version":
+		fmt.Println("tether", version)
+		return 0
+	case "help", "-h", "--help", "-help":
+		usage()
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "tether: unknown command %q\n", args[0])
+	usage()
+	return 2
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: tether <command> [flags]
+
+commands:
+  serve      run the host: the session table, the gateway and its plugins
+  sessions   list the live and stored sessions of a running host
+  version    print the version
+
+Run "tether <command> -h" for a command's flags. Every flag can also be set
+in the environment as TETHER_<NAME>, e.g. TETHER_LISTEN.
+`)
+}

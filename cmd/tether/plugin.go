@@ -1,0 +1,29 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/plugins/ws"
+)
+
+// pluginMain runs a built-in plugin; the host re-executes its own binary
+// as `tether plugin ws`. Plugins log JSON to stderr (stdout carries
+// go-plugin's handshake); the host re-emits those lines.
+func pluginMain(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: tether plugin ws")
+		return 2
+	}
+	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
+	switch args[0] {
+	case "ws":
+		contract.ServeTransport(ws.New(log))
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "tether plugin: unknown plugin %q (built in: ws)\n", args[0])
+	return 2
+}

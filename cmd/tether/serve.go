@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/term"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host"
+	"github.com/tether-agent/tether/host/agent"
+)
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("tether serve", flag.ContinueOnError)
+	var (
+		listen       = fs.String("listen", "127.0.0.1:7717", "address of the public listener")
+		token        = fs.String("token", "", "access token clients must present (default: random, printed)")
+		stateDir     = fs.String("state-dir", defaultStateDir(), "directory for state.db (created with mode 0700)")
+		orphanGrace  = fs.Duration("orphan-grace", 20*time.Second, "how long a session with no viewer is kept parked before it is reaped (0 = forever)")
+		allowOrigins strList
+		plugins      strList
+		agentKind    = fs.String("agent", "echo", "agent: echo or exec")
+		agentCommand = fs.String("agent-command", "", "for --agent exec: command run per prompt (prompt on stdin, stdout streamed)")
+		echoDelay    = fs.Duration("echo-delay", 0, "for --agent echo: pause before each streamed word")
+		adminListen  = fs.String("admin-listen", "", "address for Prometheus /metrics and /debug/pprof (off when empty)")
+		logLevel     = fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+		logFormat    = fs.String("log-format", "", "log format: json or console (default: console on a terminal)")
+		pingInterval = fs.Duration("ping-interval", 20*time.Second, "how often the transport pings idle clients")
+		peerTimeout  = fs.Duration("peer-timeout", 60*time.Second, "a client silent for this long is closed as dead")
+	)
+	fs.Var(&allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
+	fs.Var(&plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one (repeatable)")
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "tether serve:", err)
+		return 2
+	}
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tether serve:", err)
+		return 2
+	}
+	if *token == "" {
+		*token = randomToken()
+	}
+	agents, err := agentFactory(*agentKind, *agentCommand, *echoDelay)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tether serve:", err)
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tether serve: finding own binary:", err)
+		return 1
+	}
+	transport := host.PluginSpec{Name: "ws", Path: self, Args: []string{"plugin", "ws"}}
+	for _, p := range plugins {
+		kind, spec, err := parsePluginFlag(p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tether serve:", err)
+			return 2
+		}
+		switch kind {
+		case contract.KindTransport:
+			spec.Name = "ws"
+			transport = spec
+		default:
+			fmt.Fprintf(os.Stderr, "tether serve: --plugin %s: kind %q is not supported yet (supported: transport)\n", p, kind)
+			return 2
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = host.Run(ctx, host.Config{
+		Listen:       *listen,
+		Token:        *token,
+		StateDir:     *stateDir,
+		OrphanGrace:  *orphanGrace,
+		AllowOrigins: allowOrigins,
+		Agents:       agents,
+		Transport:    transport,
+		AdminListen:  *adminListen,
+		PingInterval: *pingInterval,
+		PeerTimeout:  *peerTimeout,
+		Version:      version,
+		Stdout:       os.Stdout,
+		Log:          log,
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("tether serve failed")
+		return 1
+	}
+	return 0
+}
+
+// defaultStateDir is $XDG_STATE_HOME/tether, else ~/.local/state/tether.
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "tether")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "tether-state")
+	}
+	return filepath.Join(home, ".local", "state", "tether")
+}
+
+// randomToken returns 128 random bits as hex.
+func randomToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func agentFactory(kind, command string, delay time.Duration) (contract.AgentFactory, error) {
+	switch kind {
+	case "echo":
+		return agent.NewEchoFactory(delay), nil
+	case "exec":
+		argv, err := agent.ParseCommandLine(command)
+		if err != nil {
+			return nil, fmt.Errorf("--agent-command: %w", err)
+		}
+		if len(argv) == 0 {
+			return nil, errors.New("--agent exec needs --agent-command")
+		}
+		return agent.NewExecFactory(argv)
+	}
+	return nil, fmt.Errorf("--agent %q: want echo or exec", kind)
+}
+
+// parsePluginFlag parses KIND=PATH[#sha256].
+func parsePluginFlag(s string) (string, host.PluginSpec, error) {
+	kind, rest, ok := strings.Cut(s, "=")
+	if !ok || kind == "" || rest == "" {
+		return "", host.PluginSpec{}, fmt.Errorf("--plugin %q: want KIND=PATH[#sha256]", s)
+	}
+	path, sum, _ := strings.Cut(rest, "#")
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", host.PluginSpec{}, fmt.Errorf("--plugin %q: %w", s, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", host.PluginSpec{}, fmt.Errorf("--plugin %q: %w", s, err)
+	}
+	return kind, host.PluginSpec{Path: abs, SHA256: strings.ToLower(sum)}, nil
+}
+
+// newLogger builds the root logger on stderr.
+func newLogger(level, format string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	switch format {
+	case "":
+		if term.IsTerminal(int(os.Stderr.Fd())) {
+			format = "console"
+		} else {
+			format = "json"
+		}
+	case "json", "console":
+	default:
+		return zerolog.Nop(), fmt.Errorf("--log-format %q: want json or console", format)
+	}
+	var log zerolog.Logger
+	if format == "console" {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	} else {
+		log = zerolog.New(os.Stderr)
+	}
+	return log.Level(lvl).With().Timestamp().Logger(), nil
+}

@@ -1,0 +1,177 @@
+package host
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// Link is the host's end of one transport plugin instance: it turns the
+// plugin's connection events into gateway connections, and queues the
+// host's commands back to the plugin in batches.
+type Link struct {
+	name     string
+	instance string
+	tr       contract.Transport
+	gw       *Gateway
+	access   *Access
+	log      zerolog.Logger
+	notify   chan struct{} // wakes the sender
+
+	mu    sync.Mutex // guards the fields below
+	conns map[uint64]*gconn
+	out   []contract.Command
+	ended bool
+}
+
+// NewLink returns a link for transport tr, which the host started as
+// plugin instance instance under name.
+func NewLink(name, instance string, tr contract.Transport, gw *Gateway, access *Access, log zerolog.Logger) *Link {
+	return &Link{
+		name:     name,
+		instance: instance,
+		tr:       tr,
+		gw:       gw,
+		access:   access,
+		log:      log.With().Str("plugin", name).Str("instance", instance).Logger(),
+		notify:   make(chan struct{}, 1),
+		conns:    make(map[uint64]*gconn),
+	}
+}
+
+// Run links the transport and serves its events until the link ends
+// (ctx done, transport stopped or dead). Every connection still open then
+// is detached, so its sessions are parked, not closed.
+func (l *Link) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.sendLoop(ctx)
+	}()
+	err := l.tr.Link(ctx, l.handle)
+	cancel()
+	wg.Wait()
+
+	l.mu.Lock()
+	l.ended = true
+	conns := l.conns
+	l.conns = make(map[uint64]*gconn)
+	l.out = nil
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.onClosed()
+	}
+	l.gw.metrics.Connections.Sub(float64(len(conns)))
+	return err
+}
+
+// send implements sender: queue cmd for the plugin, never blocking.
+func (l *Link) send(cmd contract.Command) {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.out = append(l.out, cmd)
+	l.mu.Unlock()
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop sends everything queued as one batch per wake-up.
+func (l *Link) sendLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.notify:
+		}
+		l.mu.Lock()
+		batch := l.out
+		l.out = nil
+		l.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if err := l.tr.Exec(ctx, batch); err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn().Err(err).Int("commands", len(batch)).Msg("sending commands to transport")
+			}
+			return
+		}
+	}
+}
+
+// handle is the link's event sink.
+func (l *Link) handle(_ context.Context, events []contract.Event) error {
+	for i := range events {
+		ev := &events[i]
+		switch ev.Kind {
+		case contract.EventOpened:
+			l.opened(ev)
+		case contract.EventFrame:
+			l.mu.Lock()
+			c := l.conns[ev.Conn]
+			l.mu.Unlock()
+			if c != nil {
+				c.onFrame(ev.Data, ev.Binary)
+			}
+		case contract.EventClosed:
+			l.mu.Lock()
+			c := l.conns[ev.Conn]
+			delete(l.conns, ev.Conn)
+			l.mu.Unlock()
+			if c != nil {
+				l.gw.metrics.Connections.Dec()
+				c.log.Debug().Int("code", ev.Code).Msg("connection closed")
+				c.onClosed()
+			}
+		}
+	}
+	return nil
+}
+
+// opened decides access and routes a new connection.
+func (l *Link) opened(ev *contract.Event) {
+	tid := contract.TransportID{Instance: l.instance, Conn: ev.Conn}
+	code := l.access.Check(*ev)
+	if code == 0 && ev.Path != "/api/ws" {
+		code = contract.CloseNotFound
+	}
+	if code != 0 {
+		l.gw.metrics.Refused.WithLabelValues(strconv.Itoa(code)).Inc()
+		l.log.Debug().Str("transport_id", tid.String()).Str("path", ev.Path).Str("remote", ev.Remote).Int("code", code).Msg("connection refused")
+		l.send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: code, Reason: refuseReason(code)})
+		return
+	}
+	c := l.gw.newConn(tid, l)
+	l.mu.Lock()
+	l.conns[ev.Conn] = c
+	l.mu.Unlock()
+	l.gw.metrics.Connections.Inc()
+	l.send(contract.Command{Kind: contract.CommandAdmit, Conn: ev.Conn})
+	c.ready()
+}
+
+func refuseReason(code int) string {
+	switch code {
+	case contract.CloseUnauthorized:
+		return "unauthorized"
+	case contract.CloseForbidden:
+		return "forbidden host or origin"
+	case contract.CloseNotLoopback:
+		return "loopback only"
+	case contract.CloseNotFound:
+		return "endpoint switched off"
+	}
+	return ""
+}

@@ -1,0 +1,50 @@
+package host
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the host's Prometheus metrics, on a registry of their own.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	LiveSessions   prometheus.Gauge
+	ParkedSessions prometheus.Gauge
+	Viewers        prometheus.Gauge
+	AgentBuilds    prometheus.Counter
+	AgentDiscards  prometheus.Counter
+	AgentCloses    prometheus.Counter
+	CASConflicts   prometheus.Counter
+	Connections    prometheus.Gauge
+	Refused        *prometheus.CounterVec
+	FramesIn       prometheus.Counter
+	FramesOut      prometheus.Counter
+	BytesIn        prometheus.Counter
+	BytesOut       prometheus.Counter
+	PluginRestarts *prometheus.CounterVec
+}
+
+// NewMetrics registers the host's metrics on a new registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry:       prometheus.NewRegistry(),
+		LiveSessions:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_live_sessions", Help: "Live sessions in the table, parked ones included."}),
+		ParkedSessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_parked_sessions", Help: "Live sessions with no viewer, waiting for a reap or a rebind."}),
+		Viewers:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_viewers", Help: "Viewer bindings across all live sessions."}),
+		AgentBuilds:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_builds_total", Help: "Agents built for live sessions."}),
+		AgentDiscards:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_discards_total", Help: "Agents built by a losing resume (or during shutdown) and closed unused."}),
+		AgentCloses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_closes_total", Help: "Agents of released sessions closed."}),
+		CASConflicts:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_teardown_cas_conflicts_total", Help: "Teardowns that found the binding moved on and only dropped their own viewer (or did nothing)."}),
+		Connections:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_connections", Help: "Admitted client connections."}),
+		Refused:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_refused_total", Help: "Connections refused by the access checks, by close code."}, []string{"code"}),
+		FramesIn:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_frames_in_total", Help: "Data frames received from clients."}),
+		FramesOut:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_frames_out_total", Help: "Data frames queued to clients."}),
+		BytesIn:        prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_in_total", Help: "Payload bytes received from clients."}),
+		BytesOut:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_out_total", Help: "Payload bytes queued to clients."}),
+		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_restarts_total", Help: "Plugin processes restarted after they exited."}, []string{"plugin"}),
+	}
+	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
+		m.AgentCloses, m.CASConflicts, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
+		m.BytesOut, m.PluginRestarts)
+	return m
+}

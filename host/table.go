@@ -1,0 +1,696 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/store"
+)
+
+// Session table errors.
+var (
+	// ErrUnknownSession: no live session has that runtime id.
+	ErrUnknownSession = errors.New("unknown session")
+	// ErrStoredNotFound: no stored session has that key or title.
+	ErrStoredNotFound = errors.New("stored session not found")
+	// ErrNoLongerLive: the session was released while the call waited.
+	ErrNoLongerLive = errors.New("session no longer live; retry resume")
+	// ErrSessionBusy: a run is in flight and the call needs the session idle.
+	ErrSessionBusy = errors.New("session busy")
+	// ErrBuildFailed: the agent or the database failed while building a
+	// live session.
+	ErrBuildFailed = errors.New("resume or create failed")
+	// ErrTableClosed: the table is shutting down.
+	ErrTableClosed = errors.New("session table closed")
+)
+
+// End reasons recorded for a stored session (SPEC §4). The first one
+// recorded wins.
+const (
+	ReasonClosed       = "closed"
+	ReasonDisconnected = "disconnected"
+	ReasonOrphanReap   = "orphan_reap"
+	ReasonIdleReap     = "idle_reap"
+	ReasonEvicted      = "evicted"
+	ReasonShutdown     = "shutdown"
+)
+
+// runStaleAfter is how long a parked session's run may go without progress
+// before the reaper interrupts it (SPEC §5.4).
+const runStaleAfter = 10 * time.Minute
+
+// Viewer is a client connection that watches sessions: the table sends it
+// event frames. Send must never block.
+type Viewer interface {
+	// ID is the viewer's transport identity.
+	ID() contract.TransportID
+	// Send queues one encoded frame for the client.
+	Send(frame []byte)
+}
+
+// TableConfig configures a Table.
+type TableConfig struct {
+	Store  *store.Store
+	Agents contract.AgentFactory
+	// Ledger records key ownership; nil means a new MemLedger.
+	Ledger Ledger
+	// OrphanGrace is how long a session with no viewer stays parked
+	// before it is reaped; 0 keeps it forever.
+	OrphanGrace time.Duration
+	// RingSize is the number of events kept per session for
+	// session.events.since (default 4096).
+	RingSize int
+	Log      zerolog.Logger
+	Metrics  *Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Table is the authoritative table of live sessions. Every path that
+// removes a viewer, parks, reaps or closes a session goes through release,
+// which compares the caller's view of the binding and swaps it.
+type Table struct {
+	store   *store.Store
+	agents  contract.AgentFactory
+	ledger  Ledger
+	grace   time.Duration
+	ring    int
+	log     zerolog.Logger
+	metrics *Metrics
+	now     func() time.Time
+
+	wg sync.WaitGroup // teardowns and runs in flight
+
+	mu    sync.Mutex // guards the fields below
+	byID  map[string]*record
+	byKey map[string]*record
+	order []*record // creation order, for active_list
+	// releasing holds records removed from the table whose teardown is
+	// still persisting, by key; a resume of that key waits for them.
+	releasing map[string]*record
+	closed    bool
+}
+
+// NewTable returns an empty table.
+func NewTable(cfg TableConfig) *Table {
+	if cfg.Ledger == nil {
+		cfg.Ledger = NewMemLedger()
+	}
+	if cfg.RingSize <= 0 {
+		cfg.RingSize = 4096
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	return &Table{
+		store:   cfg.Store,
+		agents:  cfg.Agents,
+		ledger:  cfg.Ledger,
+		grace:   cfg.OrphanGrace,
+		ring:    cfg.RingSize,
+		log:     cfg.Log,
+		metrics: cfg.Metrics,
+		now:     cfg.Now,
+		byID:    make(map[string]*record),
+		byKey:   make(map[string]*record),
+	}
+}
+
+// newSessionID returns a runtime session id: 8 lower-case hex characters.
+func newSessionID() string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("host: crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func newEpoch() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("host: crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// CreateOptions are the parameters of session.create.
+type CreateOptions struct {
+	Title             string
+	CloseOnDisconnect bool
+	// Parent is the stored key whose display rows form the new session's
+	// prefix, or "".
+	Parent string
+	// ForkCount overrides the number of parent rows in the prefix; -1
+	// means all the parent's rows as stored now.
+	ForkCount int
+}
+
+// Create stores a new session, builds its agent and binds v to it.
+func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply Reply) error {
+	now := t.now()
+	sess := store.Session{Key: store.NewKey(now), Title: opt.Title, StartedAt: now}
+	if opt.Parent != "" {
+		if _, err := t.store.GetSession(ctx, opt.Parent); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("parent %s: %w", opt.Parent, ErrStoredNotFound)
+			}
+			return fmt.Errorf("parent %s: %v: %w", opt.Parent, err, ErrBuildFailed)
+		}
+		sess.Parent = opt.Parent
+		sess.ForkCount = opt.ForkCount
+		if sess.ForkCount < 0 {
+			n, err := t.store.DisplayCount(ctx, opt.Parent)
+			if err != nil {
+				return fmt.Errorf("parent %s: %v: %w", opt.Parent, err, ErrBuildFailed)
+			}
+			sess.ForkCount = n
+		}
+	}
+	sess.Epoch = newEpoch()
+	if err := t.store.CreateSession(ctx, sess); err != nil {
+		return fmt.Errorf("store session: %v: %w", err, ErrBuildFailed)
+	}
+	rec, err := t.build(ctx, sess, opt.CloseOnDisconnect)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.discard(rec)
+		return ErrTableClosed
+	}
+	t.registerLocked(rec)
+	t.bindLocked(rec, v, "", reply)
+	return nil
+}
+
+// build loads a stored session's display history and builds its agent,
+// outside every lock.
+func (t *Table) build(ctx context.Context, sess store.Session, closeOnDisconnect bool) (*record, error) {
+	msgs, err := t.store.DisplayMessages(ctx, sess.Key)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %v: %w", sess.Key, err, ErrBuildFailed)
+	}
+	agent, err := t.agents.NewAgent(ctx, sess.Key)
+	if err != nil {
+		return nil, fmt.Errorf("agent for %s: %v: %w", sess.Key, err, ErrBuildFailed)
+	}
+	t.metrics.AgentBuilds.Inc()
+	id := newSessionID()
+	epoch := sess.Epoch
+	// The in-memory event ring of a rebuilt session is gone: its history
+	// was lost, so its epoch changes; seq continues from the stored cursor.
+	if epoch == "" || sess.LastSeq > 0 {
+		epoch = newEpoch()
+	}
+	rec := &record{
+		id:                id,
+		key:               sess.Key,
+		agent:             agent,
+		closeOnDisconnect: closeOnDisconnect,
+		startedAt:         sess.StartedAt,
+		log:               t.log.With().Str("session_id", id).Str("session_key", sess.Key).Logger(),
+		released:          make(chan struct{}),
+		ringCap:           t.ring,
+		viewers:           make(map[contract.TransportID]Viewer),
+		title:             sess.Title,
+		messages:          msgs,
+		seq:               sess.LastSeq,
+		ringStart:         sess.LastSeq + 1,
+		epoch:             epoch,
+		lastActive:        t.now(),
+	}
+	return rec, nil
+}
+
+// discard closes the agent of a record that was built but never
+// registered (a losing resume, or a table that closed meanwhile).
+func (t *Table) discard(rec *record) {
+	t.metrics.AgentDiscards.Inc()
+	if err := rec.agent.Close(); err != nil {
+		rec.log.Debug().Err(err).Msg("closing discarded agent")
+	}
+}
+
+// registerLocked adds rec to the table and claims its key in the ledger.
+func (t *Table) registerLocked(rec *record) {
+	rev, err := t.ledger.Create(rec.key, Ownership{SessionID: rec.id})
+	if err != nil {
+		// The map and the in-memory ledger change together under t.mu,
+		// so this is a bug, not a race.
+		panic(fmt.Sprintf("host: ledger out of step with table: %v", err))
+	}
+	rec.rev = rev
+	t.byID[rec.id] = rec
+	t.byKey[rec.key] = rec
+	t.order = append(t.order, rec)
+	t.metrics.LiveSessions.Inc()
+}
+
+// Reply receives the snapshot of a bind while the session's lock is held:
+// it must queue the response to the client without blocking, so that no
+// event of the session can overtake it. The returned seq then orders it.
+type Reply func(rec *record, snap Snapshot)
+
+// bindLocked adds v as a viewer of rec, cancels a pending reap, bumps the
+// binding generation and hands the snapshot to reply. It is called with
+// t.mu held and returns with it released. The snapshot, the viewer's
+// membership and the reply are done under rec.mu together, so the first
+// event v receives after the snapshot has seq latest_seq+1.
+func (t *Table) bindLocked(rec *record, v Viewer, resumed string, reply Reply) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.gen++
+	if _, ok := rec.viewers[v.ID()]; !ok {
+		rec.viewers[v.ID()] = v
+		t.metrics.Viewers.Inc()
+	}
+	if rec.parkTimer != nil {
+		rec.parkTimer.Stop()
+		rec.parkTimer = nil
+		t.metrics.ParkedSessions.Dec()
+	}
+	rec.reapPending = false
+	rec.lastActive = t.now()
+	t.updateLedgerLocked(rec)
+	t.mu.Unlock()
+	snap := rec.snapshotLocked()
+	snap.Resumed = resumed
+	reply(rec, snap)
+}
+
+// updateLedgerLocked records rec's binding generation in the ledger with
+// the revision rec last saw.
+func (t *Table) updateLedgerLocked(rec *record) {
+	rev, err := t.ledger.Update(rec.key, Ownership{SessionID: rec.id, Gen: rec.gen}, rec.rev)
+	if err != nil {
+		panic(fmt.Sprintf("host: ledger out of step with table: %v", err))
+	}
+	rec.rev = rev
+}
+
+// Resume binds v to the live session of the stored key or title target,
+// rebuilding it from the database when it is not live. Concurrent calls
+// for one key converge on one live session: the agent is built outside
+// the lock and a losing build is closed.
+func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply) error {
+	key := target
+	if !store.ValidKey(target) {
+		sess, err := t.store.FindByTitle(ctx, target)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("%q: %w", target, ErrStoredNotFound)
+		case err != nil:
+			return fmt.Errorf("find %q: %v: %w", target, err, ErrBuildFailed)
+		}
+		key = sess.Key
+	}
+	for attempt := 0; ; attempt++ {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return ErrTableClosed
+		}
+		if rec := t.byKey[key]; rec != nil {
+			// Records in byKey are never closing: close removes them
+			// under t.mu before marking them.
+			t.bindLocked(rec, v, key, reply)
+			return nil
+		}
+		t.mu.Unlock()
+
+		sess, err := t.store.GetSession(ctx, key)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("%s: %w", key, ErrStoredNotFound)
+			}
+			return fmt.Errorf("load %s: %v: %w", key, err, ErrBuildFailed)
+		}
+		// Wait for a teardown of this key still persisting, so the
+		// rebuild sees everything it wrote.
+		if err := t.waitReleased(ctx, key); err != nil {
+			return err
+		}
+		rec, err := t.build(ctx, sess, false)
+		if err != nil {
+			return err
+		}
+		if err := t.store.Reopen(ctx, key); err != nil {
+			t.discard(rec)
+			return fmt.Errorf("reopen %s: %v: %w", key, err, ErrBuildFailed)
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			t.discard(rec)
+			return ErrTableClosed
+		}
+		if winner := t.byKey[key]; winner != nil || t.releasing[key] != nil {
+			// Another resume won the race (or a teardown started): close
+			// our build and bind to the winner on the next pass.
+			t.mu.Unlock()
+			t.discard(rec)
+			if attempt > 100 {
+				return fmt.Errorf("%s: %w", key, ErrNoLongerLive)
+			}
+			continue
+		}
+		t.registerLocked(rec)
+		t.bindLocked(rec, v, key, reply)
+		return nil
+	}
+}
+
+// waitReleased waits until no teardown of key is in progress.
+func (t *Table) waitReleased(ctx context.Context, key string) error {
+	for {
+		t.mu.Lock()
+		rec := t.releasing[key]
+		t.mu.Unlock()
+		if rec == nil {
+			return nil
+		}
+		select {
+		case <-rec.released:
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %v: %w", key, ctx.Err(), ErrNoLongerLive)
+		}
+	}
+}
+
+// Activate binds v to the live session id.
+func (t *Table) Activate(v Viewer, id string, reply Reply) error {
+	t.mu.Lock()
+	rec := t.byID[id]
+	if rec == nil {
+		t.mu.Unlock()
+		return fmt.Errorf("%s: %w", id, ErrUnknownSession)
+	}
+	t.bindLocked(rec, v, "", reply)
+	return nil
+}
+
+// Lookup returns the live record with runtime id, or ErrUnknownSession.
+func (t *Table) Lookup(id string) (*record, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := t.byID[id]
+	if rec == nil {
+		return nil, fmt.Errorf("%s: %w", id, ErrUnknownSession)
+	}
+	return rec, nil
+}
+
+// ActiveEntry is one row of session.active_list.
+type ActiveEntry struct {
+	ID           string `json:"id"`
+	SessionKey   string `json:"session_key"`
+	Title        string `json:"title"`
+	Status       string `json:"status"`
+	MessageCount int    `json:"message_count"`
+	StartedAt    int64  `json:"started_at"`
+	LastActive   int64  `json:"last_active"`
+	Viewers      int    `json:"viewers"`
+}
+
+// Active lists the live sessions in creation order, parked ones included.
+func (t *Table) Active() []ActiveEntry {
+	t.mu.Lock()
+	recs := make([]*record, len(t.order))
+	copy(recs, t.order)
+	t.mu.Unlock()
+	out := make([]ActiveEntry, 0, len(recs))
+	for _, rec := range recs {
+		rec.mu.Lock()
+		e := ActiveEntry{
+			ID:           rec.id,
+			SessionKey:   rec.key,
+			Title:        rec.title,
+			Status:       rec.statusLocked(),
+			MessageCount: len(rec.messages) + rec.inflightRowsLocked(),
+			StartedAt:    rec.startedAt.Unix(),
+			LastActive:   rec.lastActive.Unix(),
+			Viewers:      len(rec.viewers),
+		}
+		rec.mu.Unlock()
+		out = append(out, e)
+	}
+	return out
+}
+
+// releaseRef is what a teardown caller saw: the record, its binding
+// generation then, and the departing transport (zero for timers and
+// explicit closes).
+type releaseRef struct {
+	rec *record
+	gen uint64
+	tid contract.TransportID
+}
+
+// release is the one teardown funnel (SPEC §5.2). It compares the caller's
+// view (record identity, binding generation, departing transport) with the
+// table and swaps the binding:
+//
+//   - a record no longer in the table, or a departing transport that is
+//     not a viewer: nothing happens;
+//   - a departing viewer is dropped; when it was the last one the session
+//     is parked (reap timer), or closed at once for close_on_disconnect
+//     with no run in flight — but only if nobody bound since the caller
+//     looked; a stale caller only drops its own viewer (and parks);
+//   - a reap (orphan_reap) happens only if the generation is unchanged,
+//     no viewer is bound and no run is in flight;
+//   - closed and shutdown close unconditionally.
+//
+// Closing removes the record under the lock and marks it closing; the slow
+// part (interrupting the run, persisting, closing the agent) runs after.
+// It reports whether this call removed the record.
+func (t *Table) release(ref releaseRef, why string) bool {
+	rec := ref.rec
+	t.mu.Lock()
+	if t.byID[rec.id] != rec {
+		t.mu.Unlock()
+		if !ref.tid.IsZero() || why == ReasonOrphanReap {
+			t.metrics.CASConflicts.Inc()
+		}
+		return false
+	}
+	rec.mu.Lock()
+	current := ref.gen == rec.gen
+	closeNow := false
+	endReason := why
+	switch why {
+	case ReasonClosed, ReasonShutdown, ReasonIdleReap, ReasonEvicted:
+		closeNow = true
+	case ReasonDisconnected:
+		if _, ok := rec.viewers[ref.tid]; !ok {
+			rec.mu.Unlock()
+			t.mu.Unlock()
+			t.metrics.CASConflicts.Inc()
+			return false
+		}
+		delete(rec.viewers, ref.tid)
+		t.metrics.Viewers.Dec()
+		rec.gen++
+		t.updateLedgerLocked(rec)
+		if !current {
+			t.metrics.CASConflicts.Inc()
+		}
+		if len(rec.viewers) > 0 {
+			break
+		}
+		if current && rec.closeOnDisconnect && rec.run == nil {
+			closeNow = true
+			break
+		}
+		t.parkLocked(rec)
+	case ReasonOrphanReap:
+		if !current || len(rec.viewers) > 0 {
+			t.metrics.CASConflicts.Inc()
+			break // stale timer
+		}
+		if rec.run != nil {
+			rec.reapPending = true
+			if t.now().Sub(rec.run.progress) < runStaleAfter {
+				// Still streaming: look again after another grace.
+				t.parkLocked(rec)
+			} else if !rec.run.interrupted {
+				rec.run.interrupted = true
+				rec.run.status = statusInterrupted
+				rec.run.cancel()
+			}
+			break
+		}
+		closeNow = true
+	case reasonSettled:
+		// A run ended: apply what was deferred while it streamed.
+		if !current || len(rec.viewers) > 0 {
+			break
+		}
+		switch {
+		case rec.closeOnDisconnect:
+			closeNow, endReason = true, ReasonDisconnected
+		case rec.reapPending:
+			closeNow, endReason = true, ReasonOrphanReap
+		}
+	}
+	if !closeNow {
+		rec.mu.Unlock()
+		t.mu.Unlock()
+		return false
+	}
+	// Swap: remove the record; nobody can bind it again.
+	delete(t.byID, rec.id)
+	delete(t.byKey, rec.key)
+	for i, r := range t.order {
+		if r == rec {
+			t.order = append(t.order[:i], t.order[i+1:]...)
+			break
+		}
+	}
+	if err := t.ledger.Delete(rec.key, rec.rev); err != nil {
+		panic(fmt.Sprintf("host: ledger out of step with table: %v", err))
+	}
+	if t.releasing == nil {
+		t.releasing = make(map[string]*record)
+	}
+	t.releasing[rec.key] = rec
+	rec.closing = true
+	if rec.parkTimer != nil {
+		rec.parkTimer.Stop()
+		rec.parkTimer = nil
+		t.metrics.ParkedSessions.Dec()
+	}
+	t.metrics.Viewers.Sub(float64(len(rec.viewers)))
+	rec.viewers = nil
+	run := rec.run
+	if run != nil && !run.interrupted {
+		run.interrupted = true
+		run.status = statusInterrupted
+		run.cancel()
+	}
+	rec.mu.Unlock()
+	t.metrics.LiveSessions.Dec()
+	t.wg.Add(1)
+	t.mu.Unlock()
+
+	rec.log.Debug().Str("reason", endReason).Msg("releasing session")
+	go t.finish(rec, run, endReason)
+	return true
+}
+
+// reasonSettled is the internal release reason used when a run ends.
+const reasonSettled = "settled"
+
+// parkLocked starts the reap timer of a session that has no viewer left.
+// Both t.mu and rec.mu are held.
+func (t *Table) parkLocked(rec *record) {
+	if rec.parkTimer != nil {
+		rec.parkTimer.Stop()
+		t.metrics.ParkedSessions.Dec()
+	}
+	rec.parkTimer = nil
+	if t.grace <= 0 {
+		// Parked forever: a marker timer that never fires.
+		rec.parkTimer = time.NewTimer(time.Duration(1<<63 - 1))
+		t.metrics.ParkedSessions.Inc()
+		return
+	}
+	ref := releaseRef{rec: rec, gen: rec.gen}
+	rec.parkTimer = time.AfterFunc(t.grace, func() { t.release(ref, ReasonOrphanReap) })
+	t.metrics.ParkedSessions.Inc()
+}
+
+// finish is the slow part of a teardown, outside every lock: wait for the
+// run, persist, close the agent, then let waiting resumes rebuild.
+func (t *Table) finish(rec *record, run *run, reason string) {
+	defer t.wg.Done()
+	if run != nil {
+		<-run.done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec.mu.Lock()
+	epoch, seq := rec.epoch, rec.seq
+	rec.mu.Unlock()
+	if err := t.store.SetCursor(ctx, rec.key, epoch, seq); err != nil {
+		rec.log.Error().Err(err).Msg("persisting event cursor")
+	}
+	if err := t.store.End(ctx, rec.key, reason, t.now()); err != nil {
+		rec.log.Error().Err(err).Msg("recording session end")
+	}
+	if err := rec.agent.Close(); err != nil {
+		rec.log.Debug().Err(err).Msg("closing agent")
+	}
+	t.metrics.AgentCloses.Inc()
+	t.mu.Lock()
+	if t.releasing[rec.key] == rec {
+		delete(t.releasing, rec.key)
+	}
+	t.mu.Unlock()
+	close(rec.released)
+	rec.log.Info().Str("reason", reason).Msg("session released")
+}
+
+// Close ends the live session id (session.close). It reports whether the
+// session was live. It returns once the session is persisted.
+func (t *Table) Close(ctx context.Context, id string) (bool, error) {
+	t.mu.Lock()
+	rec := t.byID[id]
+	t.mu.Unlock()
+	if rec == nil {
+		return false, nil
+	}
+	if !t.release(releaseRef{rec: rec}, ReasonClosed) {
+		return false, nil
+	}
+	select {
+	case <-rec.released:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+// Detach is the teardown of a departing viewer: every session v was bound
+// to goes through the funnel with the generation seen now.
+func (t *Table) Detach(v contract.TransportID, recs []*record) {
+	for _, rec := range recs {
+		rec.mu.Lock()
+		gen := rec.gen
+		rec.mu.Unlock()
+		t.release(releaseRef{rec: rec, gen: gen, tid: v}, ReasonDisconnected)
+	}
+}
+
+// Shutdown releases every live session with reason shutdown (interrupting
+// runs, persisting them) and waits for all teardowns, or ctx.
+func (t *Table) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	t.closed = true
+	recs := make([]*record, len(t.order))
+	copy(recs, t.order)
+	t.mu.Unlock()
+	for _, rec := range recs {
+		t.release(releaseRef{rec: rec}, ReasonShutdown)
+	}
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
