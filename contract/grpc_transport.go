@@ -53,6 +53,8 @@ func (c *TransportGRPCClient) Start(ctx context.Context, req StartRequest) (Star
 // Link implements Transport: it opens the one bidirectional stream and
 // delivers its event batches to sink until the stream ends.
 func (c *TransportGRPCClient) Link(ctx context.Context, sink EventSink) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream however Link returns
 	c.mu.Lock()
 	if c.stream != nil {
 		c.mu.Unlock()
@@ -152,8 +154,8 @@ func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 		for {
 			batch, err := stream.Recv()
 			if err != nil {
-				cancel()
 				recvDone <- err
+				cancel()
 				return
 			}
 			cmds := make([]Command, 0, len(batch.GetCommands()))
@@ -161,8 +163,8 @@ func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 				cmds = append(cmds, commandFromProto(c))
 			}
 			if err := s.Impl.Exec(ctx, cmds); err != nil {
-				cancel()
 				recvDone <- err
+				cancel()
 				return
 			}
 		}
@@ -177,12 +179,20 @@ func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 		return stream.Send(out)
 	})
 	cancel()
-	rerr := <-recvDone
-	if err == nil && rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, context.Canceled) {
-		err = rerr
+	// The receiver has already reported unless it is blocked in
+	// stream.Recv, which returns only once this handler has returned (or
+	// the host ends its side); it exits then. Waiting for it here would
+	// hang a link the transport ended by itself, e.g. on Stop.
+	var rerr error
+	select {
+	case rerr = <-recvDone:
+	default:
 	}
 	if errors.Is(err, context.Canceled) {
 		err = nil
+	}
+	if err == nil && rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, context.Canceled) {
+		err = rerr
 	}
 	return ToGRPC(err)
 }

@@ -1,0 +1,267 @@
+package deptest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// A rule forbids packages matching from to depend, directly or through
+// other packages of the module, on packages matching to. Paths are
+// relative to the module root ("host/store", "plugins/ws").
+type rule struct {
+	name   string
+	from   func(pkg string) bool
+	forbid func(pkg, dep string) bool
+}
+
+var rules = []rule{
+	{
+		name:   "host never imports plugins",
+		from:   under("host"),
+		forbid: func(_, dep string) bool { return within(dep, "plugins") },
+	},
+	{
+		name:   "a plugin never imports host",
+		from:   under("plugins"),
+		forbid: func(_, dep string) bool { return within(dep, "host") },
+	},
+	{
+		name: "a plugin never imports another plugin",
+		from: under("plugins"),
+		forbid: func(pkg, dep string) bool {
+			return within(dep, "plugins") && pluginName(dep) != pluginName(pkg)
+		},
+	},
+	{
+		name: "contract imports nothing from host, plugins, testing or cmd",
+		from: under("contract"),
+		forbid: func(_, dep string) bool {
+			return within(dep, "host") || within(dep, "plugins") || within(dep, "testing") || within(dep, "cmd")
+		},
+	},
+	{
+		name:   "non-test code never imports testing",
+		from:   func(pkg string) bool { return !within(pkg, "testing") },
+		forbid: func(_, dep string) bool { return within(dep, "testing") },
+	},
+}
+
+// within reports whether pkg is dir or a package below it.
+func within(pkg, dir string) bool {
+	return pkg == dir || strings.HasPrefix(pkg, dir+"/")
+}
+
+func under(dir string) func(string) bool {
+	return func(pkg string) bool { return within(pkg, dir) }
+}
+
+// pluginName returns X for "plugins/X/...", and "" for "plugins".
+func pluginName(pkg string) string {
+	rest, _ := strings.CutPrefix(pkg, "plugins/")
+	name, _, _ := strings.Cut(rest, "/")
+	if pkg == "plugins" {
+		return ""
+	}
+	return name
+}
+
+// broken returns the names of the rules that forbid pkg to depend on dep.
+func broken(pkg, dep string) []string {
+	var names []string
+	for _, r := range rules {
+		if r.from(pkg) && r.forbid(pkg, dep) {
+			names = append(names, r.name)
+		}
+	}
+	return names
+}
+
+func TestRules(t *testing.T) {
+	tests := []struct {
+		pkg, dep string
+		ok       bool
+	}{
+		{"host", "contract", true},
+		{"host/store", "contract/proto/tetherv1", true},
+		{"host/store", "host/agent", true},
+		{"host", "plugins/ws", false},
+		{"host/supervisor", "plugins/pty/ring", false},
+		{"host", "testing/transporttest", false},
+		{"plugins/ws", "contract", true},
+		{"plugins/ws", "plugins/ws/frame", true},
+		{"plugins/ws/frame", "plugins/ws", true},
+		{"plugins/ws", "plugins/pty", false},
+		{"plugins/wsx", "plugins/ws", false},
+		{"plugins/ws", "plugins", false},
+		{"plugins/pty", "host", false},
+		{"plugins/pty", "host/store", false},
+		{"plugins/pty", "testing/backendtest", false},
+		{"contract", "contract/proto/tetherv1", true},
+		{"contract", "host", false},
+		{"contract/proto/tetherv1", "plugins/ws", false},
+		{"contract", "testing/transporttest", false},
+		{"contract", "cmd/tether", false},
+		{"cmd/tether", "host", true},
+		{"cmd/tether", "plugins/ws", true},
+		{"cmd/tether", "plugins/pty", true},
+		{"cmd/tether", "testing/e2e", false},
+		{"testing/transporttest", "contract", true},
+		{"testing/transporttest", "testing/fake", true},
+		{"testing/e2e", "host", true},
+		{"testingx", "testing", false},
+		{"internal/deptest", "testing/transporttest", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.pkg+"->"+tt.dep, func(t *testing.T) {
+			names := broken(tt.pkg, tt.dep)
+			if got := len(names) == 0; got != tt.ok {
+				t.Errorf("%s -> %s: allowed = %v (broken rules %q), want %v", tt.pkg, tt.dep, got, names, tt.ok)
+			}
+		})
+	}
+}
+
+// goPackage is the part of `go list -json` output the test reads.
+type goPackage struct {
+	ImportPath string
+	Imports    []string
+	Standard   bool
+	GoFiles    []string
+	Error      *struct{ Err string }
+}
+
+func TestImports(t *testing.T) {
+	root, module := moduleRoot(t)
+	pkgs := listDeps(t, root)
+
+	// The module's packages, by path relative to the module root.
+	rel := func(importPath string) (string, bool) {
+		if importPath == module {
+			return ".", true
+		}
+		return strings.CutPrefix(importPath, module+"/")
+	}
+	graph := make(map[string][]string) // module-relative imports of module packages
+	for _, p := range pkgs {
+		pkg, ok := rel(p.ImportPath)
+		if !ok || p.Standard {
+			continue
+		}
+		if p.Error != nil {
+			if len(p.GoFiles) == 0 {
+				// Imported but not written yet: it imports nothing, and
+				// its importers' edges are still checked.
+				t.Logf("go list: %s: %s", p.ImportPath, p.Error.Err)
+			} else {
+				// Its imports may be incomplete.
+				t.Errorf("go list: %s: %s", p.ImportPath, p.Error.Err)
+			}
+		}
+		graph[pkg] = []string{}
+		for _, imp := range p.Imports {
+			if dep, ok := rel(imp); ok {
+				graph[pkg] = append(graph[pkg], dep)
+			}
+		}
+	}
+
+	// The test must not pass because it saw nothing.
+	if _, ok := graph["contract"]; !ok {
+		t.Fatalf("go list -deps ./... in %s did not list %s/contract; listed %d module packages", root, module, len(graph))
+	}
+	if !slices.Contains(graph["contract"], "contract/proto/tetherv1") {
+		t.Fatalf("go list: %s/contract does not import contract/proto/tetherv1: the import graph was not read", module)
+	}
+
+	pkgNames := make([]string, 0, len(graph))
+	for pkg := range graph {
+		pkgNames = append(pkgNames, pkg)
+	}
+	slices.Sort(pkgNames)
+	for _, pkg := range pkgNames {
+		// Walk everything pkg depends on within the module, remembering
+		// how each dependency was reached.
+		via := map[string]string{pkg: ""}
+		queue := []string{pkg}
+		for len(queue) > 0 {
+			cur := queue[0]
+			queue = queue[1:]
+			for _, dep := range graph[cur] {
+				if _, seen := via[dep]; seen {
+					continue
+				}
+				via[dep] = cur
+				queue = append(queue, dep)
+				for _, name := range broken(pkg, dep) {
+					t.Errorf("%s: %s imports %s", name, pkg, chain(via, dep))
+				}
+			}
+		}
+	}
+}
+
+// chain renders how dep was reached: "a -> b -> dep".
+func chain(via map[string]string, dep string) string {
+	path := []string{dep}
+	for p := via[dep]; p != ""; p = via[p] {
+		path = append(path, p)
+	}
+	slices.Reverse(path)
+	return strings.Join(path[1:], " -> ")
+}
+
+// moduleRoot returns the directory holding go.mod and the module path.
+func moduleRoot(t testing.TB) (dir, module string) {
+	t.Helper()
+	gomod := strings.TrimSpace(string(goCmd(t, "", "env", "GOMOD")))
+	if gomod == "" || gomod == "/dev/null" || gomod == "NUL" {
+		t.Fatalf("go env GOMOD = %q: not inside a module", gomod)
+	}
+	dir = filepath.Dir(gomod)
+	module = strings.TrimSpace(string(goCmd(t, dir, "list", "-m")))
+	if module == "" {
+		t.Fatalf("go list -m in %s printed nothing", dir)
+	}
+	return dir, module
+}
+
+// listDeps runs `go list -deps` over the module: the non-test import
+// graph of every package in it.
+func listDeps(t testing.TB, root string) []goPackage {
+	t.Helper()
+	out := goCmd(t, root, "list", "-e", "-deps", "-json=ImportPath,Imports,Standard,GoFiles,Error", "./...")
+	var pkgs []goPackage
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p goPackage
+		err := dec.Decode(&p)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("decoding go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func goCmd(t testing.TB, dir string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	return out
+}
