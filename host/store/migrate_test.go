@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// openRaw opens the database at path without migrating it and closes it
+// when the test ends.
+func openRaw(tb testing.TB, path string) *sql.DB {
+	tb.Helper()
+	db, err := openDB(path)
+	if err != nil {
+		tb.Fatalf("openDB: got error %v, want nil", err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// mustExec runs statements on db or fails the test.
+func mustExec(tb testing.TB, db *sql.DB, query string, args ...any) {
+	tb.Helper()
+	if _, err := db.Exec(query, args...); err != nil {
+		tb.Fatalf("exec %q: got error %v, want nil", query, err)
+	}
+}
+
+// TestMigrateFromEveryVersion builds a database at each earlier schema
+// version, with data valid at that version, and checks that Open brings it
+// to the newest version with the data intact.
+func TestMigrateFromEveryVersion(t *testing.T) {
+	const key = "20250102_030405_000001"
+	ctx := context.Background()
+	for v := 0; v <= latestVersion; v++ {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.db")
+			db := openRaw(t, path)
+			if err := migrateTo(ctx, db, v); err != nil {
+				t.Fatalf("migrateTo(%d): got error %v, want nil", v, err)
+			}
+			if got, err := userVersion(ctx, db); err != nil || got != v {
+				t.Fatalf("user_version after migrateTo(%d): got %d, %v; want %d, nil", v, got, err, v)
+			}
+			want := Session{}
+			var wantTexts []string
+			if v >= 1 {
+				mustExec(t, db, `INSERT INTO sessions (key, title, started_at, ended_at, end_reason) VALUES (?, 'old', ?, ?, 'closed')`,
+					key, t0.Unix(), t0.Unix()+60)
+				mustExec(t, db, `INSERT INTO messages (session_key, seq, role, text) VALUES (?, 1, 'user', 'hi'), (?, 2, 'assistant', 'yo')`, key, key)
+				want = Session{Key: key, Title: "old", StartedAt: t0, EndedAt: t0.Add(60e9), EndReason: "closed", MessageCount: 2}
+				wantTexts = []string{"hi", "yo"}
+			}
+			if v >= 2 {
+				mustExec(t, db, `UPDATE sessions SET epoch = 'ep', last_seq = 9 WHERE key = ?`, key)
+				want.Epoch, want.LastSeq = "ep", 9
+			}
+			if err := db.Close(); err != nil {
+				t.Fatalf("close: got error %v, want nil", err)
+			}
+
+			s := openTest2(t, path)
+			if got, err := userVersion(ctx, s.db); err != nil || got != latestVersion {
+				t.Fatalf("user_version after Open: got %d, %v; want %d, nil", got, err, latestVersion)
+			}
+			if v == 0 {
+				if got, err := s.List(ctx, 0); err != nil || len(got) != 0 {
+					t.Errorf("List: got %v, %v; want none, nil", got, err)
+				}
+				return
+			}
+			got, err := s.GetSession(ctx, key)
+			if err != nil {
+				t.Fatalf("GetSession: got error %v, want nil", err)
+			}
+			if got != want {
+				t.Errorf("GetSession: got %+v, want %+v", got, want)
+			}
+			msgs, err := s.Messages(ctx, key)
+			if err != nil || !slices.Equal(texts(msgs), wantTexts) {
+				t.Errorf("Messages: got %v, %v; want %v, nil", texts(msgs), err, wantTexts)
+			}
+			// The newest schema is fully usable.
+			mustAppend(t, s, key, "more")
+			if err := s.SetCursor(ctx, key, "ep2", 10); err != nil {
+				t.Errorf("SetCursor: got error %v, want nil", err)
+			}
+		})
+	}
+}
+
+func TestMigrateFailingStepRollsBack(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t, filepath.Join(t.TempDir(), "state.db"))
+	steps := append(slices.Clone(migrations),
+		// Succeeds in part, then fails: nothing of it may remain.
+		`CREATE TABLE half (a INTEGER); INSERT INTO sessions (key) VALUES ('no started_at');`)
+	err := applySteps(ctx, db, steps, len(steps))
+	if err == nil {
+		t.Fatalf("applySteps with a failing last step: got nil error, want one")
+	}
+	if got, err := userVersion(ctx, db); err != nil || got != latestVersion {
+		t.Errorf("user_version: got %d, %v; want %d, nil", got, err, latestVersion)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name = 'half'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("table of the failed step: got %d, %v; want 0, nil", n, err)
+	}
+}
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := openRaw(t, path)
+	mustExec(t, db, fmt.Sprintf("PRAGMA user_version = %d", latestVersion+1))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, path)
+	if err == nil {
+		_ = s.Close()
+	}
+	if !errors.Is(err, ErrSchemaTooNew) {
+		t.Errorf("Open: got error %v, want %v", err, ErrSchemaTooNew)
+	}
+}
+
+func TestMigrateToOutOfRange(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t, filepath.Join(t.TempDir(), "state.db"))
+	for _, v := range []int{-1, latestVersion + 1} {
+		if err := migrateTo(ctx, db, v); !errors.Is(err, ErrInvalid) {
+			t.Errorf("migrateTo(%d): got error %v, want %v", v, err, ErrInvalid)
+		}
+	}
+}

@@ -1,0 +1,618 @@
+// Package store persists tether's stored sessions and their display rows in
+// one SQLite database file (state.db in the host's state directory).
+//
+// The database is opened with modernc.org/sqlite (no cgo) in WAL mode with
+// foreign keys on, and its schema is brought to the newest version by
+// numbered, forward-only migrations, each applied in its own transaction
+// together with the bump of PRAGMA user_version. A Store is safe for use by
+// many goroutines: it keeps a single connection, so statements and
+// transactions are serialised.
+//
+// A stored session is named by a key of the form YYYYMMDD_HHMMSS_xxxxxx
+// (see NewKey). A session may have a parent: its display history is then the
+// parent's display history cut to the first ForkCount rows, followed by its
+// own rows (see DisplayMessages). Times are stored as Unix seconds.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// Errors returned by the store. Test for them with errors.Is.
+var (
+	// ErrNotFound: no stored session with that key (or title).
+	ErrNotFound = errors.New("stored session not found")
+	// ErrExists: a stored session with that key already exists.
+	ErrExists = errors.New("stored session already exists")
+	// ErrInvalid: an argument is out of range (empty key or reason,
+	// negative fork count, unknown migration version).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrSchemaTooNew: the database was written by a newer tether whose
+	// schema this binary does not know.
+	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+)
+
+// busyTimeout is how long a statement waits for a lock held by another
+// connection (another process on the same file) before failing.
+const busyTimeout = 5 * time.Second
+
+// defaultListLimit is the number of sessions List returns when asked for
+// limit <= 0.
+const defaultListLimit = 100
+
+// Store is an open state database. Its methods are safe for concurrent use.
+type Store struct {
+	db *sql.DB
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Session is one stored session.
+type Session struct {
+	// Key is the stored key, YYYYMMDD_HHMMSS_xxxxxx.
+	Key string
+	// Title is the session's title, "" when it has none.
+	Title string
+	// Parent is the stored key of the parent session, or "".
+	Parent string
+	// ForkCount is the number of the parent's display rows visible as this
+	// session's prefix.
+	ForkCount int
+	// StartedAt is when the session was created.
+	StartedAt time.Time
+	// EndedAt is when the session ended; zero while it has not.
+	EndedAt time.Time
+	// EndReason is why the session ended ("closed", "shutdown", …); ""
+	// while it has not.
+	EndReason string
+	// MessageCount is the number of the session's own message rows. It is
+	// filled by reads and ignored by CreateSession.
+	MessageCount int
+	// Epoch and LastSeq are the event cursor persisted by the host.
+	Epoch   string
+	LastSeq uint64
+}
+
+// Open opens (creating it if needed) the database file at path, typically
+// filepath.Join(stateDir, "state.db"), and migrates it to the newest schema.
+// The directory must exist.
+func Open(ctx context.Context, path string) (*Store, error) {
+	db, err := openDB(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrateTo(ctx, db, latestVersion); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// openDB opens the database file at path with the connection settings every
+// Store uses, without touching its schema.
+func openDB(path string) (*sql.DB, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// A file: URI with the path escaped, so that no character of the path
+	// ('?', '#', '%') is taken for URI syntax. _txlock=immediate makes every
+	// transaction take the write lock at BEGIN, so a transaction that reads
+	// before it writes never fails to upgrade its lock.
+	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)",
+		escapePath(abs), busyTimeout.Milliseconds())
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One connection: SQLite allows one writer at a time anyway, and with a
+	// single connection concurrent callers queue in database/sql instead of
+	// failing with SQLITE_BUSY.
+	db.SetMaxOpenConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if err := db.Ping(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// escapePath percent-encodes the bytes of p that a SQLite file: URI would
+// otherwise interpret.
+func escapePath(p string) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c <= ' ' || c >= 0x7f || c == '%' || c == '?' || c == '#' {
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&0xf])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// Close closes the database. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("close: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// NewKey returns a stored key "YYYYMMDD_HHMMSS_xxxxxx": the UTC time of now
+// followed by 6 random lower-case hex characters from crypto/rand.
+func NewKey(now time.Time) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
+	return now.UTC().Format("20060102_150405") + "_" + hex.EncodeToString(b[:])
+}
+
+// ValidKey reports whether k has the shape of a stored key,
+// "YYYYMMDD_HHMMSS_xxxxxx" with decimal digits and lower-case hex.
+func ValidKey(k string) bool {
+	if len(k) != len("20060102_150405_abcdef") {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case i == 8 || i == 15:
+			if c != '_' {
+				return false
+			}
+		case i < 15:
+			if c < '0' || c > '9' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// CreateSession stores a new session. sess.Key must be non-empty and not yet
+// stored (ErrExists otherwise); sess.Parent, when set, must be a stored
+// session. MessageCount is ignored.
+func (s *Store) CreateSession(ctx context.Context, sess Session) error {
+	if sess.Key == "" {
+		return fmt.Errorf("create session: empty key: %w", ErrInvalid)
+	}
+	if sess.ForkCount < 0 {
+		return fmt.Errorf("create session %s: negative fork count %d: %w", sess.Key, sess.ForkCount, ErrInvalid)
+	}
+	var parent any
+	if sess.Parent != "" {
+		parent = sess.Parent
+	}
+	var ended any
+	if !sess.EndedAt.IsZero() {
+		ended = sess.EndedAt.Unix()
+	}
+	_, err := s.db.ExecContext(ctx,
+		`INSERT INTO sessions (key, title, parent, fork_count, started_at, ended_at, end_reason, epoch, last_seq)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sess.Key, sess.Title, parent, sess.ForkCount, unixOf(sess.StartedAt), ended, sess.EndReason,
+		sess.Epoch, int64(sess.LastSeq))
+	switch code := sqliteCode(err); {
+	case err == nil:
+		return nil
+	case code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return fmt.Errorf("create session %s: %w", sess.Key, ErrExists)
+	case code == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		return fmt.Errorf("create session %s: parent %s: %w", sess.Key, sess.Parent, ErrNotFound)
+	default:
+		return fmt.Errorf("create session %s: %w", sess.Key, err)
+	}
+}
+
+// sqliteCode returns the extended SQLite result code of err, or 0.
+func sqliteCode(err error) int {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()
+	}
+	return 0
+}
+
+// sessionColumns is the select list scanSession reads.
+const sessionColumns = `key, title, COALESCE(parent, ''), fork_count, started_at, ended_at, end_reason, epoch, last_seq,
+	(SELECT COUNT(*) FROM messages m WHERE m.session_key = sessions.key)`
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanSession reads one row selected with sessionColumns.
+func scanSession(sc scanner) (Session, error) {
+	var (
+		sess    Session
+		started int64
+		ended   sql.NullInt64
+		lastSeq int64
+	)
+	if err := sc.Scan(&sess.Key, &sess.Title, &sess.Parent, &sess.ForkCount, &started, &ended,
+		&sess.EndReason, &sess.Epoch, &lastSeq, &sess.MessageCount); err != nil {
+		return Session{}, err
+	}
+	sess.StartedAt = timeOf(started)
+	if ended.Valid {
+		sess.EndedAt = timeOf(ended.Int64)
+	}
+	sess.LastSeq = uint64(lastSeq)
+	return sess, nil
+}
+
+// unixOf converts t to Unix seconds; the zero time is 0.
+func unixOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
+}
+
+// timeOf converts Unix seconds to a UTC time; 0 is the zero time.
+func timeOf(sec int64) time.Time {
+	if sec == 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0).UTC()
+}
+
+// GetSession returns the stored session with that key, with MessageCount
+// filled, or an error wrapping ErrNotFound.
+func (s *Store) GetSession(ctx context.Context, key string) (Session, error) {
+	sess, err := scanSession(s.db.QueryRowContext(ctx,
+		`SELECT `+sessionColumns+` FROM sessions WHERE key = ?`, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Session{}, fmt.Errorf("get session %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("get session %s: %w", key, err)
+	}
+	return sess, nil
+}
+
+// FindByTitle returns the newest stored session (by StartedAt, then key)
+// whose title is exactly title, or an error wrapping ErrNotFound. An empty
+// title matches nothing.
+func (s *Store) FindByTitle(ctx context.Context, title string) (Session, error) {
+	if title == "" {
+		return Session{}, fmt.Errorf("find by title: empty title: %w", ErrNotFound)
+	}
+	sess, err := scanSession(s.db.QueryRowContext(ctx,
+		`SELECT `+sessionColumns+` FROM sessions WHERE title = ?
+		 ORDER BY started_at DESC, key DESC LIMIT 1`, title))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Session{}, fmt.Errorf("find by title %q: %w", title, ErrNotFound)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("find by title %q: %w", title, err)
+	}
+	return sess, nil
+}
+
+// List returns stored sessions newest first (by StartedAt, then key), at
+// most limit of them (limit <= 0 means 100), with MessageCount filled.
+func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT `+sessionColumns+` FROM sessions ORDER BY started_at DESC, key DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	out := []Session{}
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sessions: %w", err)
+		}
+		out = append(out, sess)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return out, nil
+}
+
+// AppendMessages appends msgs, in order, to the own rows of the session with
+// that key, in one transaction: either all are stored or none. It returns an
+// error wrapping ErrNotFound when there is no such session.
+func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...contract.Message) (err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("append messages to %s: begin: %w", key, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err := mustExist(ctx, tx, key); err != nil {
+		return fmt.Errorf("append messages: %w", err)
+	}
+	var next int64
+	if err := tx.QueryRowContext(ctx,
+		`SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_key = ?`, key).Scan(&next); err != nil {
+		return fmt.Errorf("append messages to %s: %w", key, err)
+	}
+	for i, m := range msgs {
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO messages (session_key, seq, role, text) VALUES (?, ?, ?, ?)`,
+			key, next+int64(i), string(m.Role), m.Text); err != nil {
+			return fmt.Errorf("append messages to %s: %w", key, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("append messages to %s: commit: %w", key, err)
+	}
+	return nil
+}
+
+// mustExist returns an error wrapping ErrNotFound unless a session with that
+// key is stored.
+func mustExist(ctx context.Context, q queryer, key string) error {
+	var one int
+	err := q.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE key = ?`, key).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("session %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("session %s: %w", key, err)
+	}
+	return nil
+}
+
+// Messages returns the session's own rows in order (not the parent's
+// prefix), or an error wrapping ErrNotFound.
+func (s *Store) Messages(ctx context.Context, key string) ([]contract.Message, error) {
+	var out []contract.Message
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		if err := mustExist(ctx, tx, key); err != nil {
+			return err
+		}
+		var err error
+		out, err = ownMessages(ctx, tx, key, -1)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
+	}
+	return out, nil
+}
+
+// ownMessages returns the first limit own rows of the session (all of them
+// when limit < 0), never nil.
+func ownMessages(ctx context.Context, q queryer, key string, limit int) ([]contract.Message, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT role, text FROM messages WHERE session_key = ? ORDER BY seq LIMIT ?`, key, limit)
+	if err != nil {
+		return nil, fmt.Errorf("session %s: messages: %w", key, err)
+	}
+	defer rows.Close()
+	out := []contract.Message{}
+	for rows.Next() {
+		var role, text string
+		if err := rows.Scan(&role, &text); err != nil {
+			return nil, fmt.Errorf("session %s: messages: %w", key, err)
+		}
+		out = append(out, contract.Message{Role: contract.Role(role), Text: text})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("session %s: messages: %w", key, err)
+	}
+	return out, nil
+}
+
+// link is one generation of a session's lineage.
+type link struct {
+	key       string
+	forkCount int
+	ownCount  int
+}
+
+// lineage returns the chain of sessions from key up to its root ancestor,
+// key first, with their fork and own-row counts. It returns an error
+// wrapping ErrNotFound when key is not stored. A missing ancestor ends the
+// chain (it contributes no rows), and so does a cycle.
+func lineage(ctx context.Context, q queryer, key string) ([]link, error) {
+	var chain []link
+	seen := map[string]bool{}
+	for cur := key; cur != "" && !seen[cur]; {
+		seen[cur] = true
+		var (
+			l      = link{key: cur}
+			parent string
+		)
+		err := q.QueryRowContext(ctx,
+			`SELECT COALESCE(parent, ''), fork_count,
+			        (SELECT COUNT(*) FROM messages m WHERE m.session_key = sessions.key)
+			 FROM sessions WHERE key = ?`, cur).Scan(&parent, &l.forkCount, &l.ownCount)
+		if errors.Is(err, sql.ErrNoRows) {
+			if len(chain) == 0 {
+				return nil, fmt.Errorf("session %s: %w", key, ErrNotFound)
+			}
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("session %s: lineage: %w", key, err)
+		}
+		chain = append(chain, l)
+		cur = parent
+	}
+	return chain, nil
+}
+
+// displayCounts returns the display row count of each session of chain
+// (key first): its own rows plus as much of its parent's display as its fork
+// count keeps.
+func displayCounts(chain []link) (displayOf []int) {
+	displayOf = make([]int, len(chain))
+	for i := len(chain) - 1; i >= 0; i-- {
+		inherited := 0
+		if i+1 < len(chain) {
+			inherited = min(chain[i].forkCount, displayOf[i+1])
+		}
+		displayOf[i] = inherited + chain[i].ownCount
+	}
+	return displayOf
+}
+
+// DisplayMessages returns the session's display history: the parent's display
+// rows (recursively: the parent's own display prefix too) cut to the first
+// ForkCount rows, followed by the session's own rows. It returns an error
+// wrapping ErrNotFound when key is not stored.
+func (s *Store) DisplayMessages(ctx context.Context, key string) ([]contract.Message, error) {
+	var out []contract.Message
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		chain, err := lineage(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		displayOf := displayCounts(chain)
+		// want[i] is how many display rows of chain[i] are visible: no more
+		// than its child needs, the child's fork count keeps, or it has.
+		// Walking from the root down, each generation adds the own rows its
+		// inherited part does not cover.
+		want := make([]int, len(chain))
+		want[0] = displayOf[0]
+		for i := 1; i < len(chain); i++ {
+			want[i] = min(want[i-1], chain[i-1].forkCount, displayOf[i])
+		}
+		out = make([]contract.Message, 0, displayOf[0])
+		for i := len(chain) - 1; i >= 0; i-- {
+			inherited := 0
+			if i+1 < len(chain) {
+				inherited = want[i+1]
+			}
+			own := want[i] - inherited
+			if own <= 0 {
+				continue
+			}
+			rows, err := ownMessages(ctx, tx, chain[i].key, own)
+			if err != nil {
+				return err
+			}
+			out = append(out, rows...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("display messages: %w", err)
+	}
+	return out, nil
+}
+
+// DisplayCount returns len(DisplayMessages(ctx, key)) without reading the
+// rows; the host uses it as the ForkCount of a branch.
+func (s *Store) DisplayCount(ctx context.Context, key string) (int, error) {
+	var n int
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		chain, err := lineage(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		n = displayCounts(chain)[0]
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("display count: %w", err)
+	}
+	return n, nil
+}
+
+// readTx runs f in a transaction that is always rolled back, so that its
+// reads see one consistent state.
+func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return f(tx)
+}
+
+// End records the end of a session at time at with reason. The first reason
+// recorded wins: if the session already has an end reason, End does nothing
+// and returns nil. It returns an error wrapping ErrNotFound when key is not
+// stored, and ErrInvalid for an empty reason.
+func (s *Store) End(ctx context.Context, key, reason string, at time.Time) error {
+	if reason == "" {
+		return fmt.Errorf("end session %s: empty reason: %w", key, ErrInvalid)
+	}
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE key = ? AND end_reason = ''`,
+		unixOf(at), reason, key)
+	return s.checkUpdate(ctx, "end session", key, res, err)
+}
+
+// Reopen clears the end time and end reason of a stored session that becomes
+// live again. It returns an error wrapping ErrNotFound when key is not
+// stored.
+func (s *Store) Reopen(ctx context.Context, key string) error {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sessions SET ended_at = NULL, end_reason = '' WHERE key = ?`, key)
+	return s.checkUpdate(ctx, "reopen session", key, res, err)
+}
+
+// SetCursor persists the session's event cursor. It returns an error
+// wrapping ErrNotFound when key is not stored.
+func (s *Store) SetCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sessions SET epoch = ?, last_seq = ? WHERE key = ?`, epoch, int64(lastSeq), key)
+	return s.checkUpdate(ctx, "set cursor of", key, res, err)
+}
+
+// SetTitle sets the session's title. It returns an error wrapping
+// ErrNotFound when key is not stored.
+func (s *Store) SetTitle(ctx context.Context, key, title string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET title = ? WHERE key = ?`, title, key)
+	return s.checkUpdate(ctx, "set title of", key, res, err)
+}
+
+// checkUpdate turns the outcome of an UPDATE … WHERE key = ? into an error:
+// the statement's own error, or ErrNotFound when it touched no row and key
+// is not stored. An UPDATE that touched no row of a stored session (End
+// after an earlier End) is not an error.
+func (s *Store) checkUpdate(ctx context.Context, op, key string, res sql.Result, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, key, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if err := mustExist(ctx, s.db, key); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
