@@ -1,0 +1,153 @@
+// Package e2e is an end-to-end harness for tether: it builds the real binary
+// once per test binary, starts `tether serve` on a free port with a state
+// directory of the test's own, and stops it (and anything it left behind)
+// when the test ends.
+//
+// A test package using it runs its tests through Main:
+//
+//	func TestMain(m *testing.M) { e2e.Main(m) }
+//
+//	func TestSomething(t *testing.T) {
+//		s := e2e.Start(t, e2e.Config{Args: []string{"--echo-delay", "10ms"}})
+//		c := s.Dial(t)
+//		var snap struct{ SessionID string `json:"session_id"` }
+//		if err := c.Call(ctx, "session.create", map[string]any{}, &snap); err != nil { ... }
+//	}
+//
+// Environment: TETHER_E2E_BINARY, when set, names a prebuilt tether binary to
+// use instead of building ./cmd/tether. TETHER_* variables of the test's own
+// environment are never passed on to the child: tests set what they need
+// with Config.Env.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// tetherTimeout bounds a one-shot command run by Tether.
+const tetherTimeout = 60 * time.Second
+
+var build struct {
+	once sync.Once
+	dir  string // temporary directory holding the binary; removed by Main
+	path string
+	err  error
+}
+
+// Build builds ./cmd/tether once per test binary (with -race when the test
+// binary has it) into a temporary directory and returns the binary's path.
+// A failed build fails every test that needs the binary.
+func Build(tb testing.TB) string {
+	tb.Helper()
+	build.once.Do(func() {
+		if p := os.Getenv("TETHER_E2E_BINARY"); p != "" {
+			build.path, build.err = filepath.Abs(p)
+			return
+		}
+		build.path, build.err = buildTether()
+	})
+	if build.err != nil {
+		tb.Fatalf("e2e: build tether: %v", build.err)
+	}
+	return build.path
+}
+
+func buildTether() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "tether-e2e-")
+	if err != nil {
+		return "", err
+	}
+	build.dir = dir
+	bin := filepath.Join(dir, "tether")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/tether")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin, nil
+}
+
+// moduleRoot returns the directory of the main module's go.mod, as seen from
+// the working directory (a test runs in its package's directory).
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside a Go module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// Main runs the tests of m, checks for leaked goroutines with goleak (opts
+// are passed on), removes the built binary and exits. Call it from TestMain.
+func Main(m *testing.M, opts ...goleak.Option) {
+	opts = append(opts, goleak.Cleanup(func(code int) {
+		if build.dir != "" {
+			os.RemoveAll(build.dir)
+		}
+		os.Exit(code)
+	}))
+	goleak.VerifyTestMain(m, opts...)
+}
+
+// Tether runs the built binary once with args (a client command such as
+// `sessions --url U --token T`) and returns what it printed and its exit
+// code. It fails the test if the binary cannot be run or does not finish
+// within a minute.
+func Tether(tb testing.TB, args ...string) (stdout, stderr string, exit int) {
+	tb.Helper()
+	bin := Build(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), tetherTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = childEnv(nil)
+	cmd.WaitDelay = 5 * time.Second // a leftover child holding the pipes
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		tb.Fatalf("e2e: tether %s: no exit within %v\nstdout:\n%s\nstderr:\n%s",
+			strings.Join(args, " "), tetherTimeout, out.String(), errb.String())
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		tb.Fatalf("e2e: tether %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+// childEnv is the test's environment without TETHER_* variables, plus extra.
+func childEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TETHER_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
