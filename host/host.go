@@ -123,10 +123,14 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.Log.Info().Msg("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
-	sup.stop(sctx)
+	// Stop accepting; interrupt runs while their viewers are still
+	// connected (they get message.complete "interrupted") and persist;
+	// then close every socket with 1001 and stop the plugin.
+	sup.drain()
 	if err := table.Shutdown(sctx); err != nil {
 		cfg.Log.Error().Err(err).Msg("sessions did not all persist in time")
 	}
+	sup.stop(sctx)
 	return nil
 }
 
@@ -148,6 +152,17 @@ type supervisor struct {
 
 	mu   sync.Mutex // guards the fields below
 	proc *pluginProc
+	link *Link
+}
+
+// drain makes the current link refuse new connections.
+func (s *supervisor) drain() {
+	s.mu.Lock()
+	link := s.link
+	s.mu.Unlock()
+	if link != nil {
+		link.Drain()
+	}
 }
 
 // start launches the plugin the first time and keeps it running.
@@ -188,6 +203,7 @@ func (s *supervisor) launch(listen string) (*pluginProc, *Link, error) {
 	link := NewLink(s.spec.Name, instance, proc.tr, s.gw, access, s.log)
 	s.mu.Lock()
 	s.proc = proc
+	s.link = link
 	s.mu.Unlock()
 	s.log.Info().Str("plugin", s.spec.Name).Str("instance", instance).Int("pid", proc.client.ReattachConfig().Pid).Str("version", resp.Version).Msg("plugin started")
 	return proc, link, nil
@@ -235,8 +251,15 @@ func (s *supervisor) loop(proc *pluginProc, link *Link) {
 func (s *supervisor) stop(ctx context.Context) {
 	s.stopping.Store(true)
 	s.mu.Lock()
-	proc := s.proc
+	proc, link := s.proc, s.link
 	s.mu.Unlock()
+	if link != nil {
+		link.Drain()
+		select {
+		case <-link.CloseAll(contract.CloseGoingAway, "host shutting down"):
+		case <-ctx.Done():
+		}
+	}
 	if proc != nil {
 		if err := proc.tr.Stop(ctx, contract.StopRequest{Code: contract.CloseGoingAway, Reason: "host shutting down"}); err != nil {
 			s.log.Debug().Err(err).Msg("stopping transport")

@@ -22,10 +22,12 @@ type Link struct {
 	log      zerolog.Logger
 	notify   chan struct{} // wakes the sender
 
-	mu    sync.Mutex // guards the fields below
-	conns map[uint64]*gconn
-	out   []contract.Command
-	ended bool
+	mu       sync.Mutex // guards the fields below
+	conns    map[uint64]*gconn
+	out      []contract.Command
+	ended    bool
+	draining bool          // host shutting down: new connections get 1001
+	drained  chan struct{} // closed when draining and no connection is left
 }
 
 // NewLink returns a link for transport tr, which the host started as
@@ -64,6 +66,7 @@ func (l *Link) Run(ctx context.Context) error {
 	conns := l.conns
 	l.conns = make(map[uint64]*gconn)
 	l.out = nil
+	l.checkDrainedLocked()
 	l.mu.Unlock()
 	for _, c := range conns {
 		c.onClosed()
@@ -129,6 +132,7 @@ func (l *Link) handle(_ context.Context, events []contract.Event) error {
 			l.mu.Lock()
 			c := l.conns[ev.Conn]
 			delete(l.conns, ev.Conn)
+			l.checkDrainedLocked()
 			l.mu.Unlock()
 			if c != nil {
 				l.gw.metrics.Connections.Dec()
@@ -155,11 +159,57 @@ func (l *Link) opened(ev *contract.Event) {
 	}
 	c := l.gw.newConn(tid, l)
 	l.mu.Lock()
+	if l.draining {
+		l.mu.Unlock()
+		l.send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: contract.CloseGoingAway, Reason: "host shutting down"})
+		return
+	}
 	l.conns[ev.Conn] = c
 	l.mu.Unlock()
 	l.gw.metrics.Connections.Inc()
 	l.send(contract.Command{Kind: contract.CommandAdmit, Conn: ev.Conn})
 	c.ready()
+}
+
+// Drain stops admitting connections (new ones are closed with 1001).
+func (l *Link) Drain() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.draining {
+		l.draining = true
+		l.drained = make(chan struct{})
+		l.checkDrainedLocked()
+	}
+}
+
+// CloseAll closes every admitted connection with code, after everything
+// already queued to it (the close travels on the same ordered link), and
+// returns a channel closed once the transport has reported all of them
+// closed. Call Drain first.
+func (l *Link) CloseAll(code int, reason string) <-chan struct{} {
+	l.mu.Lock()
+	ids := make([]uint64, 0, len(l.conns))
+	for id := range l.conns {
+		ids = append(ids, id)
+	}
+	drained := l.drained
+	l.mu.Unlock()
+	for _, id := range ids {
+		l.send(contract.Command{Kind: contract.CommandClose, Conn: id, Code: code, Reason: reason})
+	}
+	return drained
+}
+
+// checkDrainedLocked closes drained when draining and no connection is
+// left.
+func (l *Link) checkDrainedLocked() {
+	if l.draining && (len(l.conns) == 0 || l.ended) && l.drained != nil {
+		select {
+		case <-l.drained:
+		default:
+			close(l.drained)
+		}
+	}
 }
 
 func refuseReason(code int) string {

@@ -572,8 +572,8 @@ func (t *Table) release(ref releaseRef, why string) bool {
 		rec.parkTimer = nil
 		t.metrics.ParkedSessions.Dec()
 	}
-	t.metrics.Viewers.Sub(float64(len(rec.viewers)))
-	rec.viewers = nil
+	// The viewers stay on the closing record until its run has ended, so
+	// they still get the run's message.complete; finish drops them.
 	run := rec.run
 	if run != nil && !run.interrupted {
 		run.interrupted = true
@@ -623,6 +623,8 @@ func (t *Table) finish(rec *record, run *run, reason string) {
 	defer cancel()
 	rec.mu.Lock()
 	epoch, seq := rec.epoch, rec.seq
+	t.metrics.Viewers.Sub(float64(len(rec.viewers)))
+	rec.viewers = nil
 	rec.mu.Unlock()
 	if err := t.store.SetCursor(ctx, rec.key, epoch, seq); err != nil {
 		rec.log.Error().Err(err).Msg("persisting event cursor")
