@@ -472,7 +472,9 @@ func (c *gconn) branch(id json.RawMessage, p params) (any, error) {
 			return nil, lerr
 		}
 		rec.mu.Lock()
-		parent, fork = rec.key, len(rec.messages)
+		// Fork at the last completed turn: a turn in flight is not part
+		// of the prefix (its rows are not all stored yet).
+		parent, fork = rec.key, len(rec.messages)-rec.inflightRowsLocked()
 		if title == "" {
 			title = rec.title
 		}

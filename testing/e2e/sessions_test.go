@@ -436,3 +436,54 @@ func TestRunSurvivesDisconnect(t *testing.T) {
 		t.Fatalf("replayed %q after %q, last seq %d of %d; want the rest of %q", got, firstDelta.Text, want-1, since.LatestSeq, text)
 	}
 }
+
+// TestBranchShowsParentPrefix: a branch (by runtime id or stored key) and
+// a session created with parent_session_id show the parent's rows up to
+// the fork, then their own; the parent is unchanged.
+func TestBranchShowsParentPrefix(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{})
+	c := s.Dial(t)
+	var parent snapshot
+	call(t, c, "session.create", map[string]any{"title": "parent"}, &parent)
+	call(t, c, "prompt.submit", map[string]any{"session_id": parent.SessionID, "text": "one"}, nil)
+	waitComplete(t, c, parent.SessionID)
+
+	for _, tc := range []struct {
+		name   string
+		method string
+		params map[string]any
+	}{
+		{"branch by runtime id", "session.branch", map[string]any{"session_id": parent.SessionID}},
+		{"branch by stored key", "session.branch", map[string]any{"session_id": parent.SessionKey}},
+		{"create with parent", "session.create", map[string]any{"parent_session_id": parent.SessionKey}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var child snapshot
+			call(t, c, tc.method, tc.params, &child)
+			if child.SessionKey == parent.SessionKey || child.SessionID == parent.SessionID {
+				t.Fatalf("child %s/%s is the parent", child.SessionID, child.SessionKey)
+			}
+			want := []message{{"user", "one"}, {"assistant", "one"}}
+			if fmt.Sprint(child.Messages) != fmt.Sprint(want) {
+				t.Fatalf("child messages %v, want the parent prefix %v", child.Messages, want)
+			}
+			call(t, c, "prompt.submit", map[string]any{"session_id": child.SessionID, "text": "two"}, nil)
+			waitComplete(t, c, child.SessionID)
+			call(t, c, "session.close", map[string]any{"session_id": child.SessionID}, nil)
+			var again snapshot
+			call(t, c, "session.resume", map[string]any{"session_id": child.SessionKey}, &again)
+			want = append(want, message{"user", "two"}, message{"assistant", "two"})
+			if fmt.Sprint(again.Messages) != fmt.Sprint(want) {
+				t.Fatalf("resumed child messages %v, want %v", again.Messages, want)
+			}
+		})
+	}
+	var p snapshot
+	call(t, c, "session.activate", map[string]any{"session_id": parent.SessionID}, &p)
+	if len(p.Messages) != 2 {
+		t.Fatalf("parent messages %v, want its own 2 rows", p.Messages)
+	}
+	if e := c.Call(ctxT(t, 5*time.Second), "session.branch", map[string]any{"session_id": "20200101_000000_abcdef"}, nil); wsclient.ErrorCode(e) != 4007 {
+		t.Errorf("branch of a missing stored key: %v, want 4007", e)
+	}
+}
