@@ -236,7 +236,8 @@ func (c *gconn) handle(data []byte) {
 		return
 	}
 	var method string
-	if len(req.Method) == 0 || json.Unmarshal(req.Method, &method) != nil {
+	// A null method would unmarshal as "": only a JSON string is a method.
+	if len(req.Method) == 0 || req.Method[0] != '"' || json.Unmarshal(req.Method, &method) != nil {
 		c.respond(validID(id), nil, errorf(contract.CodeInvalidRequest, "method must be a string"))
 		return
 	}
@@ -384,6 +385,11 @@ func (p params) boolean(name string) (bool, *rpcError) {
 func (p params) integer(name string) (int64, bool, *rpcError) {
 	if !p.has(name) {
 		return 0, false, nil
+	}
+	// A JSON string holding a number would decode into a json.Number too:
+	// only a number token is an integer.
+	if c := p[name][0]; c != '-' && (c < '0' || c > '9') {
+		return 0, false, errorf(contract.CodeInvalidParams, "%s must be a non-negative integer", name)
 	}
 	var n json.Number
 	dec := json.NewDecoder(bytes.NewReader(p[name]))

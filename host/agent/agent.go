@@ -14,6 +14,9 @@ var (
 	ErrRunFailed = errors.New("agent run failed")
 	// ErrNoCommand: an Exec factory was given no command.
 	ErrNoCommand = errors.New("no agent command")
+	// ErrCommandNotFound: an Exec agent's command cannot be found in PATH
+	// or is not an executable file.
+	ErrCommandNotFound = errors.New("agent command not found")
 	// ErrUnterminatedQuote: a command line ends inside a quoted string.
 	ErrUnterminatedQuote = errors.New("unterminated quote")
 	// ErrTrailingBackslash: a command line ends with an escaping backslash.

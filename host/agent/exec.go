@@ -48,12 +48,20 @@ type Exec struct {
 // NewExecFactory returns a factory of Exec agents running argv[0] with
 // arguments argv[1:] (argv[0] is looked up in PATH unless it contains a
 // slash). It returns ErrNoCommand when argv is empty or argv[0] is "".
+//
+// The factory does not look for the command itself, so a host can start
+// (and keep serving) while it is missing; every NewAgent does, and returns
+// an error wrapping ErrCommandNotFound (and the exec.LookPath error) when
+// argv[0] cannot be found or is not executable.
 func NewExecFactory(argv []string) (contract.AgentFactory, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, fmt.Errorf("exec agent: %w", ErrNoCommand)
 	}
 	argv = append([]string(nil), argv...)
 	return contract.AgentFactoryFunc(func(ctx context.Context, sessionKey string) (contract.Agent, error) {
+		if _, err := exec.LookPath(argv[0]); err != nil {
+			return nil, fmt.Errorf("exec agent: %w: %w", ErrCommandNotFound, err)
+		}
 		return &Exec{argv: argv}, nil
 	}), nil
 }

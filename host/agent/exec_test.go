@@ -74,6 +74,127 @@ func TestNewExecFactory(t *testing.T) {
 	}
 }
 
+// TestExecNewAgentLooksUpCommand checks that every NewAgent looks for the
+// command, so that a missing agent binary fails the build of a session
+// (the host answers 5000) and not its first run, while the factory itself
+// can be made before the command exists.
+func TestExecNewAgentLooksUpCommand(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "agent.sh")
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatalf("WriteFile: got error %v, want nil", err)
+	}
+	tests := []struct {
+		name    string
+		argv    []string
+		setup   func(t *testing.T)
+		wantErr error
+	}{
+		{name: "in PATH", argv: []string{"sh", "-c", "true"}},
+		{name: "absolute path", argv: []string{"/bin/sh"}},
+		{name: "missing absolute path", argv: []string{"/nonexistent/tether-test-agent"}, wantErr: ErrCommandNotFound},
+		{name: "missing in PATH", argv: []string{"tether-test-agent-not-in-path"}, wantErr: ErrCommandNotFound},
+		{name: "directory", argv: []string{dir}, wantErr: ErrCommandNotFound},
+		{name: "not executable", argv: []string{plain}, wantErr: ErrCommandNotFound},
+		{
+			name: "created after the factory",
+			argv: []string{script},
+			setup: func(t *testing.T) {
+				if err := os.WriteFile(script, []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
+					t.Fatalf("WriteFile: got error %v, want nil", err)
+				}
+				t.Cleanup(func() { os.Remove(script) })
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := NewExecFactory(tt.argv)
+			if err != nil {
+				t.Fatalf("NewExecFactory(%q): got error %v, want nil (the factory does not look the command up)", tt.argv, err)
+			}
+			if tt.setup != nil {
+				tt.setup(t)
+			}
+			a, err := f.NewAgent(context.Background(), "20250102_030405_abcdef")
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("NewAgent(%q): got error %v, want %v", tt.argv, err, tt.wantErr)
+			}
+			if err != nil {
+				if a != nil {
+					t.Errorf("NewAgent(%q): got agent %v with an error, want nil", tt.argv, a)
+				}
+				if !strings.Contains(err.Error(), tt.argv[0]) {
+					t.Errorf("NewAgent: got error %q, want it to name %q", err, tt.argv[0])
+				}
+				var execErr *exec.Error
+				if !errors.As(err, &execErr) {
+					t.Errorf("NewAgent: got error %v, want an *exec.Error in its chain", err)
+				}
+				return
+			}
+			if err := a.Close(); err != nil {
+				t.Errorf("Close: got error %v, want nil", err)
+			}
+		})
+	}
+}
+
+// TestExecNewAgentEveryBuild checks that the lookup is made at every
+// build, not once: a command removed after a first build fails the next
+// one, and comes back when the command does.
+func TestExecNewAgentEveryBuild(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "agent.sh")
+	write := func() {
+		t.Helper()
+		if err := os.WriteFile(script, []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
+			t.Fatalf("WriteFile: got error %v, want nil", err)
+		}
+	}
+	write()
+	f, err := NewExecFactory([]string{script})
+	if err != nil {
+		t.Fatalf("NewExecFactory: got error %v, want nil", err)
+	}
+	ctx := context.Background()
+	a, err := f.NewAgent(ctx, "20250102_030405_abcdef")
+	if err != nil {
+		t.Fatalf("first NewAgent: got error %v, want nil", err)
+	}
+	defer a.Close()
+
+	if err := os.Remove(script); err != nil {
+		t.Fatalf("Remove: got error %v, want nil", err)
+	}
+	if _, err := f.NewAgent(ctx, "20250102_030405_abcdef"); !errors.Is(err, ErrCommandNotFound) {
+		t.Errorf("NewAgent after the command was removed: got error %v, want %v", err, ErrCommandNotFound)
+	}
+	// An agent built before the command went fails its run instead, with
+	// no exit status (the command never started).
+	got, err := collect(ctx, a, "x")
+	if !errors.Is(err, ErrRunFailed) {
+		t.Errorf("Run after the command was removed: got error %v, want %v", err, ErrRunFailed)
+	}
+	if len(got) != 0 {
+		t.Errorf("Run after the command was removed: got deltas %q, want none", got)
+	}
+	if err != nil && !strings.Contains(err.Error(), script) {
+		t.Errorf("Run: got error %q, want it to name %q", err, script)
+	}
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		t.Errorf("Run: got exit status %d, want none", exitErr.ExitCode())
+	}
+
+	write()
+	b, err := f.NewAgent(ctx, "20250102_030405_abcdef")
+	if err != nil {
+		t.Fatalf("NewAgent after the command came back: got error %v, want nil", err)
+	}
+	b.Close()
+}
+
 func TestExecStreams(t *testing.T) {
 	long := strings.Repeat("x", 3*maxDelta+17)
 	tests := []struct {
@@ -144,12 +265,6 @@ func TestExecFailure(t *testing.T) {
 			argv:      []string{"sh", "-c", `head -c 100000 /dev/zero | tr '\0' e >&2; echo END >&2; exit 1`},
 			wantInErr: []string{"…eee", "eEND"},
 			wantExit:  1,
-		},
-		{
-			name:      "not found",
-			argv:      []string{"/nonexistent/tether-test-agent"},
-			wantInErr: []string{"/nonexistent/tether-test-agent"},
-			wantExit:  -1,
 		},
 	}
 	for _, tt := range tests {
