@@ -178,17 +178,24 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 		}
 	}
 	sess.Epoch = newEpoch()
+	// The agent is built before the row is stored, so a create that fails
+	// leaves nothing behind.
+	agent, err := t.newAgent(ctx, sess.Key)
+	if err != nil {
+		return err
+	}
 	if err := t.store.CreateSession(ctx, sess); err != nil {
+		t.discard(agent)
 		return fmt.Errorf("store session: %v: %w", err, ErrBuildFailed)
 	}
-	rec, err := t.build(ctx, sess, opt.CloseOnDisconnect)
+	rec, err := t.build(ctx, sess, agent, opt.CloseOnDisconnect)
 	if err != nil {
 		return err
 	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		t.discard(rec)
+		t.discard(rec.agent)
 		return ErrTableClosed
 	}
 	t.registerLocked(rec)
@@ -196,18 +203,24 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 	return nil
 }
 
-// build loads a stored session's display history and builds its agent,
-// outside every lock.
-func (t *Table) build(ctx context.Context, sess store.Session, closeOnDisconnect bool) (*record, error) {
-	msgs, err := t.store.DisplayMessages(ctx, sess.Key)
+// newAgent builds the agent of a live session, outside every lock.
+func (t *Table) newAgent(ctx context.Context, key string) (contract.Agent, error) {
+	agent, err := t.agents.NewAgent(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %v: %w", sess.Key, err, ErrBuildFailed)
-	}
-	agent, err := t.agents.NewAgent(ctx, sess.Key)
-	if err != nil {
-		return nil, fmt.Errorf("agent for %s: %v: %w", sess.Key, err, ErrBuildFailed)
+		return nil, fmt.Errorf("agent for %s: %v: %w", key, err, ErrBuildFailed)
 	}
 	t.metrics.AgentBuilds.Inc()
+	return agent, nil
+}
+
+// build loads a stored session's display history and makes its record
+// around agent (which it closes on failure), outside every lock.
+func (t *Table) build(ctx context.Context, sess store.Session, agent contract.Agent, closeOnDisconnect bool) (*record, error) {
+	msgs, err := t.store.DisplayMessages(ctx, sess.Key)
+	if err != nil {
+		t.discard(agent)
+		return nil, fmt.Errorf("load %s: %v: %w", sess.Key, err, ErrBuildFailed)
+	}
 	id := newSessionID()
 	epoch := sess.Epoch
 	// The in-memory event ring of a rebuilt session is gone: its history
@@ -235,12 +248,12 @@ func (t *Table) build(ctx context.Context, sess store.Session, closeOnDisconnect
 	return rec, nil
 }
 
-// discard closes the agent of a record that was built but never
-// registered (a losing resume, or a table that closed meanwhile).
-func (t *Table) discard(rec *record) {
+// discard closes an agent that was built but never registered (a losing
+// resume, a failed build, or a table that closed meanwhile).
+func (t *Table) discard(agent contract.Agent) {
 	t.metrics.AgentDiscards.Inc()
-	if err := rec.agent.Close(); err != nil {
-		rec.log.Debug().Err(err).Msg("closing discarded agent")
+	if err := agent.Close(); err != nil {
+		t.log.Debug().Err(err).Msg("closing discarded agent")
 	}
 }
 
@@ -343,25 +356,29 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 		if err := t.waitReleased(ctx, key); err != nil {
 			return err
 		}
-		rec, err := t.build(ctx, sess, false)
+		agent, err := t.newAgent(ctx, key)
+		if err != nil {
+			return err
+		}
+		rec, err := t.build(ctx, sess, agent, false)
 		if err != nil {
 			return err
 		}
 		if err := t.store.Reopen(ctx, key); err != nil {
-			t.discard(rec)
+			t.discard(rec.agent)
 			return fmt.Errorf("reopen %s: %v: %w", key, err, ErrBuildFailed)
 		}
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
-			t.discard(rec)
+			t.discard(rec.agent)
 			return ErrTableClosed
 		}
 		if winner := t.byKey[key]; winner != nil || t.releasing[key] != nil {
 			// Another resume won the race (or a teardown started): close
 			// our build and bind to the winner on the next pass.
 			t.mu.Unlock()
-			t.discard(rec)
+			t.discard(rec.agent)
 			if attempt > 100 {
 				return fmt.Errorf("%s: %w", key, ErrNoLongerLive)
 			}

@@ -654,8 +654,8 @@ func TestErrorsAgentBuild(t *testing.T) {
 	for _, st := range list.Sessions {
 		found = found || st.ID == key && st.Title == "stored before"
 	}
-	if !found {
-		t.Errorf("session.list: got %+v, want %s (stored before) in it", list.Sessions, key)
+	if !found || len(list.Sessions) != 1 {
+		t.Errorf("session.list: got %+v, want only %s (stored before): a failed create stores nothing", list.Sessions, key)
 	}
 	var active struct {
 		Sessions []json.RawMessage `json:"sessions"`
