@@ -27,6 +27,8 @@ var errClasses = []struct {
 	{ErrStaleTransport, codes.Aborted, "STALE_TRANSPORT"},
 	{ErrPluginExited, codes.Unavailable, "PLUGIN_EXITED"},
 	{ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
+	{ErrRegistryFull, codes.ResourceExhausted, "REGISTRY_FULL"},
+	{ErrExited, codes.FailedPrecondition, "EXITED"},
 }
 
 // ToGRPC converts err into a gRPC status error that FromGRPC turns back into

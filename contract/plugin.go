@@ -31,6 +31,7 @@ var Handshake = plugin.HandshakeConfig{
 func PluginMap() map[string]plugin.Plugin {
 	return map[string]plugin.Plugin{
 		KindTransport: &TransportPlugin{},
+		KindBackend:   &BackendPlugin{},
 	}
 }
 
@@ -74,4 +75,46 @@ func TransportServeConfig(impl Transport) *plugin.ServeConfig {
 //	func main() { contract.ServeTransport(mytransport.New(logger)) }
 func ServeTransport(impl Transport) {
 	plugin.Serve(TransportServeConfig(impl))
+}
+
+// BackendPlugin is the go-plugin adapter for Backend. Impl is set on the
+// plugin side only.
+type BackendPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	Impl Backend
+}
+
+var _ plugin.GRPCPlugin = (*BackendPlugin)(nil)
+
+// GRPCServer registers Impl on s.
+func (p *BackendPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	tetherv1.RegisterBackendServer(s, &BackendGRPCServer{Impl: p.Impl})
+	return nil
+}
+
+// GRPCClient returns a *BackendGRPCClient. ctx is cancelled when the
+// plugin process exits; the client's Done channel reports it.
+func (p *BackendPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
+	cl := NewBackendGRPCClient(tetherv1.NewBackendClient(c))
+	cl.done = ctx.Done()
+	return cl, nil
+}
+
+// BackendServeConfig is the go-plugin ServeConfig for a backend; tests set
+// its Test field to serve in-process.
+func BackendServeConfig(impl Backend) *plugin.ServeConfig {
+	return &plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		Plugins:         map[string]plugin.Plugin{KindBackend: &BackendPlugin{Impl: impl}},
+		GRPCServer:      plugin.DefaultGRPCServer,
+		Logger:          hclog.NewNullLogger(),
+	}
+}
+
+// ServeBackend serves impl as a PTY backend plugin on the go-plugin
+// protocol and returns when the host ends it:
+//
+//	func main() { contract.ServeBackend(mybackend.New(logger)) }
+func ServeBackend(impl Backend) {
+	plugin.Serve(BackendServeConfig(impl))
 }

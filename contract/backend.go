@@ -1,0 +1,149 @@
+package contract
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Backend errors (they cross the gRPC boundary like the others).
+var (
+	// ErrRegistryFull: every PTY is attached and the cap is reached.
+	ErrRegistryFull = errors.New("registry full")
+	// ErrExited: the PTY's process has exited.
+	ErrExited = errors.New("pty process exited")
+)
+
+// Replay reasons reported in the pty.replay control frame (SPEC §6.1).
+const (
+	ReasonResume          = "resume"
+	ReasonInitial         = "initial"
+	ReasonEpochMismatch   = "epoch_mismatch"
+	ReasonOffsetRolledOut = "offset_rolled_out"
+	ReasonOffsetAhead     = "offset_ahead"
+	ReasonInvalidCursor   = "invalid_cursor"
+)
+
+// BackendConfig configures a PTY backend before use.
+type BackendConfig struct {
+	// Argv is the command run in each new PTY.
+	Argv []string
+	// TTL is how long a detached PTY lives (SPEC --pty-ttl).
+	TTL time.Duration
+	// MaxSessions caps the live PTYs (SPEC --pty-max-sessions).
+	MaxSessions int
+	// Buffer is the replay ring size per PTY in bytes (SPEC --pty-buffer).
+	Buffer int64
+	// Instance is the plugin instance id the host assigned (for logs).
+	Instance string
+}
+
+// BackendInfo describes a started backend.
+type BackendInfo struct {
+	Version string
+	Pid     int
+}
+
+// AttachRequest attaches a viewer to the PTY of Token, spawning it when
+// there is none.
+type AttachRequest struct {
+	// Token is the attach token (SPEC §6: 16–128 of [A-Za-z0-9_-]).
+	Token string
+	// Viewer is the attaching socket's transport identity.
+	Viewer TransportID
+	// View attaches read-only: it never writes, resizes or supersedes.
+	View bool
+	// HasCursor says Offset and Epoch were given by the client.
+	HasCursor bool
+	Offset    int64
+	Epoch     string
+	// Cols and Rows size a newly spawned PTY (0 = 80x24).
+	Cols, Rows int
+	// Argv overrides the configured command for a new PTY (nil = default).
+	Argv []string
+}
+
+// AttachResponse is what the host needs to send pty.replay and the replay.
+type AttachResponse struct {
+	Epoch       string
+	StartOffset int64
+	// ReplayEnd is the offset where the replay stops; live output to this
+	// viewer starts at it.
+	ReplayEnd int64
+	Reset     bool
+	Reason    string
+	// Replay holds the bytes [ReplayEnd-len(Replay), ReplayEnd).
+	Replay []byte
+	// Superseded is the previous writer, which the host closes with 4409
+	// (zero when there was none or the attach is a view).
+	Superseded TransportID
+	// Spawned reports that the PTY was created by this attach.
+	Spawned bool
+	Pid     int
+}
+
+// PTYInfo describes one PTY (for List).
+type PTYInfo struct {
+	Token       string
+	Epoch       string
+	Pid         int
+	StartOffset int64
+	EndOffset   int64
+	Writer      TransportID // zero when detached
+	Viewers     int         // read-only viewers
+	Exited      bool
+	Created     time.Time
+	Detached    time.Time // zero while a writer is attached
+}
+
+// Output is a piece of one PTY's output stream, or its end.
+type Output struct {
+	Token string
+	// Offset is the absolute offset of Data[0].
+	Offset int64
+	Data   []byte
+	// Exited marks the end: every byte has been sent before it, and the
+	// PTY record is gone after it.
+	Exited   bool
+	ExitCode int
+	// Epoch identifies the PTY instance the output belongs to.
+	Epoch string
+}
+
+// OutputSink receives batches of output, in order per PTY. It must not
+// retain the slice after returning.
+type OutputSink func(ctx context.Context, out []Output) error
+
+// Backend is what a PTY backend plugin implements (SPEC §6, §7).
+type Backend interface {
+	// Start configures the backend. It is called once per host link; a
+	// backend that outlives a host keeps its PTYs and applies the new
+	// configuration to new PTYs.
+	Start(ctx context.Context, cfg BackendConfig) (BackendInfo, error)
+	// Attach attaches req.Viewer to the PTY of req.Token, spawning it if
+	// needed; a non-view attach makes the viewer the one writer. It
+	// returns ErrRegistryFull when the cap is reached and no detached PTY
+	// can be evicted.
+	Attach(ctx context.Context, req AttachRequest) (AttachResponse, error)
+	// Detach removes viewer from the PTY of token. For the writer it is a
+	// compare-and-swap: it does nothing (ErrStaleTransport) when viewer is
+	// no longer the current writer.
+	Detach(ctx context.Context, token string, viewer TransportID) error
+	// Write writes data to the PTY if viewer is its current writer, else
+	// drops it and returns ErrStaleTransport.
+	Write(ctx context.Context, token string, viewer TransportID, data []byte) error
+	// Resize resizes the PTY if viewer is its current writer.
+	Resize(ctx context.Context, token string, viewer TransportID, cols, rows int) error
+	// Close kills the PTY's process group and removes it.
+	Close(ctx context.Context, token string) error
+	// List describes every PTY.
+	List(ctx context.Context) ([]PTYInfo, error)
+	// Output streams every PTY's output to sink until ctx is done, in
+	// offset order per PTY and contiguous while the stream keeps up. A
+	// stream too slow for a PTY's ring skips ahead: the next Output of
+	// that PTY then starts past the last one's end, and the host drops
+	// the sockets that missed bytes (they reattach with their offset).
+	// Only one Output stream runs at a time (ErrAlreadyLinked); a new
+	// stream starts at each PTY's current end offset.
+	Output(ctx context.Context, sink OutputSink) error
+}

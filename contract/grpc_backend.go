@@ -1,0 +1,311 @@
+package contract
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/tether-agent/tether/contract/proto/tetherv1"
+)
+
+// BackendGRPCClient is the host's side of a backend plugin: it implements
+// Backend by calling the plugin over gRPC.
+type BackendGRPCClient struct {
+	client tetherv1.BackendClient
+	done   <-chan struct{} // closed when the plugin process exits; nil in-memory
+}
+
+var _ Backend = (*BackendGRPCClient)(nil)
+
+// NewBackendGRPCClient wraps a generated client.
+func NewBackendGRPCClient(c tetherv1.BackendClient) *BackendGRPCClient {
+	return &BackendGRPCClient{client: c}
+}
+
+// Done returns a channel closed when the plugin process has exited, or nil
+// when the client was not made by go-plugin.
+func (c *BackendGRPCClient) Done() <-chan struct{} { return c.done }
+
+func viewerToProto(v TransportID) *tetherv1.Viewer {
+	if v.IsZero() {
+		return nil
+	}
+	return &tetherv1.Viewer{Instance: v.Instance, Conn: v.Conn}
+}
+
+func viewerFromProto(v *tetherv1.Viewer) TransportID {
+	return TransportID{Instance: v.GetInstance(), Conn: v.GetConn()}
+}
+
+func msToTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+func timeToMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// Start implements Backend.
+func (c *BackendGRPCClient) Start(ctx context.Context, cfg BackendConfig) (BackendInfo, error) {
+	resp, err := c.client.Start(ctx, &tetherv1.BackendConfig{
+		Argv:        cfg.Argv,
+		TtlMs:       cfg.TTL.Milliseconds(),
+		MaxSessions: int32(cfg.MaxSessions),
+		Buffer:      cfg.Buffer,
+		Instance:    cfg.Instance,
+	})
+	if err != nil {
+		return BackendInfo{}, FromGRPC(err)
+	}
+	return BackendInfo{Version: resp.GetVersion(), Pid: int(resp.GetPid())}, nil
+}
+
+// Attach implements Backend.
+func (c *BackendGRPCClient) Attach(ctx context.Context, req AttachRequest) (AttachResponse, error) {
+	resp, err := c.client.Attach(ctx, &tetherv1.AttachRequest{
+		Token:     req.Token,
+		Viewer:    viewerToProto(req.Viewer),
+		View:      req.View,
+		HasCursor: req.HasCursor,
+		Offset:    req.Offset,
+		Epoch:     req.Epoch,
+		Cols:      int32(req.Cols),
+		Rows:      int32(req.Rows),
+		Argv:      req.Argv,
+	})
+	if err != nil {
+		return AttachResponse{}, FromGRPC(err)
+	}
+	return AttachResponse{
+		Epoch:       resp.GetEpoch(),
+		StartOffset: resp.GetStartOffset(),
+		ReplayEnd:   resp.GetReplayEnd(),
+		Reset:       resp.GetReset_(),
+		Reason:      resp.GetReason(),
+		Replay:      resp.GetReplay(),
+		Superseded:  viewerFromProto(resp.GetSuperseded()),
+		Spawned:     resp.GetSpawned(),
+		Pid:         int(resp.GetPid()),
+	}, nil
+}
+
+// Detach implements Backend.
+func (c *BackendGRPCClient) Detach(ctx context.Context, token string, viewer TransportID) error {
+	_, err := c.client.Detach(ctx, &tetherv1.DetachRequest{Token: token, Viewer: viewerToProto(viewer)})
+	return FromGRPC(err)
+}
+
+// Write implements Backend.
+func (c *BackendGRPCClient) Write(ctx context.Context, token string, viewer TransportID, data []byte) error {
+	_, err := c.client.Write(ctx, &tetherv1.WriteRequest{Token: token, Viewer: viewerToProto(viewer), Data: data})
+	return FromGRPC(err)
+}
+
+// Resize implements Backend.
+func (c *BackendGRPCClient) Resize(ctx context.Context, token string, viewer TransportID, cols, rows int) error {
+	_, err := c.client.Resize(ctx, &tetherv1.ResizeRequest{Token: token, Viewer: viewerToProto(viewer), Cols: int32(cols), Rows: int32(rows)})
+	return FromGRPC(err)
+}
+
+// Close implements Backend.
+func (c *BackendGRPCClient) Close(ctx context.Context, token string) error {
+	_, err := c.client.Close(ctx, &tetherv1.CloseRequest{Token: token})
+	return FromGRPC(err)
+}
+
+// List implements Backend.
+func (c *BackendGRPCClient) List(ctx context.Context) ([]PTYInfo, error) {
+	resp, err := c.client.List(ctx, &tetherv1.Empty{})
+	if err != nil {
+		return nil, FromGRPC(err)
+	}
+	out := make([]PTYInfo, 0, len(resp.GetPtys()))
+	for _, p := range resp.GetPtys() {
+		out = append(out, PTYInfo{
+			Token:       p.GetToken(),
+			Epoch:       p.GetEpoch(),
+			Pid:         int(p.GetPid()),
+			StartOffset: p.GetStartOffset(),
+			EndOffset:   p.GetEndOffset(),
+			Writer:      viewerFromProto(p.GetWriter()),
+			Viewers:     int(p.GetViewers()),
+			Exited:      p.GetExited(),
+			Created:     msToTime(p.GetCreatedUnixMs()),
+			Detached:    msToTime(p.GetDetachedUnixMs()),
+		})
+	}
+	return out, nil
+}
+
+// Output implements Backend: it opens the output stream and delivers its
+// batches to sink until the stream ends.
+func (c *BackendGRPCClient) Output(ctx context.Context, sink OutputSink) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.client.Output(ctx, &tetherv1.Empty{})
+	if err != nil {
+		return FromGRPC(err)
+	}
+	var out []Output
+	for {
+		batch, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return FromGRPC(err)
+		}
+		out = out[:0]
+		for _, o := range batch.GetOutputs() {
+			out = append(out, Output{
+				Token:    o.GetToken(),
+				Offset:   o.GetOffset(),
+				Data:     o.GetData(),
+				Exited:   o.GetExited(),
+				ExitCode: int(o.GetExitCode()),
+				Epoch:    o.GetEpoch(),
+			})
+		}
+		if err := sink(ctx, out); err != nil {
+			return err
+		}
+	}
+}
+
+// BackendGRPCServer is the plugin's side: it serves a Backend
+// implementation over gRPC.
+type BackendGRPCServer struct {
+	tetherv1.UnimplementedBackendServer
+	Impl Backend
+}
+
+// Start implements tetherv1.BackendServer.
+func (s *BackendGRPCServer) Start(ctx context.Context, req *tetherv1.BackendConfig) (*tetherv1.BackendInfo, error) {
+	info, err := s.Impl.Start(ctx, BackendConfig{
+		Argv:        req.GetArgv(),
+		TTL:         time.Duration(req.GetTtlMs()) * time.Millisecond,
+		MaxSessions: int(req.GetMaxSessions()),
+		Buffer:      req.GetBuffer(),
+		Instance:    req.GetInstance(),
+	})
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.BackendInfo{Version: info.Version, Pid: int32(info.Pid)}, nil
+}
+
+// Attach implements tetherv1.BackendServer.
+func (s *BackendGRPCServer) Attach(ctx context.Context, req *tetherv1.AttachRequest) (*tetherv1.AttachResponse, error) {
+	resp, err := s.Impl.Attach(ctx, AttachRequest{
+		Token:     req.GetToken(),
+		Viewer:    viewerFromProto(req.GetViewer()),
+		View:      req.GetView(),
+		HasCursor: req.GetHasCursor(),
+		Offset:    req.GetOffset(),
+		Epoch:     req.GetEpoch(),
+		Cols:      int(req.GetCols()),
+		Rows:      int(req.GetRows()),
+		Argv:      req.GetArgv(),
+	})
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.AttachResponse{
+		Epoch:       resp.Epoch,
+		StartOffset: resp.StartOffset,
+		ReplayEnd:   resp.ReplayEnd,
+		Reset_:      resp.Reset,
+		Reason:      resp.Reason,
+		Replay:      resp.Replay,
+		Superseded:  viewerToProto(resp.Superseded),
+		Spawned:     resp.Spawned,
+		Pid:         int32(resp.Pid),
+	}, nil
+}
+
+// Detach implements tetherv1.BackendServer.
+func (s *BackendGRPCServer) Detach(ctx context.Context, req *tetherv1.DetachRequest) (*tetherv1.Empty, error) {
+	if err := s.Impl.Detach(ctx, req.GetToken(), viewerFromProto(req.GetViewer())); err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.Empty{}, nil
+}
+
+// Write implements tetherv1.BackendServer.
+func (s *BackendGRPCServer) Write(ctx context.Context, req *tetherv1.WriteRequest) (*tetherv1.Empty, error) {
+	if err := s.Impl.Write(ctx, req.GetToken(), viewerFromProto(req.GetViewer()), req.GetData()); err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.Empty{}, nil
+}
+
+// Resize implements tetherv1.BackendServer.
+func (s *BackendGRPCServer) Resize(ctx context.Context, req *tetherv1.ResizeRequest) (*tetherv1.Empty, error) {
+	if err := s.Impl.Resize(ctx, req.GetToken(), viewerFromProto(req.GetViewer()), int(req.GetCols()), int(req.GetRows())); err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.Empty{}, nil
+}
+
+// Close implements tetherv1.BackendServer.
+func (s *BackendGRPCServer) Close(ctx context.Context, req *tetherv1.CloseRequest) (*tetherv1.Empty, error) {
+	if err := s.Impl.Close(ctx, req.GetToken()); err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.Empty{}, nil
+}
+
+// List implements tetherv1.BackendServer.
+func (s *BackendGRPCServer) List(ctx context.Context, _ *tetherv1.Empty) (*tetherv1.PTYList, error) {
+	ptys, err := s.Impl.List(ctx)
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	out := &tetherv1.PTYList{}
+	for _, p := range ptys {
+		out.Ptys = append(out.Ptys, &tetherv1.PTYInfo{
+			Token:          p.Token,
+			Epoch:          p.Epoch,
+			Pid:            int32(p.Pid),
+			StartOffset:    p.StartOffset,
+			EndOffset:      p.EndOffset,
+			Writer:         viewerToProto(p.Writer),
+			Viewers:        int32(p.Viewers),
+			Exited:         p.Exited,
+			CreatedUnixMs:  timeToMS(p.Created),
+			DetachedUnixMs: timeToMS(p.Detached),
+		})
+	}
+	return out, nil
+}
+
+// Output implements tetherv1.BackendServer.
+func (s *BackendGRPCServer) Output(_ *tetherv1.Empty, stream tetherv1.Backend_OutputServer) error {
+	batch := &tetherv1.OutputBatch{}
+	err := s.Impl.Output(stream.Context(), func(_ context.Context, out []Output) error {
+		batch.Outputs = batch.Outputs[:0]
+		for i := range out {
+			o := &out[i]
+			batch.Outputs = append(batch.Outputs, &tetherv1.Output{
+				Token:    o.Token,
+				Offset:   o.Offset,
+				Data:     o.Data,
+				Exited:   o.Exited,
+				ExitCode: int32(o.ExitCode),
+				Epoch:    o.Epoch,
+			})
+		}
+		return stream.Send(batch)
+	})
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return ToGRPC(err)
+}
