@@ -37,6 +37,9 @@ type Config struct {
 	Agents contract.AgentFactory
 	// Transport is the built-in or external transport plugin to run.
 	Transport PluginSpec
+	// PTY is the PTY backend plugin to run and its configuration; a zero
+	// Spec.Path switches /api/pty off (4404).
+	PTY PTYConfig
 	// AdminListen, if set, serves /metrics and /debug/pprof.
 	AdminListen string
 	// PingInterval and PeerTimeout tune the transport's liveness checks
@@ -47,6 +50,12 @@ type Config struct {
 	// Stdout receives the "tether listening on" line.
 	Stdout io.Writer
 	Log    zerolog.Logger
+}
+
+// PTYConfig configures the PTY backend.
+type PTYConfig struct {
+	Spec PluginSpec
+	contract.BackendConfig
 }
 
 // shutdownBudget is how long a shutdown may take in all (SPEC §2: exit
@@ -80,7 +89,20 @@ func Run(ctx context.Context, cfg Config) error {
 	gw := NewGateway(table, st, cfg.Version, cfg.Log, metrics)
 	defer gw.Close()
 
-	sup := &supervisor{spec: cfg.Transport, cfg: cfg, gw: gw, metrics: metrics, log: cfg.Log}
+	var router *PTYRouter
+	var bsup *backendSupervisor
+	if cfg.PTY.Spec.Path != "" {
+		router = NewPTYRouter(cfg.Log, metrics)
+		bsup = &backendSupervisor{spec: cfg.PTY.Spec, cfg: cfg.PTY.BackendConfig, router: router, metrics: metrics, log: cfg.Log}
+		if err := bsup.start(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			bsup.stop()
+			router.Wait()
+		}()
+	}
+	sup := &supervisor{spec: cfg.Transport, cfg: cfg, gw: gw, pty: router, metrics: metrics, log: cfg.Log}
 	addr, err := sup.start(ctx)
 	if err != nil {
 		return err
@@ -140,6 +162,7 @@ type supervisor struct {
 	spec    PluginSpec
 	cfg     Config
 	gw      *Gateway
+	pty     *PTYRouter
 	metrics *Metrics
 	log     zerolog.Logger
 
@@ -181,7 +204,7 @@ func (s *supervisor) start(ctx context.Context) (string, error) {
 
 // launch starts one plugin process, binds its listener and makes its link.
 func (s *supervisor) launch(listen string) (*pluginProc, *Link, error) {
-	proc, err := startTransportPlugin(s.spec, s.log)
+	proc, err := startPlugin(s.spec, contract.KindTransport, s.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -200,7 +223,7 @@ func (s *supervisor) launch(listen string) (*pluginProc, *Link, error) {
 	}
 	s.addr = resp.Addr
 	access := &Access{Token: s.cfg.Token, Bound: resp.Addr, AllowOrigins: s.cfg.AllowOrigins}
-	link := NewLink(s.spec.Name, instance, proc.tr, s.gw, access, s.log)
+	link := NewLink(s.spec.Name, instance, proc.tr, s.gw, s.pty, access, s.log)
 	s.mu.Lock()
 	s.proc = proc
 	s.link = link
@@ -273,6 +296,103 @@ func (s *supervisor) stop(ctx context.Context) {
 	}
 	s.cancel()
 	s.wg.Wait()
+	if proc != nil {
+		proc.client.Kill()
+	}
+}
+
+// backendSupervisor runs the PTY backend plugin: it starts it, streams its
+// output into the router, and restarts it with capped backoff when it dies
+// (its PTYs die with it: their sockets are closed with 1012 and reattach
+// to fresh PTYs, with reset replays).
+type backendSupervisor struct {
+	spec    PluginSpec
+	cfg     contract.BackendConfig
+	router  *PTYRouter
+	metrics *Metrics
+	log     zerolog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu   sync.Mutex // guards proc
+	proc *pluginProc
+}
+
+func (s *backendSupervisor) start(ctx context.Context) error {
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	proc, err := s.launch()
+	if err != nil {
+		s.cancel()
+		return err
+	}
+	s.wg.Add(1)
+	go s.loop(proc)
+	return nil
+}
+
+func (s *backendSupervisor) launch() (*pluginProc, error) {
+	proc, err := startPlugin(s.spec, contract.KindBackend, s.log)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.cfg
+	cfg.Instance = contract.NewInstanceID()
+	sctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	info, err := proc.be.Start(sctx, cfg)
+	if err != nil {
+		proc.client.Kill()
+		return nil, fmt.Errorf("start %s backend: %w", s.spec.Name, err)
+	}
+	s.mu.Lock()
+	s.proc = proc
+	s.mu.Unlock()
+	s.router.SetBackend(proc.be)
+	s.log.Info().Str("plugin", s.spec.Name).Str("instance", cfg.Instance).Int("pid", proc.client.ReattachConfig().Pid).Str("version", info.Version).Msg("plugin started")
+	return proc, nil
+}
+
+func (s *backendSupervisor) loop(proc *pluginProc) {
+	defer s.wg.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		err := proc.be.Output(s.ctx, s.router.onOutput)
+		if s.ctx.Err() != nil {
+			return
+		}
+		proc.client.Kill()
+		s.router.SetBackend(nil)
+		s.router.closeAll(contract.CloseServiceRestart, "pty backend restarting")
+		s.log.Warn().Err(err).Str("plugin", s.spec.Name).Msg("pty backend ended; restarting")
+		s.metrics.PluginRestarts.WithLabelValues(s.spec.Name).Inc()
+		for {
+			t := time.NewTimer(backoff)
+			select {
+			case <-s.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			var lerr error
+			if proc, lerr = s.launch(); lerr == nil {
+				break
+			}
+			s.log.Error().Err(lerr).Str("plugin", s.spec.Name).Msg("restarting pty backend")
+		}
+	}
+}
+
+// stop ends the output stream and the plugin process (and with it its
+// PTYs: keeping them for the next host is the lifecycle issue's work).
+func (s *backendSupervisor) stop() {
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	proc := s.proc
+	s.mu.Unlock()
 	if proc != nil {
 		proc.client.Kill()
 	}

@@ -18,12 +18,13 @@ type Link struct {
 	instance string
 	tr       contract.Transport
 	gw       *Gateway
+	pty      *PTYRouter // nil: /api/pty is switched off (4404)
 	access   *Access
 	log      zerolog.Logger
 	notify   chan struct{} // wakes the sender
 
 	mu       sync.Mutex // guards the fields below
-	conns    map[uint64]*gconn
+	conns    map[uint64]linkConn
 	out      []contract.Command
 	ended    bool
 	draining bool          // host shutting down: new connections get 1001
@@ -32,16 +33,17 @@ type Link struct {
 
 // NewLink returns a link for transport tr, which the host started as
 // plugin instance instance under name.
-func NewLink(name, instance string, tr contract.Transport, gw *Gateway, access *Access, log zerolog.Logger) *Link {
+func NewLink(name, instance string, tr contract.Transport, gw *Gateway, pty *PTYRouter, access *Access, log zerolog.Logger) *Link {
 	return &Link{
 		name:     name,
 		instance: instance,
 		tr:       tr,
 		gw:       gw,
+		pty:      pty,
 		access:   access,
 		log:      log.With().Str("plugin", name).Str("instance", instance).Logger(),
 		notify:   make(chan struct{}, 1),
-		conns:    make(map[uint64]*gconn),
+		conns:    make(map[uint64]linkConn),
 	}
 }
 
@@ -64,7 +66,7 @@ func (l *Link) Run(ctx context.Context) error {
 	l.mu.Lock()
 	l.ended = true
 	conns := l.conns
-	l.conns = make(map[uint64]*gconn)
+	l.conns = make(map[uint64]linkConn)
 	l.out = nil
 	l.checkDrainedLocked()
 	l.mu.Unlock()
@@ -136,7 +138,7 @@ func (l *Link) handle(_ context.Context, events []contract.Event) error {
 			l.mu.Unlock()
 			if c != nil {
 				l.gw.metrics.Connections.Dec()
-				c.log.Debug().Int("code", ev.Code).Msg("connection closed")
+				l.log.Debug().Uint64("conn", ev.Conn).Int("code", ev.Code).Msg("connection closed")
 				c.onClosed()
 			}
 		}
@@ -148,7 +150,7 @@ func (l *Link) handle(_ context.Context, events []contract.Event) error {
 func (l *Link) opened(ev *contract.Event) {
 	tid := contract.TransportID{Instance: l.instance, Conn: ev.Conn}
 	code := l.access.Check(*ev)
-	if code == 0 && ev.Path != "/api/ws" {
+	if code == 0 && ev.Path != "/api/ws" && (ev.Path != "/api/pty" || l.pty == nil) {
 		code = contract.CloseNotFound
 	}
 	if code != 0 {
@@ -157,18 +159,30 @@ func (l *Link) opened(ev *contract.Event) {
 		l.send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: code, Reason: refuseReason(code)})
 		return
 	}
-	c := l.gw.newConn(tid, l)
 	l.mu.Lock()
-	if l.draining {
-		l.mu.Unlock()
+	draining := l.draining
+	l.mu.Unlock()
+	if draining {
 		l.send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: contract.CloseGoingAway, Reason: "host shutting down"})
 		return
 	}
+	var c linkConn
+	if ev.Path == "/api/pty" {
+		pc := l.pty.open(tid, ev, l)
+		if pc == nil {
+			return // refused with 4400
+		}
+		c = pc
+	} else {
+		gc := l.gw.newConn(tid, l)
+		l.send(contract.Command{Kind: contract.CommandAdmit, Conn: ev.Conn})
+		gc.ready()
+		c = gc
+	}
+	l.mu.Lock()
 	l.conns[ev.Conn] = c
 	l.mu.Unlock()
 	l.gw.metrics.Connections.Inc()
-	l.send(contract.Command{Kind: contract.CommandAdmit, Conn: ev.Conn})
-	c.ready()
 }
 
 // Drain stops admitting connections (new ones are closed with 1001).

@@ -22,6 +22,7 @@ type Metrics struct {
 	BytesIn        prometheus.Counter
 	BytesOut       prometheus.Counter
 	PluginRestarts *prometheus.CounterVec
+	Supersedes     prometheus.Counter
 }
 
 // NewMetrics registers the host's metrics on a new registry.
@@ -42,9 +43,10 @@ func NewMetrics() *Metrics {
 		BytesIn:        prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_in_total", Help: "Payload bytes received from clients."}),
 		BytesOut:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_out_total", Help: "Payload bytes queued to clients."}),
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_restarts_total", Help: "Plugin processes restarted after they exited."}, []string{"plugin"}),
+		Supersedes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_supersedes_total", Help: "PTY writers closed with 4409 because a newer writer attached."}),
 	}
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
 		m.AgentCloses, m.CASConflicts, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
-		m.BytesOut, m.PluginRestarts)
+		m.BytesOut, m.PluginRestarts, m.Supersedes)
 	return m
 }

@@ -36,12 +36,12 @@ var ErrChecksum = errors.New("plugin checksum mismatch")
 // pluginProc is a running plugin subprocess.
 type pluginProc struct {
 	client *plugin.Client
-	tr     *contract.TransportGRPCClient
+	tr     *contract.TransportGRPCClient // kind transport
+	be     *contract.BackendGRPCClient   // kind backend
 }
 
-// startTransportPlugin starts spec as a go-plugin subprocess and dispenses
-// its transport.
-func startTransportPlugin(spec PluginSpec, log zerolog.Logger) (*pluginProc, error) {
+// startPlugin starts spec as a go-plugin subprocess and dispenses kind.
+func startPlugin(spec PluginSpec, kind string, log zerolog.Logger) (*pluginProc, error) {
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  contract.Handshake,
 		Plugins:          contract.PluginMap(),
@@ -66,17 +66,24 @@ func startTransportPlugin(spec PluginSpec, log zerolog.Logger) (*pluginProc, err
 		}
 		return nil, fmt.Errorf("plugin %s (%s): %w", spec.Name, spec.Path, err)
 	}
-	raw, err := rpc.Dispense(contract.KindTransport)
+	raw, err := rpc.Dispense(kind)
 	if err != nil {
 		client.Kill()
-		return nil, fmt.Errorf("plugin %s: dispense transport: %w", spec.Name, err)
+		return nil, fmt.Errorf("plugin %s: dispense %s: %w", spec.Name, kind, err)
 	}
-	tr, ok := raw.(*contract.TransportGRPCClient)
+	p := &pluginProc{client: client}
+	var ok bool
+	switch kind {
+	case contract.KindTransport:
+		p.tr, ok = raw.(*contract.TransportGRPCClient)
+	case contract.KindBackend:
+		p.be, ok = raw.(*contract.BackendGRPCClient)
+	}
 	if !ok {
 		client.Kill()
-		return nil, fmt.Errorf("plugin %s: dispensed %T, not a transport", spec.Name, raw)
+		return nil, fmt.Errorf("plugin %s: dispensed %T, not a %s", spec.Name, raw, kind)
 	}
-	return &pluginProc{client: client, tr: tr}, nil
+	return p, nil
 }
 
 // pluginLogWriter re-emits a plugin's stderr lines through the host's

@@ -1,0 +1,407 @@
+package ws
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// maxBatch is the most queued messages one writev carries.
+const maxBatch = 32
+
+// outMsg is a queued data message.
+type outMsg struct {
+	op   ws.OpCode
+	data []byte
+}
+
+// conn is one upgraded connection. Its reader goroutine, started on admit
+// or on a close before admit, owns the teardown and reports EventClosed; its
+// writer goroutine runs only while something is owed to the peer.
+type conn struct {
+	s        *Server
+	cfg      *config
+	nc       net.Conn
+	openedAt time.Time
+	id       uint64 // set before the conn is published
+	prefix   []byte // reader goroutine only: bytes read past the handshake
+
+	mu          sync.Mutex // guards the fields below
+	admitted    bool
+	reading     bool // the reader goroutine was started
+	writing     bool // the writer goroutine runs
+	done        bool // the reader is tearing down: no writer starts again
+	closing     bool // a close frame is owed or was sent: no data goes out
+	closeSent   bool
+	broken      bool // a write failed
+	pingDue     bool
+	pongDue     bool
+	closeCode   int // the connection's close code once closing
+	closeReason string
+	closeBy     time.Time // zero, or the deadline of the close handshake
+	pong        []byte    // payload of the pong owed
+	queue       []outMsg  // messages owed, from head
+	head        int
+	queued      int64 // payload bytes in queue[head:]
+	inflight    int64 // payload bytes being written
+	writerExit  chan struct{}
+}
+
+// admit lets the reader start.
+func (c *conn) admit() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.admitted || c.closing || c.done {
+		return
+	}
+	c.admitted = true
+	c.ensureReaderLocked()
+}
+
+// wantsFrames reports whether frames read now are for the host.
+func (c *conn) wantsFrames() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.admitted && !c.closing
+}
+
+// send queues a message, or closes c with 1013 if it does not fit.
+func (c *conn) send(binary bool, data []byte) {
+	op := ws.OpText
+	if binary {
+		op = ws.OpBinary
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.done || c.broken {
+		return
+	}
+	n := int64(len(data))
+	if c.queued+c.inflight+n > c.cfg.sendQueue {
+		c.s.log.Debug().Uint64("conn", c.id).Int64("queued", c.queued+c.inflight).Msg("send queue full")
+		c.closeLocked(contract.CloseTryAgainLater, "send queue full", false, time.Now().Add(c.cfg.closeGrace))
+		return
+	}
+	c.queue = append(c.queue, outMsg{op: op, data: data})
+	c.queued += n
+	c.ensureWriterLocked()
+}
+
+// hostClose closes c with the host's code after what is queued.
+func (c *conn) hostClose(code int, reason string) {
+	if code == 0 {
+		code = contract.CloseNormal
+	}
+	if !sendableCode(code) {
+		c.s.log.Warn().Uint64("conn", c.id).Int("code", code).Msg("close code cannot be sent; using 1011")
+		code = contract.CloseInternalError
+	}
+	c.mu.Lock()
+	c.closeLocked(code, reason, true, time.Time{})
+	c.mu.Unlock()
+}
+
+// stop closes c for Stop: after what is queued, all done by the deadline by.
+func (c *conn) stop(code int, reason string, by time.Time) {
+	c.mu.Lock()
+	c.closeLocked(code, reason, true, by)
+	c.mu.Unlock()
+}
+
+// tick pings an admitted connection, or times out one never admitted.
+func (c *conn) tick(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.done || c.broken {
+		return
+	}
+	if !c.admitted {
+		if now.Sub(c.openedAt) >= c.cfg.peerTimeout {
+			c.closeLocked(contract.CloseTryAgainLater, "admit timeout", true, now.Add(c.cfg.closeGrace))
+		}
+		return
+	}
+	c.pingDue = true
+	c.ensureWriterLocked()
+}
+
+// closeLocked starts closing c with code and reason: a close frame goes out
+// after the queued messages if flush, else instead of them. A non-zero by
+// bounds the close handshake. The first close wins; later ones can only
+// shorten the deadline.
+func (c *conn) closeLocked(code int, reason string, flush bool, by time.Time) {
+	if !by.IsZero() {
+		c.closeByLocked(by)
+	}
+	if c.closing || c.done {
+		return
+	}
+	c.closing = true
+	c.closeCode, c.closeReason = code, reason
+	if !flush {
+		c.dropQueueLocked()
+	}
+	c.ensureWriterLocked()
+	c.ensureReaderLocked()
+	c.s.wakeReaders() // a reader waiting for event space drops its frame
+}
+
+// closeByLocked sets the close deadline to t unless it is already earlier.
+func (c *conn) closeByLocked(t time.Time) {
+	if !c.closeBy.IsZero() && !t.Before(c.closeBy) {
+		return
+	}
+	c.closeBy = t
+	_ = c.nc.SetDeadline(t)
+}
+
+// deadlineLocked is the I/O deadline for a read or write starting now.
+func (c *conn) deadlineLocked(now time.Time) time.Time {
+	d := now.Add(c.cfg.peerTimeout)
+	if !c.closeBy.IsZero() && c.closeBy.Before(d) {
+		return c.closeBy
+	}
+	return d
+}
+
+func (c *conn) dropQueueLocked() {
+	clear(c.queue)
+	c.queue, c.head, c.queued = nil, 0, 0
+}
+
+func (c *conn) ensureReaderLocked() {
+	if c.reading {
+		return
+	}
+	c.reading = true
+	c.s.wg.Add(1)
+	go c.readLoop()
+}
+
+func (c *conn) ensureWriterLocked() {
+	if c.writing || c.done || c.broken || c.closeSent {
+		return
+	}
+	c.writing = true
+	c.s.wg.Add(1)
+	go c.writeLoop()
+}
+
+// Read reads from the socket for the msgReader: first what the handshake
+// read ahead, then the socket, each read with the liveness deadline.
+func (c *conn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		if len(c.prefix) == 0 {
+			c.prefix = nil
+		}
+		return n, nil
+	}
+	c.mu.Lock()
+	_ = c.nc.SetReadDeadline(c.deadlineLocked(time.Now()))
+	c.mu.Unlock()
+	return c.nc.Read(p)
+}
+
+// control handles a control frame from the peer.
+func (c *conn) control(op ws.OpCode, p []byte) error {
+	switch op {
+	case ws.OpPing:
+		c.mu.Lock()
+		if !c.closing {
+			c.pong = append(c.pong[:0], p...)
+			c.pongDue = true
+			c.ensureWriterLocked()
+		}
+		c.mu.Unlock()
+	case ws.OpPong:
+		// The read itself renewed the deadline.
+	case ws.OpClose:
+		code, reason, err := parseClose(p)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.closeLocked(code, reason, false, time.Now().Add(c.cfg.closeGrace))
+		c.dropQueueLocked() // the peer reads no more data
+		c.mu.Unlock()
+		return errPeerClosed
+	}
+	return nil
+}
+
+// readLoop reads messages until the connection ends, then tears it down
+// and reports it closed.
+func (c *conn) readLoop() {
+	defer c.s.wg.Done()
+	m := newMsgReader(c, c.cfg.maxMessage, c.control)
+	var err error
+	for {
+		var op ws.OpCode
+		var data []byte
+		if op, data, err = m.next(); err != nil {
+			break
+		}
+		c.s.pushFrame(c, op == ws.OpBinary, data)
+	}
+
+	lost := ""
+	code, reason, failed := failCode(err)
+	switch {
+	case errors.Is(err, errPeerClosed):
+		// control queued the echo; waitWriter lets it go out.
+	case failed:
+		c.mu.Lock()
+		c.closeLocked(code, reason, false, time.Now().Add(c.cfg.closeGrace))
+		c.mu.Unlock()
+		c.drain()
+	default:
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			lost = "peer timeout"
+		}
+		_ = c.nc.Close()
+	}
+	c.waitWriter()
+	_ = c.nc.Close()
+
+	c.mu.Lock()
+	code, reason = c.closeCode, c.closeReason
+	c.mu.Unlock()
+	if code == 0 {
+		code, reason = contract.CloseAbnormalNoFrame, lost
+	}
+	c.s.log.Debug().Uint64("conn", c.id).AnErr("cause", err).Msg("connection ended")
+	c.s.closed(c, code, reason)
+}
+
+// drain discards input until the peer closes or the close deadline passes,
+// so that closing the socket does not reset it before the peer has read
+// the close frame.
+func (c *conn) drain() {
+	var buf [512]byte
+	for {
+		if _, err := c.Read(buf[:]); err != nil {
+			return
+		}
+	}
+}
+
+// waitWriter stops new writers and waits for the running one to finish.
+func (c *conn) waitWriter() {
+	c.mu.Lock()
+	c.done = true
+	if !c.writing {
+		c.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	c.writerExit = ch
+	c.mu.Unlock()
+	<-ch
+}
+
+// writeLoop writes what is owed to the peer, control frames first, and
+// exits when nothing is left.
+func (c *conn) writeLoop() {
+	defer c.s.wg.Done()
+	var (
+		hdrs [(maxBatch + 3) * maxHeaderSize]byte
+		ctl  [2 * ws.MaxControlFramePayloadSize]byte
+		vec  [2 * (maxBatch + 3)][]byte
+	)
+	for {
+		h := hdrs[:0]
+		bufs := net.Buffers(vec[:0])
+		frame := func(op ws.OpCode, p []byte) {
+			start := len(h)
+			h = appendHeader(h, op, len(p))
+			bufs = append(bufs, h[start:])
+			if len(p) > 0 {
+				bufs = append(bufs, p)
+			}
+		}
+
+		c.mu.Lock()
+		if c.closeSent || c.broken {
+			c.exitWriterLocked()
+			c.mu.Unlock()
+			return
+		}
+		if c.pongDue {
+			n := copy(ctl[:ws.MaxControlFramePayloadSize], c.pong)
+			frame(ws.OpPong, ctl[:n])
+			c.pongDue = false
+		}
+		if c.pingDue {
+			frame(ws.OpPing, nil)
+			c.pingDue = false
+		}
+		var nb int64
+		for k := 0; k < maxBatch && c.head < len(c.queue); k++ {
+			m := c.queue[c.head]
+			c.queue[c.head] = outMsg{}
+			c.head++
+			frame(m.op, m.data)
+			nb += int64(len(m.data))
+		}
+		if c.head == len(c.queue) {
+			c.queue, c.head = c.queue[:0], 0
+		}
+		c.queued -= nb
+		c.inflight = nb
+		isClose := c.closing && len(c.queue) == 0
+		if isClose {
+			frame(ws.OpClose, closeBody(ctl[ws.MaxControlFramePayloadSize:], c.closeCode, c.closeReason))
+		}
+		if len(bufs) == 0 {
+			c.exitWriterLocked()
+			c.mu.Unlock()
+			return
+		}
+		_ = c.nc.SetWriteDeadline(c.deadlineLocked(time.Now()))
+		c.mu.Unlock()
+
+		_, err := bufs.WriteTo(c.nc)
+		clear(vec[:])
+
+		c.mu.Lock()
+		c.inflight = 0
+		if err != nil {
+			c.broken = true
+			c.exitWriterLocked()
+			c.ensureReaderLocked() // a conn never admitted needs its teardown too
+			c.mu.Unlock()
+			c.s.log.Debug().Uint64("conn", c.id).Err(err).Msg("write failed")
+			_ = c.nc.Close()
+			return
+		}
+		if isClose {
+			c.closeSent = true
+			c.closeByLocked(time.Now().Add(c.cfg.closeGrace))
+		}
+		c.mu.Unlock()
+		if isClose {
+			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
+		}
+	}
+}
+
+func (c *conn) exitWriterLocked() {
+	c.writing = false
+	if cap(c.queue) > 16 && len(c.queue) == 0 {
+		c.queue = nil // keep idle sockets small
+	}
+	if c.writerExit != nil {
+		close(c.writerExit)
+		c.writerExit = nil
+	}
+}

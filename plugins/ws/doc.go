@@ -1,0 +1,98 @@
+// Package ws is tether's WebSocket transport plugin, built on
+// github.com/gobwas/ws. It owns the public HTTP listener, the WebSocket
+// upgrade, framing, ping/pong and the per-connection send queues; the host
+// decides everything else (access checks, routing) through the
+// contract.Transport interface. A plugin binary's main is
+//
+//	contract.ServeTransport(ws.New(logger))
+//
+// # Endpoints
+//
+// GET /healthz answers 200 "ok". /api/ws and /api/pty are upgraded to
+// WebSocket. Every other path goes to Server.Static when it is set, and is
+// a plain 404 otherwise.
+//
+// # Connections
+//
+// An upgraded connection gets the next connection id (1, 2, ...; never
+// reused by a Server) and is reported with an EventOpened. Nothing is read
+// from it until the host sends CommandAdmit; a CommandClose before that
+// refuses it with the host's close code. A connection that is neither
+// admitted nor closed within PeerTimeout is closed with 1013 ("admit
+// timeout"), checked on the ping tick, so within PeerTimeout+PingInterval.
+//
+// After admission every complete data message is an EventFrame. The plugin
+// closes a connection on its own only for protocol limits: a message larger
+// than MaxMessage (1009), invalid UTF-8 in a text message or close reason
+// (1007), any other framing error (1002), a send queue over SendQueue bytes
+// (1013). Exactly one EventClosed ends every connection, admitted or not;
+// its code is the first close code of the connection: the one the server
+// sent (host command, limit, Stop), else the one the peer sent (1005 for an
+// empty close frame), else 1006 when the TCP connection ended without a
+// close handshake.
+//
+// # Closing
+//
+// A close frame is written after the messages queued before it (except for
+// limit violations and the echo of a peer's close, which drop the queue).
+// A host close code that may not appear in a close frame (0 means 1000;
+// 1005, 1006, 1015 and unassigned codes) is sent and reported as 1011. The
+// server then half-closes TCP and waits up to the close grace — one second,
+// or PeerTimeout if that is shorter — for the peer's close frame before it
+// closes the socket. After a framing error the stream cannot be parsed any
+// more, so the server discards input until the peer closes TCP or the
+// grace ends. Stop gives plain HTTP requests the grace to finish, then
+// bounds every connection's close handshake, queued messages included, by
+// the grace (or its ctx, if that ends sooner); a peer still not done is cut.
+//
+// # Liveness
+//
+// One ticker goroutine pings every admitted connection every PingInterval.
+// Every read from a socket is given a deadline of PeerTimeout, so any frame
+// from the peer (pongs included) keeps the connection alive. A peer silent
+// for PeerTimeout is presumed dead: the server writes nothing more to it
+// (a close frame could only sit behind a full send buffer), closes the
+// socket, and reports EventClosed with 1006 and reason "peer timeout".
+//
+// # Sending
+//
+// CommandSend copies the payload into the connection's queue; Exec never
+// blocks on a peer. SendQueue bounds the payload bytes not yet handed to
+// the kernel, so a peer that stops reading trips it once the socket buffers
+// are full, and so does a single burst larger than SendQueue. A writer
+// goroutine is started when the queue becomes non-empty and exits when it
+// is drained, writing up to 32 queued messages per writev. Pings and pongs
+// go out before queued data; data messages are never fragmented.
+//
+// # Events
+//
+// Events are queued in order and delivered by Link, which calls the sink
+// with everything pending at once, so events batch while the sink is busy.
+// Events that arrive with no link running stay queued and are delivered
+// when a link starts; a batch the sink rejects is kept and delivered first
+// to the next link (so a sink that failed half-way sees some events twice).
+// The queue is bounded by Server.EventBuffer bytes — payload plus about
+// 200 bytes per event; default 16 MiB, always room for one message: a
+// reader that would exceed it waits, which stops reading that socket and
+// lets TCP push back on the peer. Opened and Closed events are never held
+// back (their number is bounded by the open connections).
+//
+// # Cost of an idle socket
+//
+// An admitted idle connection holds about 1 KiB of heap (its net.Conn, the
+// conn struct of 240 bytes and its wsutil.Reader-based frame reader of 330
+// bytes) and one reader goroutine blocked in Read, whose stack is about
+// 4 KiB once it has read frames: about 5 KiB in all (BenchmarkIdleConn
+// measures it). It holds no read or write buffer: the handshake's bufio
+// buffers are released after the upgrade, a message buffer exists only
+// while a message is read, and no writer goroutine runs while the queue is
+// empty. A pending (not yet admitted) connection has no goroutine at all.
+// Going much lower would take readiness notification (netpoll) instead of a
+// blocked reader goroutine.
+//
+// # Locking
+//
+// Lock order: Server.mu before Server.evMu; conn.mu before Server.evMu.
+// Server.mu and a conn.mu are never held together. No lock is held across
+// socket I/O, a channel send that can block, or a call to the sink.
+package ws

@@ -1,0 +1,391 @@
+package ws
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// Version is the version of this transport, reported by Start.
+const Version = "0.1.0"
+
+// Defaults for zero StartRequest fields (SPEC §7, §9).
+const (
+	DefaultPingInterval = 20 * time.Second
+	DefaultPeerTimeout  = 60 * time.Second
+	DefaultMaxMessage   = 1 << 20
+	DefaultSendQueue    = 8 << 20
+	DefaultEventBuffer  = 16 << 20
+)
+
+// maxCloseGrace bounds how long a close handshake may take once started.
+const maxCloseGrace = time.Second
+
+// config is the settings of a started Server; constant after Start.
+type config struct {
+	pingInterval time.Duration
+	peerTimeout  time.Duration
+	closeGrace   time.Duration
+	maxMessage   int64
+	sendQueue    int64
+}
+
+// Server is the WebSocket transport. The zero value is not usable; call New.
+type Server struct {
+	// Static, if set before Start, serves every path other than /healthz,
+	// /api/ws and /api/pty. When nil those paths answer 404.
+	Static http.Handler
+	// EventBuffer, if set before Start, bounds the bytes of message payload
+	// queued for the link; see the package doc. Zero means 16 MiB.
+	EventBuffer int64
+
+	log    zerolog.Logger
+	evWake chan struct{} // wakes the link; capacity 1
+	wg     sync.WaitGroup
+	hwg    sync.WaitGroup // upgrade handlers in flight
+
+	mu       sync.Mutex // guards the fields below
+	cfg      *config
+	started  bool
+	stopped  bool
+	stopDone chan struct{} // closed when the first Stop returns
+	stopCh   chan struct{} // closed by Stop: ends the ticker
+	hs       *http.Server
+	conns    map[uint64]*conn
+	lastID   uint64
+
+	evMu     sync.Mutex // guards the fields below
+	evs      []contract.Event
+	evBytes  int64
+	evLimit  int64
+	evSpace  chan struct{} // closed and replaced when space frees or a conn starts closing
+	linkDone chan struct{} // non-nil while a link runs; closed when it returns
+	evStop   bool          // Stop finished: the link drains and returns
+}
+
+var _ contract.Transport = (*Server)(nil)
+
+// New returns an unstarted Server that logs to log.
+func New(log zerolog.Logger) *Server {
+	return &Server{
+		log:     log,
+		evWake:  make(chan struct{}, 1),
+		conns:   make(map[uint64]*conn),
+		stopCh:  make(chan struct{}),
+		evSpace: make(chan struct{}),
+		evLimit: DefaultEventBuffer,
+	}
+}
+
+// Start implements contract.Transport: it binds req.Listen and serves HTTP
+// on it. Zero fields of req take the package defaults.
+func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract.StartResponse, error) {
+	cfg, err := newConfig(req)
+	if err != nil {
+		return contract.StartResponse{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return contract.StartResponse{}, fmt.Errorf("start: %w", contract.ErrStopped)
+	case s.started:
+		return contract.StartResponse{}, fmt.Errorf("start: already started: %w", contract.ErrInvalidArgument)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", req.Listen)
+	if err != nil {
+		return contract.StartResponse{}, fmt.Errorf("start: %w", err)
+	}
+	if req.Instance != "" {
+		s.log = s.log.With().Str("instance", req.Instance).Logger()
+	}
+	s.evMu.Lock()
+	if s.EventBuffer > 0 {
+		s.evLimit = s.EventBuffer
+	}
+	s.evMu.Unlock()
+	s.cfg = cfg
+	s.started = true
+	s.hs = &http.Server{
+		Handler:           http.HandlerFunc(s.serveHTTP),
+		ReadHeaderTimeout: cfg.peerTimeout,
+		IdleTimeout:       cfg.peerTimeout,
+		ErrorLog:          log.New(debugWriter{s.log}, "", 0),
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error().Err(err).Msg("http serve")
+		}
+	}()
+	go s.tick(cfg)
+	addr := ln.Addr().String()
+	s.log.Info().Str("addr", addr).Msg("websocket transport listening")
+	return contract.StartResponse{Addr: addr, Version: Version}, nil
+}
+
+func newConfig(req contract.StartRequest) (*config, error) {
+	cfg := &config{
+		pingInterval: orDefault(req.PingInterval, DefaultPingInterval),
+		peerTimeout:  orDefault(req.PeerTimeout, DefaultPeerTimeout),
+		maxMessage:   orDefault(req.MaxMessage, DefaultMaxMessage),
+		sendQueue:    orDefault(req.SendQueue, DefaultSendQueue),
+	}
+	switch {
+	case req.Listen == "":
+		return nil, fmt.Errorf("start: empty listen address: %w", contract.ErrInvalidArgument)
+	case cfg.pingInterval < 0, cfg.peerTimeout < 0, cfg.maxMessage < 0, cfg.sendQueue < 0:
+		return nil, fmt.Errorf("start: negative setting: %w", contract.ErrInvalidArgument)
+	case cfg.peerTimeout <= cfg.pingInterval:
+		return nil, fmt.Errorf("start: peer timeout %v not above ping interval %v: %w",
+			cfg.peerTimeout, cfg.pingInterval, contract.ErrInvalidArgument)
+	}
+	cfg.closeGrace = min(maxCloseGrace, cfg.peerTimeout)
+	return cfg, nil
+}
+
+func orDefault[T time.Duration | int64](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Exec implements contract.Transport. It never blocks on a peer; commands
+// for unknown or closed connections are ignored.
+func (s *Server) Exec(_ context.Context, cmds []contract.Command) error {
+	for i := range cmds {
+		cmd := &cmds[i]
+		s.mu.Lock()
+		c := s.conns[cmd.Conn]
+		s.mu.Unlock()
+		if c == nil {
+			continue
+		}
+		switch cmd.Kind {
+		case contract.CommandAdmit:
+			c.admit()
+		case contract.CommandSend:
+			c.send(cmd.Binary, bytes.Clone(cmd.Data))
+		case contract.CommandClose:
+			c.hostClose(cmd.Code, cmd.Reason)
+		default:
+			s.log.Warn().Uint64("conn", cmd.Conn).Stringer("kind", cmd.Kind).Msg("unknown command ignored")
+		}
+	}
+	return nil
+}
+
+// Stop implements contract.Transport: it closes the listener, then every
+// connection with req.Code (default 1001), waits for all of them and, when
+// a link is running, for their Closed events to be delivered. It is
+// idempotent; later calls wait for the first one.
+func (s *Server) Stop(ctx context.Context, req contract.StopRequest) error {
+	s.mu.Lock()
+	if s.stopDone != nil {
+		done := s.stopDone
+		s.mu.Unlock()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.stopDone = make(chan struct{})
+	defer close(s.stopDone)
+	s.stopped = true
+	hs, cfg := s.hs, s.cfg
+	s.mu.Unlock()
+
+	if hs != nil {
+		// Plain HTTP requests get the close grace to finish; upgraded
+		// connections are not the http.Server's any more.
+		sctx, cancel := context.WithTimeout(ctx, cfg.closeGrace)
+		if err := hs.Shutdown(sctx); err != nil {
+			_ = hs.Close()
+		}
+		cancel()
+	}
+	s.hwg.Wait() // upgrades in flight see stopped and give up
+	close(s.stopCh)
+
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+
+	code, reason := req.Code, req.Reason
+	if code == 0 {
+		code = contract.CloseGoingAway
+	}
+	if cfg != nil {
+		by := time.Now().Add(cfg.closeGrace)
+		if d, ok := ctx.Deadline(); ok && d.Before(by) {
+			by = d
+		}
+		for _, c := range conns {
+			c.stop(code, reason, by)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		for _, c := range conns {
+			c.nc.Close()
+		}
+		<-done
+	}
+
+	s.evMu.Lock()
+	s.evStop = true
+	link := s.linkDone
+	s.evMu.Unlock()
+	s.wakeLink()
+	if link != nil {
+		select {
+		case <-link:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.log.Info().Int("conns", len(conns)).Msg("websocket transport stopped")
+	return nil
+}
+
+// serveHTTP routes the public listener.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write([]byte("ok"))
+	case "/api/ws", "/api/pty":
+		s.upgrade(w, r)
+	default:
+		if s.Static != nil {
+			s.Static.ServeHTTP(w, r)
+			return
+		}
+		http.NotFound(w, r)
+	}
+}
+
+// upgrade upgrades r, registers the connection and reports it opened.
+func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	s.hwg.Add(1)
+	cfg := s.cfg
+	s.mu.Unlock()
+	defer s.hwg.Done()
+
+	u := ws.HTTPUpgrader{Timeout: cfg.peerTimeout}
+	nc, rw, _, err := u.Upgrade(r, w)
+	if err != nil {
+		s.log.Debug().Err(err).Str("remote", r.RemoteAddr).Msg("upgrade failed")
+		if nc != nil {
+			nc.Close()
+		}
+		return
+	}
+	c := &conn{s: s, cfg: cfg, nc: nc, openedAt: time.Now()}
+	if n := rw.Reader.Buffered(); n > 0 {
+		p, _ := rw.Reader.Peek(n)
+		c.prefix = bytes.Clone(p)
+	}
+	ev := contract.Event{
+		Kind:   contract.EventOpened,
+		Path:   r.URL.Path,
+		Query:  r.URL.RawQuery,
+		Header: r.Header.Clone(),
+		Remote: r.RemoteAddr,
+		Host:   r.Host,
+	}
+
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.lastID++
+	c.id, ev.Conn = s.lastID, s.lastID
+	s.conns[c.id] = c
+	s.pushEvent(ev)
+	s.mu.Unlock()
+	s.log.Debug().Uint64("conn", c.id).Str("path", ev.Path).Str("remote", ev.Remote).Msg("opened")
+}
+
+// tick pings admitted connections and times out unadmitted ones.
+func (s *Server) tick(cfg *config) {
+	defer s.wg.Done()
+	t := time.NewTicker(cfg.pingInterval)
+	defer t.Stop()
+	var cs []*conn
+	for {
+		var now time.Time
+		select {
+		case <-s.stopCh:
+			return
+		case now = <-t.C:
+		}
+		s.mu.Lock()
+		for _, c := range s.conns {
+			cs = append(cs, c)
+		}
+		s.mu.Unlock()
+		for _, c := range cs {
+			c.tick(now)
+		}
+		clear(cs)
+		cs = cs[:0]
+	}
+}
+
+// closed removes c and reports its end. It is called once per connection,
+// by its reader goroutine, after the socket is closed.
+func (s *Server) closed(c *conn, code int, reason string) {
+	s.mu.Lock()
+	delete(s.conns, c.id)
+	s.pushEvent(contract.Event{Kind: contract.EventClosed, Conn: c.id, Code: code, Reason: reason})
+	s.mu.Unlock()
+	s.log.Debug().Uint64("conn", c.id).Int("code", code).Str("reason", reason).Msg("closed")
+}
+
+// debugWriter sends net/http's error log lines to zerolog at debug level.
+type debugWriter struct{ log zerolog.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.log.Debug().Str("component", "http").Msg(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
