@@ -32,6 +32,8 @@ func run(args []string) int {
 		return serve(args[1:])
 	case "sessions":
 		return sessions(args[1:])
+	case "attach":
+		return attach(args[1:])
 	case "plugin":
 		return pluginMain(args[1:])
 	case "version", "--version", "-version":
@@ -52,6 +54,7 @@ func usage() {
 commands:
   serve      run the host: the session table, the gateway and its plugins
   sessions   list the live and stored sessions of a running host
+  attach     join a PTY of a running host from this terminal (ATTACH_TOKEN or --new)
   version    print the version
 
 Run "tether <command> -h" for a command's flags. Every flag can also be set

@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/plugins/pty"
 	"github.com/tether-agent/tether/plugins/ws"
 )
 
@@ -15,7 +16,7 @@ import (
 // go-plugin's handshake); the host re-emits those lines.
 func pluginMain(args []string) int {
 	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: tether plugin ws")
+		fmt.Fprintln(os.Stderr, "usage: tether plugin ws|pty")
 		return 2
 	}
 	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
@@ -23,7 +24,10 @@ func pluginMain(args []string) int {
 	case "ws":
 		contract.ServeTransport(ws.New(log))
 		return 0
+	case "pty":
+		contract.ServeBackend(pty.New(log))
+		return 0
 	}
-	fmt.Fprintf(os.Stderr, "tether plugin: unknown plugin %q (built in: ws)\n", args[0])
+	fmt.Fprintf(os.Stderr, "tether plugin: unknown plugin %q (built in: ws, pty)\n", args[0])
 	return 2
 }

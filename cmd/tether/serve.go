@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,9 +38,14 @@ func serve(args []string) int {
 		adminListen  = fs.String("admin-listen", "", "address for Prometheus /metrics and /debug/pprof (off when empty)")
 		logLevel     = fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 		logFormat    = fs.String("log-format", "", "log format: json or console (default: console on a terminal)")
+		ptyCommand   = fs.String("pty-command", defaultShell(), "command line run in each new PTY, split like a POSIX shell (quotes respected, no expansion)")
+		ptyTTL       = fs.Duration("pty-ttl", 30*time.Minute, "how long a detached PTY lives")
+		ptyMax       = fs.Int("pty-max-sessions", 16, "live PTYs at most")
+		ptyBuffer    = sizeFlag{n: 1 << 20}
 		pingInterval = fs.Duration("ping-interval", 20*time.Second, "how often the transport pings idle clients")
 		peerTimeout  = fs.Duration("peer-timeout", 60*time.Second, "a client silent for this long is closed as dead")
 	)
+	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB suffix")
 	fs.Var(&allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
 	fs.Var(&plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
@@ -67,7 +73,17 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "tether serve: finding own binary:", err)
 		return 1
 	}
+	ptyArgv, err := agent.ParseCommandLine(*ptyCommand)
+	if err != nil || len(ptyArgv) == 0 {
+		fmt.Fprintf(os.Stderr, "tether serve: --pty-command %q: want a command line (%v)\n", *ptyCommand, err)
+		return 2
+	}
+	if *ptyMax < 1 {
+		fmt.Fprintln(os.Stderr, "tether serve: --pty-max-sessions must be at least 1")
+		return 2
+	}
 	transport := host.PluginSpec{Name: "ws", Path: self, Args: []string{"plugin", "ws"}}
+	backend := host.PluginSpec{Name: "pty", Path: self, Args: []string{"plugin", "pty"}}
 	for _, p := range plugins {
 		kind, spec, err := parsePluginFlag(p)
 		if err != nil {
@@ -78,8 +94,11 @@ func serve(args []string) int {
 		case contract.KindTransport:
 			spec.Name = "ws"
 			transport = spec
+		case contract.KindBackend:
+			spec.Name = "pty"
+			backend = spec
 		default:
-			fmt.Fprintf(os.Stderr, "tether serve: --plugin %s: kind %q is not supported yet (supported: transport)\n", p, kind)
+			fmt.Fprintf(os.Stderr, "tether serve: --plugin %s: kind %q is not supported yet (supported: transport, backend)\n", p, kind)
 			return 2
 		}
 	}
@@ -94,6 +113,12 @@ func serve(args []string) int {
 		AllowOrigins: allowOrigins,
 		Agents:       agents,
 		Transport:    transport,
+		PTY: host.PTYConfig{Spec: backend, BackendConfig: contract.BackendConfig{
+			Argv:        ptyArgv,
+			TTL:         *ptyTTL,
+			MaxSessions: *ptyMax,
+			Buffer:      ptyBuffer.n,
+		}},
 		AdminListen:  *adminListen,
 		PingInterval: *pingInterval,
 		PeerTimeout:  *peerTimeout,
@@ -187,4 +212,56 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 		log = zerolog.New(os.Stderr)
 	}
 	return log.Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// defaultShell is $SHELL, else /bin/sh.
+func defaultShell() string {
+	if sh := os.Getenv("SHELL"); sh != "" {
+		return sh
+	}
+	return "/bin/sh"
+}
+
+// sizeFlag is a byte size: a number of bytes, or with a KiB or MiB suffix.
+type sizeFlag struct{ n int64 }
+
+func (f *sizeFlag) String() string {
+	switch {
+	case f.n > 0 && f.n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", f.n>>20)
+	case f.n > 0 && f.n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", f.n>>10)
+	}
+	return fmt.Sprint(f.n)
+}
+
+// Set implements flag.Value.
+func (f *sizeFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	f.n = n
+	return nil
+}
+
+// parseSize parses "4096", "64KiB" or "1MiB" (at least 1 KiB, at most
+// 1 GiB).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	num := s
+	switch {
+	case strings.HasSuffix(s, "MiB"):
+		mult, num = 1<<20, strings.TrimSuffix(s, "MiB")
+	case strings.HasSuffix(s, "KiB"):
+		mult, num = 1<<10, strings.TrimSuffix(s, "KiB")
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<30)/mult {
+		return 0, fmt.Errorf("size %q: want bytes, or a number with KiB or MiB, up to 1 GiB", s)
+	}
+	if n*mult < 1<<10 {
+		return 0, fmt.Errorf("size %q: at least 1KiB", s)
+	}
+	return n * mult, nil
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -116,15 +117,17 @@ func dialGateway(ctx context.Context, base, token string) (*gatewayClient, error
 		q.Set("token", token)
 	}
 	u.RawQuery = q.Encode()
-	conn, _, _, err := ws.Dial(ctx, u.String())
+	raw, br, _, err := ws.Dial(ctx, u.String())
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", base, err)
 	}
+	var conn io.ReadWriteCloser = raw
+	if br != nil {
+		// Frames that arrived with the handshake response are in br.
+		conn = bufferedConn{Reader: io.MultiReader(br, raw), Conn: raw}
+	}
 	if dl, ok := ctx.Deadline(); ok {
-		type deadliner interface{ SetDeadline(time.Time) error }
-		if d, ok := conn.(deadliner); ok {
-			_ = d.SetDeadline(dl)
-		}
+		_ = raw.SetDeadline(dl)
 	}
 	c := &gatewayClient{conn: conn}
 	msg, err := c.read()
@@ -194,3 +197,12 @@ func (c *gatewayClient) close() {
 	_ = wsutil.WriteClientMessage(c.conn, ws.OpClose, ws.NewCloseFrameBody(ws.StatusNormalClosure, ""))
 	_ = c.conn.Close()
 }
+
+// bufferedConn reads through Reader (the handshake's leftover bytes, then
+// the connection) and writes and closes Conn.
+type bufferedConn struct {
+	io.Reader
+	net.Conn
+}
+
+func (c bufferedConn) Read(p []byte) (int, error) { return c.Reader.Read(p) }

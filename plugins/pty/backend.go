@@ -1,0 +1,503 @@
+package pty
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// Version is the version of this backend, reported by Start.
+const Version = "0.1.0"
+
+// Defaults for zero BackendConfig fields (SPEC §2 flags).
+const (
+	DefaultTTL         = 30 * time.Minute
+	DefaultMaxSessions = 16
+	DefaultBuffer      = 1 << 20
+)
+
+// Size of a new PTY when the attach gives none.
+const (
+	DefaultCols = 80
+	DefaultRows = 24
+)
+
+// maxBuffer bounds BackendConfig.Buffer.
+const maxBuffer = 1 << 30
+
+// Backend is the PTY keep-alive backend (SPEC §6). The zero value is not
+// usable; call New.
+type Backend struct {
+	log      zerolog.Logger
+	outWake  chan struct{} // wakes the Output sender; capacity 1
+	reapWake chan struct{} // wakes the reaper; capacity 1
+	stopCh   chan struct{} // closed by Shutdown: ends the reaper
+	wg       sync.WaitGroup
+
+	// testHookStream, when set, is called once an Output stream is
+	// registered (its cursors taken).
+	testHookStream func()
+
+	mu         sync.Mutex // guards the fields below
+	cfg        contract.BackendConfig
+	started    bool
+	stopped    bool
+	shutDone   chan struct{}            // closed when the first Shutdown returns
+	ptys       map[string]*ptyRec       // live PTYs by attach token
+	spawning   map[string]chan struct{} // tokens being spawned; closed when done
+	all        map[*ptyRec]struct{}     // every PTY whose exit is not yet streamed
+	streamDone chan struct{}            // non-nil while Output runs; closed when it returns
+}
+
+var _ contract.Backend = (*Backend)(nil)
+
+// New returns an unstarted Backend that logs to log.
+func New(log zerolog.Logger) *Backend {
+	return &Backend{
+		log:      log,
+		outWake:  make(chan struct{}, 1),
+		reapWake: make(chan struct{}, 1),
+		stopCh:   make(chan struct{}),
+		ptys:     make(map[string]*ptyRec),
+		spawning: make(map[string]chan struct{}),
+		all:      make(map[*ptyRec]struct{}),
+	}
+}
+
+// Start implements contract.Backend. Zero fields of cfg take the package
+// defaults; an empty Argv runs $SHELL, else /bin/sh. A later Start replaces
+// the configuration: TTL and MaxSessions apply at once, Argv and Buffer to
+// PTYs spawned after it. The first Start starts the reaper.
+func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract.BackendInfo, error) {
+	switch {
+	case cfg.TTL < 0, cfg.MaxSessions < 0, cfg.Buffer < 0:
+		return contract.BackendInfo{}, fmt.Errorf("start: negative setting: %w", contract.ErrInvalidArgument)
+	case cfg.Buffer > maxBuffer:
+		return contract.BackendInfo{}, fmt.Errorf("start: buffer %d over %d: %w", cfg.Buffer, maxBuffer, contract.ErrInvalidArgument)
+	}
+	cfg.Argv = slices.Clone(cfg.Argv)
+	if len(cfg.Argv) == 0 {
+		cfg.Argv = []string{cmp.Or(os.Getenv("SHELL"), "/bin/sh")}
+	}
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	cfg.MaxSessions = cmp.Or(cfg.MaxSessions, DefaultMaxSessions)
+	cfg.Buffer = cmp.Or(cfg.Buffer, DefaultBuffer)
+
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return contract.BackendInfo{}, fmt.Errorf("start: %w", contract.ErrStopped)
+	}
+	b.cfg = cfg
+	if !b.started {
+		b.started = true
+		b.wg.Add(1)
+		go b.reap()
+	}
+	b.mu.Unlock()
+	wake(b.reapWake)
+	b.log.Info().Str("instance", cfg.Instance).Strs("argv", cfg.Argv).Dur("ttl", cfg.TTL).
+		Int("max_sessions", cfg.MaxSessions).Int64("buffer", cfg.Buffer).Msg("pty backend started")
+	return contract.BackendInfo{Version: Version, Pid: os.Getpid()}, nil
+}
+
+// Attach implements contract.Backend. It spawns the PTY of req.Token when
+// there is none, outside the registry lock; concurrent attaches of a new
+// token wait for the one spawn. At the session cap it evicts the PTY
+// detached the longest, or fails with contract.ErrRegistryFull when every
+// PTY has a writer.
+func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	switch {
+	case !validToken(req.Token):
+		return contract.AttachResponse{}, fmt.Errorf("attach: malformed token: %w", contract.ErrInvalidArgument)
+	case req.Viewer.IsZero():
+		return contract.AttachResponse{}, fmt.Errorf("attach: no viewer: %w", contract.ErrInvalidArgument)
+	case !validSize(req.Cols, true), !validSize(req.Rows, true):
+		return contract.AttachResponse{}, fmt.Errorf("attach: size %dx%d: %w", req.Cols, req.Rows, contract.ErrInvalidArgument)
+	}
+
+	b.mu.Lock()
+	for {
+		switch {
+		case b.stopped:
+			b.mu.Unlock()
+			return contract.AttachResponse{}, fmt.Errorf("attach: %w", contract.ErrStopped)
+		case !b.started:
+			b.mu.Unlock()
+			return contract.AttachResponse{}, fmt.Errorf("attach: %w", contract.ErrNotStarted)
+		}
+		if rec := b.ptys[req.Token]; rec != nil {
+			resp := b.attachLocked(rec, req, false)
+			b.mu.Unlock()
+			return resp, nil
+		}
+		spawned := b.spawning[req.Token]
+		if spawned == nil {
+			break
+		}
+		b.mu.Unlock()
+		select {
+		case <-spawned:
+		case <-ctx.Done():
+			return contract.AttachResponse{}, fmt.Errorf("attach: %w", ctx.Err())
+		}
+		b.mu.Lock()
+	}
+
+	victims, err := b.makeRoomLocked()
+	if err != nil {
+		b.mu.Unlock()
+		return contract.AttachResponse{}, err
+	}
+	done := make(chan struct{})
+	b.spawning[req.Token] = done
+	cfg := b.cfg
+	b.wg.Add(1) // the spawn in flight: Shutdown waits for it
+	defer b.wg.Done()
+	b.mu.Unlock()
+
+	for _, v := range victims {
+		v.log.Debug().Msg("pty evicted: session cap reached")
+		v.kill()
+	}
+	rec, err := b.spawn(cfg, req)
+
+	b.mu.Lock()
+	delete(b.spawning, req.Token)
+	close(done)
+	if err != nil {
+		b.mu.Unlock()
+		return contract.AttachResponse{}, fmt.Errorf("attach: %w", err)
+	}
+	if b.stopped {
+		b.mu.Unlock()
+		rec.abort()
+		return contract.AttachResponse{}, fmt.Errorf("attach: %w", contract.ErrStopped)
+	}
+	b.ptys[req.Token] = rec
+	b.all[rec] = struct{}{}
+	b.wg.Add(2)
+	go b.drain(rec)
+	go b.waitExit(rec)
+	resp := b.attachLocked(rec, req, true)
+	b.mu.Unlock()
+	rec.log.Debug().Strs("argv", rec.cmd.Args).Msg("pty spawned")
+	return resp, nil
+}
+
+// makeRoomLocked makes room for one more PTY under the session cap: it
+// removes the PTYs detached the longest from the registry and returns them
+// to be killed, or fails when too few PTYs are detached.
+func (b *Backend) makeRoomLocked() ([]*ptyRec, error) {
+	need := len(b.ptys) + len(b.spawning) + 1 - b.cfg.MaxSessions
+	if need <= 0 {
+		return nil, nil
+	}
+	type cand struct {
+		rec      *ptyRec
+		detached time.Time
+	}
+	var cands []cand
+	for _, rec := range b.ptys {
+		rec.mu.Lock()
+		if rec.writer.IsZero() {
+			cands = append(cands, cand{rec, rec.detached})
+		}
+		rec.mu.Unlock()
+	}
+	if len(cands) < need {
+		return nil, fmt.Errorf("attach: %d PTYs at cap %d, %d detached: %w",
+			len(b.ptys)+len(b.spawning), b.cfg.MaxSessions, len(cands), contract.ErrRegistryFull)
+	}
+	slices.SortFunc(cands, func(x, y cand) int { return x.detached.Compare(y.detached) })
+	victims := make([]*ptyRec, need)
+	for i := range victims {
+		victims[i] = cands[i].rec
+		delete(b.ptys, victims[i].token)
+	}
+	return victims, nil
+}
+
+// attachLocked binds req.Viewer to rec and answers with the replay. The
+// replay and ReplayEnd are taken under rec.mu, the lock the drain appends
+// under, so every byte at or past ReplayEnd reaches the Output stream after
+// this moment.
+func (b *Backend) attachLocked(rec *ptyRec, req contract.AttachRequest, spawned bool) contract.AttachResponse {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var superseded contract.TransportID
+	if req.View {
+		if rec.writer == req.Viewer {
+			rec.writer = contract.TransportID{}
+			rec.detached = time.Now()
+			wake(b.reapWake)
+		}
+		rec.viewers[req.Viewer] = struct{}{}
+	} else {
+		delete(rec.viewers, req.Viewer)
+		if rec.writer != req.Viewer {
+			superseded = rec.writer
+		}
+		rec.writer = req.Viewer
+		rec.detached = time.Time{}
+	}
+	start, end := rec.ring.StartOffset(), rec.ring.EndOffset()
+	reason := replayReason(req.HasCursor, req.Offset, req.Epoch, rec.epoch, start, end)
+	from := start
+	if reason == contract.ReasonResume {
+		from = req.Offset
+	}
+	replay, _, _ := rec.ring.Read(from)
+	rec.log.Debug().Stringer("viewer", req.Viewer).Bool("view", req.View).Str("reason", reason).
+		Int64("replay_end", end).Int("replay", len(replay)).Msg("pty attached")
+	return contract.AttachResponse{
+		Epoch:       rec.epoch,
+		StartOffset: start,
+		ReplayEnd:   end,
+		Reset:       reason != contract.ReasonResume,
+		Reason:      reason,
+		Replay:      replay,
+		Superseded:  superseded,
+		Spawned:     spawned,
+		Pid:         rec.pid,
+	}
+}
+
+// replayReason decides how an attach with the given cursor replays a PTY
+// of epoch whose ring holds [start, end) (SPEC §6.1).
+func replayReason(hasCursor bool, offset int64, cursorEpoch, epoch string, start, end int64) string {
+	switch {
+	case !hasCursor:
+		return contract.ReasonInitial
+	case offset < 0, cursorEpoch == "":
+		return contract.ReasonInvalidCursor
+	case cursorEpoch != epoch:
+		return contract.ReasonEpochMismatch
+	case offset < start:
+		return contract.ReasonOffsetRolledOut
+	case offset > end:
+		return contract.ReasonOffsetAhead
+	default:
+		return contract.ReasonResume
+	}
+}
+
+// Detach implements contract.Backend. The writer's detach starts the TTL
+// clock; a read-only viewer's detach removes it. Anyone else — a
+// superseded writer, say — gets contract.ErrStaleTransport and changes
+// nothing.
+func (b *Backend) Detach(_ context.Context, token string, viewer contract.TransportID) error {
+	rec, err := b.lookup("detach", token)
+	if err != nil {
+		return err
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	switch _, isViewer := rec.viewers[viewer]; {
+	case !viewer.IsZero() && rec.writer == viewer:
+		rec.writer = contract.TransportID{}
+		rec.detached = time.Now()
+		wake(b.reapWake)
+		rec.log.Debug().Stringer("viewer", viewer).Msg("pty writer detached")
+	case isViewer:
+		delete(rec.viewers, viewer)
+		rec.log.Debug().Stringer("viewer", viewer).Msg("pty viewer detached")
+	default:
+		return fmt.Errorf("detach %v: %w", viewer, contract.ErrStaleTransport)
+	}
+	return nil
+}
+
+// Write implements contract.Backend. It blocks while the PTY's input queue
+// is full (the child is not reading), like a terminal does. A write that
+// passed the writer check before a supersede may still reach the child: it
+// is ordered before the new attach.
+func (b *Backend) Write(_ context.Context, token string, viewer contract.TransportID, data []byte) error {
+	rec, err := b.lookup("write", token)
+	if err != nil {
+		return err
+	}
+	if !rec.isWriter(viewer) {
+		return fmt.Errorf("write %v: %w", viewer, contract.ErrStaleTransport)
+	}
+	if _, err := rec.master.Write(data); err != nil {
+		return fmt.Errorf("write: %w", masterErr(err))
+	}
+	return nil
+}
+
+// Resize implements contract.Backend; the child gets SIGWINCH.
+func (b *Backend) Resize(_ context.Context, token string, viewer contract.TransportID, cols, rows int) error {
+	if !validSize(cols, false) || !validSize(rows, false) {
+		return fmt.Errorf("resize %dx%d: %w", cols, rows, contract.ErrInvalidArgument)
+	}
+	rec, err := b.lookup("resize", token)
+	if err != nil {
+		return err
+	}
+	if !rec.isWriter(viewer) {
+		return fmt.Errorf("resize %v: %w", viewer, contract.ErrStaleTransport)
+	}
+	if err := rec.setSize(cols, rows); err != nil {
+		return fmt.Errorf("resize: %w", masterErr(err))
+	}
+	return nil
+}
+
+// Close implements contract.Backend: it removes the PTY from the registry
+// at once and kills its process group. Its remaining output and exit
+// marker still go out on the Output stream.
+func (b *Backend) Close(_ context.Context, token string) error {
+	b.mu.Lock()
+	rec := b.ptys[token]
+	if rec == nil {
+		b.mu.Unlock()
+		return fmt.Errorf("close: %w", contract.ErrNotFound)
+	}
+	delete(b.ptys, token)
+	b.mu.Unlock()
+	rec.log.Debug().Msg("pty closed")
+	rec.kill()
+	return nil
+}
+
+// List implements contract.Backend. It describes the live PTYs, oldest
+// first; exited, closed and reaped ones are gone.
+func (b *Backend) List(context.Context) ([]contract.PTYInfo, error) {
+	b.mu.Lock()
+	infos := make([]contract.PTYInfo, 0, len(b.ptys))
+	for _, rec := range b.ptys {
+		infos = append(infos, rec.info())
+	}
+	b.mu.Unlock()
+	slices.SortFunc(infos, func(x, y contract.PTYInfo) int {
+		return cmp.Or(x.Created.Compare(y.Created), cmp.Compare(x.Token, y.Token))
+	})
+	return infos, nil
+}
+
+// Shutdown kills every PTY's process group, waits for every goroutine the
+// backend started, then for a running Output stream to deliver the last
+// output and exit markers and return. Later calls fail with
+// contract.ErrStopped. It is idempotent; later calls wait for the first.
+func (b *Backend) Shutdown() {
+	b.mu.Lock()
+	if b.shutDone != nil {
+		done := b.shutDone
+		b.mu.Unlock()
+		<-done
+		return
+	}
+	b.shutDone = make(chan struct{})
+	defer close(b.shutDone)
+	b.stopped = true
+	close(b.stopCh)
+	recs := make([]*ptyRec, 0, len(b.all))
+	for rec := range b.all {
+		recs = append(recs, rec)
+	}
+	clear(b.ptys)
+	b.mu.Unlock()
+
+	for _, rec := range recs {
+		rec.kill()
+	}
+	b.wg.Wait()
+
+	wake(b.outWake)
+	b.mu.Lock()
+	stream := b.streamDone
+	b.mu.Unlock()
+	if stream != nil {
+		<-stream
+	}
+	b.log.Info().Int("ptys", len(recs)).Msg("pty backend stopped")
+}
+
+// lookup returns the live PTY of token.
+func (b *Backend) lookup(op, token string) (*ptyRec, error) {
+	b.mu.Lock()
+	rec := b.ptys[token]
+	b.mu.Unlock()
+	if rec == nil {
+		return nil, fmt.Errorf("%s: %w", op, contract.ErrNotFound)
+	}
+	return rec, nil
+}
+
+// reap kills and removes PTYs detached for longer than the TTL. One
+// goroutine serves every PTY: it sleeps until the earliest deadline and is
+// woken when a PTY detaches or the configuration changes.
+func (b *Backend) reap() {
+	defer b.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		var victims []*ptyRec
+		var next time.Time
+		b.mu.Lock()
+		ttl := b.cfg.TTL
+		for token, rec := range b.ptys {
+			rec.mu.Lock()
+			if rec.writer.IsZero() {
+				if deadline := rec.detached.Add(ttl); !deadline.After(now) {
+					victims = append(victims, rec)
+					delete(b.ptys, token)
+				} else if next.IsZero() || deadline.Before(next) {
+					next = deadline
+				}
+			}
+			rec.mu.Unlock()
+		}
+		b.mu.Unlock()
+
+		for _, rec := range victims {
+			rec.log.Debug().Dur("ttl", ttl).Msg("pty reaped: detached too long")
+			rec.kill()
+		}
+		if !next.IsZero() {
+			timer.Reset(next.Sub(now))
+		}
+		select {
+		case <-timer.C:
+		case <-b.reapWake:
+			timer.Stop()
+		case <-b.stopCh:
+			return
+		}
+	}
+}
+
+// wake signals ch without blocking.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// validSize reports whether n is a usable terminal dimension; zero (the
+// default) only when zeroOK.
+func validSize(n int, zeroOK bool) bool {
+	return n > 0 && n <= 0xffff || n == 0 && zeroOK
+}
+
+// masterErr maps the errors of a PTY master that is closing to
+// contract.ErrExited.
+func masterErr(err error) error {
+	if errors.Is(err, os.ErrClosed) || isEIO(err) {
+		return fmt.Errorf("%w: %w", contract.ErrExited, err)
+	}
+	return err
+}

@@ -1,0 +1,154 @@
+package pty
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// Output stream limits.
+const (
+	// MaxOutputData bounds the Data of one Output.
+	MaxOutputData = 256 << 10
+	// MaxBatchData bounds the Data of all Outputs of one batch.
+	MaxBatchData = 1 << 20
+)
+
+// Output implements contract.Backend. It streams every PTY's output to
+// sink until ctx is done (it then returns nil) or Shutdown has finished
+// and every exit marker is delivered (nil), or sink fails (its error).
+//
+// The stream keeps a cursor per PTY: the PTY's end offset when the stream
+// starts, 0 for PTYs spawned later. Whenever output is pending it hands
+// sink one batch with, for each PTY with pending bytes, one Output from
+// the cursor on (at most MaxOutputData bytes, MaxBatchData in all; the
+// rest follows in the next batch), so batches grow while sink is slow. A
+// cursor that fell out of its PTY's ring skips to the ring's start. After
+// a PTY's last byte comes its exit marker, also when the PTY was already
+// removed from the registry.
+func (b *Backend) Output(ctx context.Context, sink contract.OutputSink) error {
+	b.mu.Lock()
+	switch {
+	case b.stopped:
+		b.mu.Unlock()
+		return fmt.Errorf("output: %w", contract.ErrStopped)
+	case b.streamDone != nil:
+		b.mu.Unlock()
+		return fmt.Errorf("output: %w", contract.ErrAlreadyLinked)
+	}
+	done := make(chan struct{})
+	b.streamDone = done
+	cursors := make(map[*ptyRec]int64, len(b.all))
+	for rec := range b.all {
+		rec.mu.Lock()
+		cursors[rec] = rec.ring.EndOffset()
+		rec.mu.Unlock()
+	}
+	b.mu.Unlock()
+	defer b.endStream(done)
+	if b.testHookStream != nil {
+		b.testHookStream()
+	}
+
+	var recs []*ptyRec
+	var batch []contract.Output
+	next := make(map[*ptyRec]int64)
+	for {
+		b.mu.Lock()
+		recs = recs[:0]
+		for rec := range b.all {
+			recs = append(recs, rec)
+		}
+		stopped := b.stopped
+		b.mu.Unlock()
+		if stopped && len(recs) == 0 {
+			return nil
+		}
+
+		clear(next)
+		batch, finished := b.collect(batch[:0], recs, cursors, next)
+		if len(batch) == 0 {
+			select {
+			case <-b.outWake:
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
+		err := sink(ctx, batch)
+		clear(batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("output: sink: %w", err)
+		}
+		for rec, cur := range next {
+			cursors[rec] = cur
+		}
+		if len(finished) > 0 {
+			b.mu.Lock()
+			for _, rec := range finished {
+				delete(b.all, rec)
+				delete(cursors, rec)
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// collect appends to batch what is pending for recs past their cursors,
+// records the new cursors in next, and returns the PTYs whose exit marker
+// is in the batch.
+func (b *Backend) collect(batch []contract.Output, recs []*ptyRec, cursors, next map[*ptyRec]int64) ([]contract.Output, []*ptyRec) {
+	var finished []*ptyRec
+	budget := MaxBatchData
+	for _, rec := range recs {
+		cur := cursors[rec]
+		var data []byte
+		rec.mu.Lock()
+		start, end := rec.ring.StartOffset(), rec.ring.EndOffset()
+		skipped := cur < start
+		cur = min(max(cur, start), end)
+		if cur < end && budget > 0 {
+			data, _, _ = rec.ring.ReadN(cur, min(MaxOutputData, budget))
+		}
+		done, code := rec.done, rec.exitCode
+		rec.mu.Unlock()
+
+		if skipped {
+			rec.log.Debug().Int64("from", cursors[rec]).Int64("to", start).Msg("output stream too slow: bytes skipped")
+		}
+		if len(data) > 0 {
+			batch = append(batch, contract.Output{Token: rec.token, Offset: cur, Data: data, Epoch: rec.epoch})
+			cur += int64(len(data))
+			budget -= len(data)
+		}
+		if cur == end && done {
+			batch = append(batch, contract.Output{Token: rec.token, Offset: end, Exited: true, ExitCode: code, Epoch: rec.epoch})
+			finished = append(finished, rec)
+		}
+		if cur != cursors[rec] || skipped {
+			next[rec] = cur
+		}
+	}
+	return batch, finished
+}
+
+// endStream unregisters the Output stream. PTYs that are done give up
+// their rings: the next stream starts at their end and only sends their
+// exit markers.
+func (b *Backend) endStream(done chan struct{}) {
+	b.mu.Lock()
+	b.streamDone = nil
+	for rec := range b.all {
+		rec.mu.Lock()
+		if rec.done {
+			rec.ring.Discard()
+		}
+		rec.mu.Unlock()
+	}
+	b.mu.Unlock()
+	close(done)
+}

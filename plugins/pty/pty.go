@@ -1,0 +1,335 @@
+package pty
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// readBufSize is the drain's read size.
+const readBufSize = 64 << 10
+
+// exitGrace is how long output is still read after the child has exited,
+// when something else keeps the terminal open; and how long the child may
+// take to exit after its terminal closed before it is killed.
+const exitGrace = 500 * time.Millisecond
+
+// ptyRec is one PTY: its child, master and ring.
+type ptyRec struct {
+	token   string
+	epoch   string
+	pid     int // the child's pid, also its process group and session id
+	created time.Time
+	cmd     *exec.Cmd
+	master  *os.File      // non-blocking, in the runtime poller
+	exited  chan struct{} // closed once the child has exited (not yet reaped)
+	log     zerolog.Logger
+
+	mu       sync.Mutex // guards the fields below
+	ring     *ring
+	writer   contract.TransportID
+	viewers  map[contract.TransportID]struct{}
+	detached time.Time // when the PTY was last left without a writer
+	reaped   bool      // the child was waited for: its pid may be reused
+	done     bool      // all output is in the ring and exitCode is set
+	exitCode int
+}
+
+// spawn starts a child on a new PTY in its own session and process group.
+func (b *Backend) spawn(cfg contract.BackendConfig, req contract.AttachRequest) (*ptyRec, error) {
+	argv := req.Argv
+	if len(argv) == 0 {
+		argv = cfg.Argv
+	}
+	cols, rows := req.Cols, req.Rows
+	if cols == 0 {
+		cols = DefaultCols
+	}
+	if rows == 0 {
+		rows = DefaultRows
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = childEnv()
+	f, err := pty.StartWithAttrs(cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)},
+		&syscall.SysProcAttr{Setsid: true, Setctty: true})
+	if err != nil {
+		return nil, fmt.Errorf("spawn %q: %w", argv[0], err)
+	}
+	rec := &ptyRec{
+		token:    req.Token,
+		epoch:    newEpoch(),
+		pid:      cmd.Process.Pid,
+		created:  time.Now(),
+		cmd:      cmd,
+		exited:   make(chan struct{}),
+		ring:     newRing(int(cfg.Buffer)),
+		viewers:  make(map[contract.TransportID]struct{}),
+		detached: time.Now(),
+	}
+	rec.log = b.log.With().Str("epoch", rec.epoch).Int("pid", rec.pid).Logger()
+	rec.master, err = pollable(f)
+	if err != nil {
+		_ = syscall.Kill(-rec.pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	return rec, nil
+}
+
+// pollable returns a non-blocking duplicate of the master f and closes f.
+// creack/pty hands out its master in blocking mode (it calls Fd), where a
+// Read can neither time out nor be woken by Close.
+func pollable(f *os.File) (*os.File, error) {
+	defer f.Close()
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup pty master: %w", err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("pty master non-blocking: %w", err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// childEnv is the plugin's environment with TERM=xterm-256color.
+func childEnv() []string {
+	env := os.Environ()
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		// The shell gets the plugin's environment without go-plugin's
+		// handshake variables (TETHER_PLUGIN, PLUGIN_*).
+		if !strings.HasPrefix(kv, "TERM=") && !strings.HasPrefix(kv, "TETHER_PLUGIN=") && !strings.HasPrefix(kv, "PLUGIN_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "TERM=xterm-256color")
+}
+
+// newEpoch returns a fresh random PTY epoch: 16 hex characters.
+func newEpoch() string {
+	var p [8]byte
+	_, _ = rand.Read(p[:]) // never fails (crypto/rand, Go 1.24)
+	return hex.EncodeToString(p[:])
+}
+
+// drain is the one reader of rec's master: it appends everything to the
+// ring and wakes the Output sender, never waiting for it. It ends when the
+// terminal is closed (EIO), or when output stops after the child exited,
+// and then finishes the PTY.
+func (b *Backend) drain(rec *ptyRec) {
+	defer b.wg.Done()
+	buf := make([]byte, readBufSize)
+	for {
+		n, err := rec.master.Read(buf)
+		if n > 0 {
+			rec.append(buf[:n])
+			wake(b.outWake)
+		}
+		if err != nil {
+			if rec.drainEnded(err, buf) {
+				wake(b.outWake)
+			}
+			break
+		}
+	}
+	b.finish(rec)
+}
+
+// drainEnded handles the error that ended the drain. It reports whether
+// it appended output.
+func (rec *ptyRec) drainEnded(err error, buf []byte) bool {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The child is gone but the terminal is held open: take what the
+		// kernel still has, then stop.
+		rec.log.Debug().Msg("pty still open after the child exited")
+		return rec.sweep(buf)
+	case isEIO(err), errors.Is(err, io.EOF):
+	default:
+		rec.log.Warn().Err(err).Msg("pty read")
+	}
+	return false
+}
+
+// sweep appends what can be read from the master without waiting.
+func (rec *ptyRec) sweep(buf []byte) (got bool) {
+	rc, err := rec.master.SyscallConn()
+	if err != nil {
+		return false
+	}
+	_ = rc.Control(func(fd uintptr) {
+		for {
+			n, err := unix.Read(int(fd), buf)
+			if n > 0 {
+				rec.append(buf[:n])
+				got = true
+			}
+			if err == unix.EINTR {
+				continue
+			}
+			if n <= 0 || err != nil {
+				return
+			}
+		}
+	})
+	return got
+}
+
+func (rec *ptyRec) append(p []byte) {
+	rec.mu.Lock()
+	rec.ring.Append(p)
+	rec.mu.Unlock()
+}
+
+// waitExit waits for the child to exit without reaping it, so its pid and
+// process group stay reserved until finish has killed the group. It then
+// gives the drain exitGrace to read what is left.
+func (b *Backend) waitExit(rec *ptyRec) {
+	defer b.wg.Done()
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, rec.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			if err != nil {
+				rec.log.Warn().Err(err).Msg("waitid")
+			}
+			break
+		}
+	}
+	_ = rec.master.SetReadDeadline(time.Now().Add(exitGrace))
+	close(rec.exited)
+}
+
+// finish ends a PTY whose output is complete: it makes sure the child and
+// its process group are dead, reaps the child, closes the master and marks
+// the record done, removing it from the registry if it is still there. The
+// exit marker goes out on the Output stream after the last bytes.
+func (b *Backend) finish(rec *ptyRec) {
+	select {
+	case <-rec.exited:
+	default:
+		t := time.NewTimer(exitGrace)
+		select {
+		case <-rec.exited:
+		case <-t.C:
+			rec.log.Debug().Msg("pty closed but the child runs on: killing it")
+			rec.kill()
+			<-rec.exited
+		}
+		t.Stop()
+	}
+	rec.kill() // what is left of the group; the zombie child holds the pgid
+	rec.mu.Lock()
+	rec.reaped = true
+	rec.mu.Unlock()
+	_ = rec.cmd.Wait() // a non-zero status is an ExitError; the state is what we need
+	code := exitCode(rec.cmd.ProcessState)
+	_ = rec.master.Close()
+
+	b.mu.Lock()
+	rec.mu.Lock()
+	rec.done = true
+	rec.exitCode = code
+	rec.writer = contract.TransportID{}
+	clear(rec.viewers)
+	end := rec.ring.EndOffset()
+	if b.streamDone == nil {
+		rec.ring.Discard() // no stream to send it; a new one starts at end
+	}
+	rec.mu.Unlock()
+	if b.ptys[rec.token] == rec {
+		delete(b.ptys, rec.token)
+	}
+	b.mu.Unlock()
+	wake(b.outWake)
+	rec.log.Debug().Int("exit_code", code).Int64("end_offset", end).Msg("pty exited")
+}
+
+// exitCode is the child's exit status, or 128+signal when it was killed.
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// kill sends SIGKILL to the child's whole process group, unless the child
+// has been reaped (its pid could belong to someone else by now).
+func (rec *ptyRec) kill() {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.reaped {
+		return
+	}
+	if err := syscall.Kill(-rec.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		rec.log.Warn().Err(err).Msg("kill pty process group")
+	}
+}
+
+// abort ends a PTY that was spawned but never registered.
+func (rec *ptyRec) abort() {
+	_ = syscall.Kill(-rec.pid, syscall.SIGKILL)
+	_ = rec.cmd.Wait()
+	_ = rec.master.Close()
+}
+
+// isWriter reports whether viewer is rec's current writer.
+func (rec *ptyRec) isWriter(viewer contract.TransportID) bool {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return !viewer.IsZero() && rec.writer == viewer
+}
+
+// setSize sets the terminal size through the poller-owned descriptor
+// (pty.Setsize would switch the master to blocking mode).
+func (rec *ptyRec) setSize(cols, rows int) error {
+	rc, err := rec.master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: uint16(rows)})
+	}); err != nil {
+		return err
+	}
+	return ioErr
+}
+
+// info describes rec; the caller holds the registry lock.
+func (rec *ptyRec) info() contract.PTYInfo {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return contract.PTYInfo{
+		Token:       rec.token,
+		Epoch:       rec.epoch,
+		Pid:         rec.pid,
+		StartOffset: rec.ring.StartOffset(),
+		EndOffset:   rec.ring.EndOffset(),
+		Writer:      rec.writer,
+		Viewers:     len(rec.viewers),
+		Exited:      rec.done,
+		Created:     rec.created,
+		Detached:    rec.detached,
+	}
+}
+
+func isEIO(err error) bool { return errors.Is(err, syscall.EIO) }
