@@ -9,6 +9,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/pty"
 	"github.com/tether-agent/tether/plugins/ws"
+	"github.com/tether-agent/tether/plugins/ws/web"
 )
 
 // pluginMain runs a built-in plugin; the host re-executes its own binary
@@ -22,7 +23,9 @@ func pluginMain(args []string) int {
 	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
 	switch args[0] {
 	case "ws":
-		contract.ServeTransport(ws.New(log))
+		srv := ws.New(log)
+		srv.Static = web.Handler() // the browser terminal at /
+		contract.ServeTransport(srv)
 		return 0
 	case "pty":
 		contract.ServeBackend(pty.New(log))

@@ -38,7 +38,7 @@ func serve(args []string) int {
 		adminListen  = fs.String("admin-listen", "", "address for Prometheus /metrics and /debug/pprof (off when empty)")
 		logLevel     = fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 		logFormat    = fs.String("log-format", "", "log format: json or console (default: console on a terminal)")
-		ptyCommand   = fs.String("pty-command", defaultShell(), "command line run in each new PTY, split like a POSIX shell (quotes respected, no expansion)")
+		ptyCommand   = fs.String("pty-command", defaultShell(), "command line run in each new PTY, split like a POSIX shell (quotes respected, no expansion); empty switches /api/pty off")
 		ptyTTL       = fs.Duration("pty-ttl", 30*time.Minute, "how long a detached PTY lives")
 		ptyMax       = fs.Int("pty-max-sessions", 16, "live PTYs at most")
 		ptyBuffer    = sizeFlag{n: 1 << 20}
@@ -74,8 +74,8 @@ func serve(args []string) int {
 		return 1
 	}
 	ptyArgv, err := agent.ParseCommandLine(*ptyCommand)
-	if err != nil || len(ptyArgv) == 0 {
-		fmt.Fprintf(os.Stderr, "tether serve: --pty-command %q: want a command line (%v)\n", *ptyCommand, err)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tether serve: --pty-command %q: %v\n", *ptyCommand, err)
 		return 2
 	}
 	if *ptyMax < 1 {
@@ -84,6 +84,9 @@ func serve(args []string) int {
 	}
 	transport := host.PluginSpec{Name: "ws", Path: self, Args: []string{"plugin", "ws"}}
 	backend := host.PluginSpec{Name: "pty", Path: self, Args: []string{"plugin", "pty"}}
+	if len(ptyArgv) == 0 {
+		backend = host.PluginSpec{} // an empty --pty-command switches /api/pty off (4404)
+	}
 	for _, p := range plugins {
 		kind, spec, err := parsePluginFlag(p)
 		if err != nil {

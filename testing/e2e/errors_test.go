@@ -489,11 +489,9 @@ func TestErrorsAccess(t *testing.T) {
 		{name: "same origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://" + s.Addr}},
 		{name: "allowed origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "https://ok.example"}},
 		{name: "allowed origin over http is another origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://ok.example"}, want: contract.CloseForbidden},
-		// The PTY endpoint is switched off in this release; the access
-		// checks still come first.
-		{name: "pty endpoint", path: "/api/pty", opts: wsclient.Options{Token: s.Token}, want: contract.CloseNotFound},
-		{name: "pty endpoint with attach", path: "/api/pty?attach=abcdefghijklmnop", opts: wsclient.Options{Token: s.Token}, want: contract.CloseNotFound},
+		// The access checks come first on the PTY endpoint too.
 		{name: "pty endpoint without token", path: "/api/pty", want: contract.CloseUnauthorized},
+		{name: "pty endpoint with a malformed attach", path: "/api/pty?attach=short", opts: wsclient.Options{Token: s.Token}, want: contract.CloseBadRequest},
 		{name: "pty endpoint with foreign origin", path: "/api/pty", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: contract.CloseForbidden},
 	}
 	for _, tt := range tests {
@@ -665,4 +663,30 @@ func TestErrorsAgentBuild(t *testing.T) {
 	}
 	errsAlive(t, s.Dial(t))
 	errsNoErrorLogs(t, s)
+}
+
+// TestErrorsPTYSwitchedOff: with an empty --pty-command the PTY endpoint is
+// switched off: 4404 after the access checks.
+func TestErrorsPTYSwitchedOff(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", ""}})
+	for _, tt := range []struct {
+		path string
+		opts wsclient.Options
+		want int
+	}{
+		{"/api/pty", wsclient.Options{Token: s.Token}, contract.CloseNotFound},
+		{"/api/pty?attach=abcdefghijklmnop", wsclient.Options{Token: s.Token}, contract.CloseNotFound},
+		{"/api/pty", wsclient.Options{}, contract.CloseUnauthorized},
+	} {
+		c, err := s.DialRaw(errsCtx(t), tt.path, tt.opts)
+		if err != nil {
+			t.Fatalf("DialRaw %s: %v", tt.path, err)
+		}
+		<-c.Closed()
+		if code, reason := c.CloseCode(); code != tt.want {
+			t.Errorf("%s: close %d %q, want %d", tt.path, code, reason, tt.want)
+		}
+		c.Close()
+	}
+	s.Dial(t) // the gateway still serves
 }
