@@ -101,6 +101,10 @@ func FromGRPC(err error) error {
 		return fmt.Errorf("%s: %w", st.Message(), ErrInvalidArgument)
 	case codes.NotFound:
 		return fmt.Errorf("%s: %w", st.Message(), ErrNotFound)
+	case codes.Unknown:
+		// A plain error from the other side: keep its text, without the
+		// "rpc error: code = Unknown desc =" wrapping.
+		return errors.New(st.Message())
 	}
 	return err
 }
