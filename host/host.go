@@ -31,6 +31,15 @@ type Config struct {
 	StateDir string
 	// OrphanGrace: see TableConfig.
 	OrphanGrace time.Duration
+	// SessionTTL: a parked, idle live session older than this is
+	// persisted and released (0 = never).
+	SessionTTL time.Duration
+	// MaxLiveSessions caps the live sessions; only parked idle ones are
+	// evicted, oldest first (0 = no cap).
+	MaxLiveSessions int
+	// JournalPerSession and JournalTotal bound the event journal kept in
+	// state.db: events per session, and events in all (0 = defaults).
+	JournalPerSession, JournalTotal int
 	// AllowOrigins are extra accepted Origins.
 	AllowOrigins []string
 	// Agents builds each live session's agent.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -25,6 +26,9 @@ func pluginMain(args []string) int {
 	case "ws":
 		srv := ws.New(log)
 		srv.Static = web.Handler() // the browser terminal at /
+		// A transport must not outlive its host (it would keep the public
+		// port): exit when the host is gone, even after a kill -9.
+		go exitWithParent(log)
 		contract.ServeTransport(srv)
 		return 0
 	case "pty":
@@ -33,4 +37,16 @@ func pluginMain(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "tether plugin: unknown plugin %q (built in: ws, pty)\n", args[0])
 	return 2
+}
+
+// exitWithParent exits the process once its parent (the host) is gone:
+// the process is then reparented, so its parent pid changes.
+func exitWithParent(log zerolog.Logger) {
+	parent := os.Getppid()
+	for range time.Tick(500 * time.Millisecond) {
+		if os.Getppid() != parent {
+			log.Warn().Int("host_pid", parent).Msg("host is gone; transport plugin exiting")
+			os.Exit(0)
+		}
+	}
 }
