@@ -30,6 +30,10 @@ func serve(args []string) int {
 		token        = fs.String("token", "", "access token clients must present (default: random, printed)")
 		stateDir     = fs.String("state-dir", defaultStateDir(), "directory for state.db (created with mode 0700)")
 		orphanGrace  = fs.Duration("orphan-grace", 20*time.Second, "how long a session with no viewer is kept parked before it is reaped (0 = forever)")
+		sessionTTL   = fs.Duration("session-ttl", 6*time.Hour, "a parked, idle live session older than this is persisted and released (0 = never)")
+		maxLive      = fs.Int("max-live-sessions", 0, "live sessions at most; only parked idle ones are evicted, oldest first (0 = no cap)")
+		journalPer   = fs.Int("journal-per-session", 10000, "events kept per session in the journal (older ones are pruned)")
+		journalTotal = fs.Int("journal-total", 1000000, "events kept in the journal in all (the oldest are pruned)")
 		allowOrigins strList
 		plugins      strList
 		agentKind    = fs.String("agent", "echo", "agent: echo or exec")
@@ -109,13 +113,18 @@ func serve(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = host.Run(ctx, host.Config{
-		Listen:       *listen,
-		Token:        *token,
-		StateDir:     *stateDir,
-		OrphanGrace:  *orphanGrace,
-		AllowOrigins: allowOrigins,
-		Agents:       agents,
-		Transport:    transport,
+		Listen:      *listen,
+		Token:       *token,
+		StateDir:    *stateDir,
+		OrphanGrace: *orphanGrace,
+		SessionTTL:  *sessionTTL,
+
+		MaxLiveSessions:   *maxLive,
+		JournalPerSession: *journalPer,
+		JournalTotal:      *journalTotal,
+		AllowOrigins:      allowOrigins,
+		Agents:            agents,
+		Transport:         transport,
 		PTY: host.PTYConfig{Spec: backend, BackendConfig: contract.BackendConfig{
 			Argv:        ptyArgv,
 			TTL:         *ptyTTL,
