@@ -579,7 +579,12 @@ func (c *gconn) eventsSince(_ json.RawMessage, p params) (any, error) {
 	if lerr != nil {
 		return nil, lerr
 	}
-	events, latest, truncated, epoch := rec.eventsSince(uint64(last))
+	ctx, cancel := context.WithTimeout(c.gw.ctx, 10*time.Second)
+	defer cancel()
+	events, latest, truncated, epoch, eerr := c.gw.table.eventsSince(ctx, rec, uint64(last))
+	if eerr != nil {
+		return nil, fmt.Errorf("events since %d: %w", last, eerr)
+	}
 	return map[string]any{"events": events, "latest_seq": latest, "truncated": truncated, "epoch": epoch}, nil
 }
 

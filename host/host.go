@@ -94,6 +94,9 @@ func Run(ctx context.Context, cfg Config) error {
 		OrphanGrace: cfg.OrphanGrace,
 		Log:         cfg.Log,
 		Metrics:     metrics,
+		SessionTTL:  cfg.SessionTTL,
+		MaxLive:     cfg.MaxLiveSessions,
+		Retention:   store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal},
 	})
 	gw := NewGateway(table, st, cfg.Version, cfg.Log, metrics)
 	defer gw.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/store"
 )
 
 // Run statuses (SPEC §4).
@@ -33,6 +34,7 @@ type record struct {
 	log               zerolog.Logger
 	released          chan struct{} // closed when a teardown has persisted it
 	ringCap           int
+	journal           *journal
 
 	// rev is the ledger revision of this record's ownership entry; it is
 	// guarded by the table's mu.
@@ -67,6 +69,7 @@ type run struct {
 	progress    time.Time // last delta
 	interrupted bool
 	status      string // set when the run ends, or interrupted early
+	startSeq    uint64 // seq of its message.start
 }
 
 // runInfo is one row of session.runs.
@@ -160,9 +163,12 @@ func (r *record) emitLocked(typ string, payload any) {
 	}
 	r.ringStart = r.ring[0].seq
 	frame := encodeNotification(params)
+	viewers := make([]Viewer, 0, len(r.viewers))
 	for _, v := range r.viewers {
-		v.Send(frame)
+		viewers = append(viewers, v)
 	}
+	// Delivered by the journal once committed: durable before sent.
+	r.journal.add(r.key, r.seq, params, frame, viewers)
 }
 
 // encodeNotification wraps event params in the JSON-RPC envelope.
@@ -173,24 +179,62 @@ func encodeNotification(params json.RawMessage) []byte {
 	return append(b, '}')
 }
 
-// eventsSince answers session.events.since.
-func (r *record) eventsSince(lastSeen uint64) (events []json.RawMessage, latest uint64, truncated bool, epoch string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	latest, epoch = r.seq, r.epoch
+// eventsSince answers session.events.since: from the in-memory ring when
+// it reaches back far enough, else from the journal (plus what the ring
+// has past the journal). truncated is true when events after lastSeen are
+// gone (pruned, or lost with an earlier host) or lastSeen is ahead of
+// latest.
+func (t *Table) eventsSince(ctx context.Context, rec *record, lastSeen uint64) (events []json.RawMessage, latest uint64, truncated bool, epoch string, err error) {
+	rec.mu.Lock()
+	latest, epoch = rec.seq, rec.epoch
 	events = []json.RawMessage{}
-	if lastSeen > r.seq {
-		return events, latest, true, epoch
+	if lastSeen > rec.seq {
+		rec.mu.Unlock()
+		return events, latest, true, epoch, nil
 	}
-	if lastSeen+1 < r.ringStart {
+	if lastSeen+1 >= rec.ringStart {
+		for _, e := range rec.ring {
+			if e.seq > lastSeen {
+				events = append(events, e.params)
+			}
+		}
+		rec.mu.Unlock()
+		return events, latest, false, epoch, nil
+	}
+	ring := append([]eventFrame(nil), rec.ring...)
+	rec.mu.Unlock()
+
+	stored, first, _, err := t.store.EventsSince(ctx, rec.key, lastSeen, 0)
+	if err != nil {
+		return nil, 0, false, "", err
+	}
+	next := lastSeen + 1
+	if first == 0 || first > next {
 		truncated = true
 	}
-	for _, e := range r.ring {
-		if e.seq > lastSeen {
+	for _, e := range stored {
+		if e.Seq > latest {
+			break
+		}
+		if e.Seq != next {
+			truncated = true
+		}
+		events = append(events, e.Params)
+		next = e.Seq + 1
+	}
+	for _, e := range ring {
+		if e.seq >= next {
+			if e.seq != next {
+				truncated = true
+			}
 			events = append(events, e.params)
+			next = e.seq + 1
 		}
 	}
-	return events, latest, truncated, epoch
+	if next <= latest {
+		truncated = true
+	}
+	return events, latest, truncated, epoch, nil
 }
 
 // submit starts a run answering text. It returns the run id, or
@@ -216,6 +260,7 @@ func (t *Table) submit(rec *record, text string) (string, error) {
 	rec.runs = append(rec.runs, runInfo{RunID: ru.id, Status: statusRunning, StartedAt: now.Unix()})
 	rec.lastActive = now
 	rec.emitLocked("message.start", map[string]string{"run_id": ru.id})
+	ru.startSeq = rec.seq
 	t.wg.Add(1)
 	rec.mu.Unlock()
 
@@ -231,6 +276,9 @@ func (t *Table) runAgent(ctx context.Context, rec *record, ru *run, history []co
 	persistCtx := context.WithoutCancel(ctx)
 	if err := t.store.AppendMessages(persistCtx, rec.key, contract.Message{Role: contract.RoleUser, Text: prompt}); err != nil {
 		rec.log.Error().Err(err).Msg("persisting prompt")
+	}
+	if err := t.store.StartRun(persistCtx, rec.key, store.Run{ID: ru.id, Status: statusRunning, StartedAt: ru.started, StartSeq: ru.startSeq}); err != nil {
+		rec.log.Error().Err(err).Msg("persisting run")
 	}
 	err := rec.agent.Run(ctx, history, prompt, func(delta string) {
 		if delta == "" {
@@ -260,6 +308,9 @@ func (t *Table) runAgent(ctx context.Context, rec *record, ru *run, history []co
 	// The answer is stored before the client is told the run ended.
 	if err := t.store.AppendMessages(persistCtx, rec.key, contract.Message{Role: contract.RoleAssistant, Text: answer}); err != nil {
 		rec.log.Error().Err(err).Msg("persisting answer")
+	}
+	if err := t.store.EndRun(persistCtx, rec.key, ru.id, status, t.now()); err != nil {
+		rec.log.Error().Err(err).Msg("persisting run end")
 	}
 
 	rec.mu.Lock()

@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +33,9 @@ var (
 	ErrBuildFailed = errors.New("resume or create failed")
 	// ErrTableClosed: the table is shutting down.
 	ErrTableClosed = errors.New("session table closed")
+	// ErrLiveCap: the live-session cap is reached and no session can be
+	// evicted (every one has a viewer or a run).
+	ErrLiveCap = errors.New("live session cap reached")
 )
 
 // End reasons recorded for a stored session (SPEC §4). The first one
@@ -65,11 +71,19 @@ type TableConfig struct {
 	// OrphanGrace is how long a session with no viewer stays parked
 	// before it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
-	// RingSize is the number of events kept per session for
-	// session.events.since (default 4096).
+	// RingSize is the number of events kept in memory per session for
+	// session.events.since (default 4096); older ones come from the
+	// journal.
 	RingSize int
-	Log      zerolog.Logger
-	Metrics  *Metrics
+	// Retention bounds the event journal in the store.
+	Retention store.Retention
+	// SessionTTL releases parked, idle sessions idle for longer (0 = never).
+	SessionTTL time.Duration
+	// MaxLive caps the live sessions (0 = no cap): making room evicts the
+	// oldest parked idle session; with none, create and resume fail.
+	MaxLive int
+	Log     zerolog.Logger
+	Metrics *Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -86,6 +100,11 @@ type Table struct {
 	log     zerolog.Logger
 	metrics *Metrics
 	now     func() time.Time
+	journal *journal
+	ttl     time.Duration
+	maxLive int
+	sweep   chan struct{} // closed to stop the idle sweeper
+	sweeper sync.WaitGroup
 
 	wg sync.WaitGroup // teardowns and runs in flight
 
@@ -113,7 +132,7 @@ func NewTable(cfg TableConfig) *Table {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	return &Table{
+	t := &Table{
 		store:   cfg.Store,
 		agents:  cfg.Agents,
 		ledger:  cfg.Ledger,
@@ -122,9 +141,82 @@ func NewTable(cfg TableConfig) *Table {
 		log:     cfg.Log,
 		metrics: cfg.Metrics,
 		now:     cfg.Now,
+		journal: newJournal(cfg.Store, cfg.Retention, cfg.Log),
+		ttl:     cfg.SessionTTL,
+		maxLive: cfg.MaxLive,
+		sweep:   make(chan struct{}),
 		byID:    make(map[string]*record),
 		byKey:   make(map[string]*record),
 	}
+	if t.ttl > 0 {
+		t.sweeper.Add(1)
+		go t.sweepIdle()
+	}
+	return t
+}
+
+// sweepIdle releases parked idle sessions older than the session TTL.
+func (t *Table) sweepIdle() {
+	defer t.sweeper.Done()
+	every := min(max(t.ttl/4, 50*time.Millisecond), time.Minute)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.sweep:
+			return
+		case <-tick.C:
+		}
+		now := t.now()
+		for _, ref := range t.candidates(func(r *record) bool { return now.Sub(r.lastActive) > t.ttl }) {
+			t.release(ref, ReasonIdleReap)
+		}
+	}
+}
+
+// candidates returns, oldest activity first, the parked idle sessions
+// (no viewer, no run) for which pick holds, with their generation now.
+func (t *Table) candidates(pick func(*record) bool) []releaseRef {
+	t.mu.Lock()
+	recs := make([]*record, len(t.order))
+	copy(recs, t.order)
+	t.mu.Unlock()
+	type cand struct {
+		ref  releaseRef
+		last time.Time
+	}
+	var cs []cand
+	for _, rec := range recs {
+		rec.mu.Lock()
+		if len(rec.viewers) == 0 && rec.run == nil && !rec.closing && pick(rec) {
+			cs = append(cs, cand{releaseRef{rec: rec, gen: rec.gen}, rec.lastActive})
+		}
+		rec.mu.Unlock()
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].last.Before(cs[j].last) })
+	out := make([]releaseRef, len(cs))
+	for i, c := range cs {
+		out[i] = c.ref
+	}
+	return out
+}
+
+// makeRoomLocked reports whether one more live session fits under the
+// cap. When it does not, it releases t.mu, evicts the oldest parked idle
+// session and reports false (the caller retries); with nothing to evict it
+// returns ErrLiveCap. t.mu is held on entry, and on return only when it
+// reports true.
+func (t *Table) makeRoomLocked() (bool, error) {
+	if t.maxLive <= 0 || len(t.byID) < t.maxLive {
+		return true, nil
+	}
+	t.mu.Unlock()
+	for _, ref := range t.candidates(func(*record) bool { return true }) {
+		if t.release(ref, ReasonEvicted) {
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%d live sessions, none parked and idle: %w", t.maxLive, ErrLiveCap)
 }
 
 // newSessionID returns a runtime session id: 8 lower-case hex characters.
@@ -192,11 +284,21 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		t.discard(rec.agent)
-		return ErrTableClosed
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			t.discard(rec.agent)
+			return ErrTableClosed
+		}
+		ok, err := t.makeRoomLocked()
+		if err != nil {
+			t.discard(rec.agent)
+			return fmt.Errorf("create: %v: %w", err, ErrBuildFailed)
+		}
+		if ok {
+			break
+		}
 	}
 	t.registerLocked(rec)
 	t.bindLocked(rec, v, "", reply)
@@ -216,17 +318,16 @@ func (t *Table) newAgent(ctx context.Context, key string) (contract.Agent, error
 // build loads a stored session's display history and makes its record
 // around agent (which it closes on failure), outside every lock.
 func (t *Table) build(ctx context.Context, sess store.Session, agent contract.Agent, closeOnDisconnect bool) (*record, error) {
+	id := newSessionID()
+	seq, epoch, runs, err := t.recover(ctx, sess, id)
+	if err != nil {
+		t.discard(agent)
+		return nil, fmt.Errorf("recover %s: %v: %w", sess.Key, err, ErrBuildFailed)
+	}
 	msgs, err := t.store.DisplayMessages(ctx, sess.Key)
 	if err != nil {
 		t.discard(agent)
 		return nil, fmt.Errorf("load %s: %v: %w", sess.Key, err, ErrBuildFailed)
-	}
-	id := newSessionID()
-	epoch := sess.Epoch
-	// The in-memory event ring of a rebuilt session is gone: its history
-	// was lost, so its epoch changes; seq continues from the stored cursor.
-	if epoch == "" || sess.LastSeq > 0 {
-		epoch = newEpoch()
 	}
 	rec := &record{
 		id:                id,
@@ -238,14 +339,95 @@ func (t *Table) build(ctx context.Context, sess store.Session, agent contract.Ag
 		released:          make(chan struct{}),
 		ringCap:           t.ring,
 		viewers:           make(map[contract.TransportID]Viewer),
+		journal:           t.journal,
 		title:             sess.Title,
 		messages:          msgs,
-		seq:               sess.LastSeq,
-		ringStart:         sess.LastSeq + 1,
+		runs:              runs,
+		seq:               seq,
+		ringStart:         seq + 1,
 		epoch:             epoch,
 		lastActive:        t.now(),
 	}
 	return rec, nil
+}
+
+// recover reads a stored session's event cursor from its journal and
+// finishes the runs a previous host left running (killed mid-run): each is
+// recorded interrupted, with the answer its journaled deltas streamed,
+// stored and journaled like any interrupted run. The epoch stays as stored
+// while the journal is intact; it changes only when events the session had
+// sent are missing from the journal (an older database, or a lost file).
+func (t *Table) recover(ctx context.Context, sess store.Session, id string) (seq uint64, epoch string, runs []runInfo, err error) {
+	_, first, last, err := t.store.EventsSince(ctx, sess.Key, 1<<62, 1)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	seq, epoch = max(sess.LastSeq, last), sess.Epoch
+	if epoch == "" || last < sess.LastSeq || (sess.LastSeq > 0 && first == 0) {
+		epoch = newEpoch()
+	}
+	stored, err := t.store.Runs(ctx, sess.Key)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	for _, r := range stored {
+		if r.Status == statusRunning {
+			text, err := t.streamedText(ctx, sess.Key, r.StartSeq)
+			if err != nil {
+				return 0, "", nil, err
+			}
+			now := t.now()
+			if err := t.store.AppendMessages(ctx, sess.Key, contract.Message{Role: contract.RoleAssistant, Text: text}); err != nil {
+				return 0, "", nil, err
+			}
+			seq++
+			params, _ := json.Marshal(eventParams{Type: "message.complete", SessionID: id, Seq: seq, Payload: map[string]string{"text": text, "status": statusInterrupted}})
+			if err := t.store.AppendEvents(ctx, []store.Event{{Key: sess.Key, Seq: seq, Params: params}}, store.Retention{}); err != nil {
+				return 0, "", nil, err
+			}
+			if err := t.store.EndRun(ctx, sess.Key, r.ID, statusInterrupted, now); err != nil {
+				return 0, "", nil, err
+			}
+			r.Status, r.EndedAt = statusInterrupted, now
+		}
+		info := runInfo{RunID: r.ID, Status: r.Status, StartedAt: r.StartedAt.Unix()}
+		if !r.EndedAt.IsZero() {
+			at := r.EndedAt.Unix()
+			info.EndedAt = &at
+		}
+		runs = append(runs, info)
+	}
+	if err := t.store.SetCursor(ctx, sess.Key, epoch, seq); err != nil {
+		return 0, "", nil, err
+	}
+	return seq, epoch, runs, nil
+}
+
+// streamedText rebuilds what a run streamed from its journaled deltas.
+func (t *Table) streamedText(ctx context.Context, key string, startSeq uint64) (string, error) {
+	evs, _, _, err := t.store.EventsSince(ctx, key, startSeq, 0)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, e := range evs {
+		var p struct {
+			Type    string `json:"type"`
+			Payload struct {
+				Text string `json:"text"`
+			} `json:"payload"`
+		}
+		if json.Unmarshal(e.Params, &p) != nil {
+			continue
+		}
+		if p.Type == "message.complete" || p.Type == "message.start" {
+			break
+		}
+		if p.Type == "message.delta" {
+			b.WriteString(p.Payload.Text)
+		}
+	}
+	return b.String(), nil
 }
 
 // discard closes an agent that was built but never registered (a losing
@@ -373,6 +555,17 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 			t.mu.Unlock()
 			t.discard(rec.agent)
 			return ErrTableClosed
+		}
+		if t.byKey[key] == nil && t.releasing[key] == nil {
+			ok, err := t.makeRoomLocked()
+			if err != nil {
+				t.discard(rec.agent)
+				return fmt.Errorf("resume: %v: %w", err, ErrBuildFailed)
+			}
+			if !ok {
+				t.discard(rec.agent)
+				continue
+			}
 		}
 		if winner := t.byKey[key]; winner != nil || t.releasing[key] != nil {
 			// Another resume won the race (or a teardown started): close
@@ -508,8 +701,14 @@ func (t *Table) release(ref releaseRef, why string) bool {
 	closeNow := false
 	endReason := why
 	switch why {
-	case ReasonClosed, ReasonShutdown, ReasonIdleReap, ReasonEvicted:
+	case ReasonClosed, ReasonShutdown:
 		closeNow = true
+	case ReasonIdleReap, ReasonEvicted:
+		// Only a parked, idle session nobody bound since it was picked.
+		closeNow = current && len(rec.viewers) == 0 && rec.run == nil
+		if !closeNow {
+			t.metrics.CASConflicts.Inc()
+		}
 	case ReasonDisconnected:
 		if _, ok := rec.viewers[ref.tid]; !ok {
 			rec.mu.Unlock()
@@ -704,12 +903,23 @@ func (t *Table) Shutdown(ctx context.Context) error {
 	for _, rec := range recs {
 		t.release(releaseRef{rec: rec}, ReasonShutdown)
 	}
+	select {
+	case <-t.sweep:
+	default:
+		close(t.sweep)
+	}
+	t.sweeper.Wait()
 	done := make(chan struct{})
 	go func() { t.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
+		t.journal.close()
 		return ctx.Err()
 	}
+	// Every event is committed and handed to its viewers before the
+	// sockets are closed.
+	err := t.journal.flush(ctx)
+	t.journal.close()
+	return err
 }

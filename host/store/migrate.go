@@ -35,6 +35,26 @@ var migrations = []string{
 	CREATE INDEX sessions_by_start ON sessions(started_at, key);
 	CREATE INDEX sessions_by_title ON sessions(title, started_at, key);
 	CREATE INDEX sessions_by_parent ON sessions(parent);`,
+
+	// 3: the event journal (every event sent for a session, by seq) and
+	// the runs of each session.
+	`CREATE TABLE events (
+		id          INTEGER PRIMARY KEY,
+		session_key TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+		seq         INTEGER NOT NULL,
+		params      TEXT NOT NULL,
+		UNIQUE (session_key, seq)
+	);
+	CREATE TABLE runs (
+		session_key TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+		run_id      TEXT NOT NULL,
+		status      TEXT NOT NULL,
+		started_at  INTEGER NOT NULL,
+		ended_at    INTEGER,
+		start_seq   INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (session_key, run_id)
+	) WITHOUT ROWID;
+	CREATE INDEX runs_by_start ON runs(session_key, started_at);`,
 }
 
 // latestVersion is the schema version Open migrates to.
