@@ -416,6 +416,16 @@ func (p params) sessionID() (string, *rpcError) {
 	return s, nil
 }
 
+// live type-checks session_id and looks up that live session (4006,
+// 4001).
+func (c *gconn) live(p params) (*record, error) {
+	sid, err := p.sessionID()
+	if err != nil {
+		return nil, err
+	}
+	return c.gw.table.Lookup(sid)
+}
+
 // handler answers one method. It returns the result, an error, or
 // errReplied when it has responded itself.
 type handler func(c *gconn, id json.RawMessage, p params) (any, error)
@@ -612,25 +622,17 @@ func (c *gconn) submit(_ json.RawMessage, p params) (any, error) {
 }
 
 func (c *gconn) runs(_ json.RawMessage, p params) (any, error) {
-	sid, err := p.sessionID()
+	rec, err := c.live(p)
 	if err != nil {
 		return nil, err
-	}
-	rec, lerr := c.gw.table.Lookup(sid)
-	if lerr != nil {
-		return nil, lerr
 	}
 	return map[string]any{"runs": rec.runList()}, nil
 }
 
 func (c *gconn) interrupt(_ json.RawMessage, p params) (any, error) {
-	sid, err := p.sessionID()
+	rec, err := c.live(p)
 	if err != nil {
 		return nil, err
-	}
-	rec, lerr := c.gw.table.Lookup(sid)
-	if lerr != nil {
-		return nil, lerr
 	}
 	if rec.interrupt() {
 		return map[string]string{"status": "interrupted"}, nil
