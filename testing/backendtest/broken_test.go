@@ -1,0 +1,156 @@
+package backendtest_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/plugins/pty"
+	"github.com/tether-agent/tether/testing/backendtest"
+)
+
+// brokenEnv names the broken backend TestBrokenHelper runs the kit on.
+const brokenEnv = "BACKENDTEST_BROKEN"
+
+// broken backends: each wraps a real pty.Backend and breaks one rule.
+var broken = map[string]func(inner contract.Backend) contract.Backend{
+	// The baseline: nothing broken.
+	"none": func(inner contract.Backend) contract.Backend { return inner },
+	// Detach and Write ignore the compare-and-swap on the writer: a
+	// stale writer's detach detaches whoever writes now, its input goes
+	// in.
+	"no-cas": func(inner contract.Backend) contract.Backend { return &noCAS{inner} },
+	// A view attach is taken as a writer's.
+	"view-writes": func(inner contract.Backend) contract.Backend { return &viewWrites{inner} },
+	// The cursor is ignored: every attach replays the whole ring.
+	"no-resume": func(inner contract.Backend) contract.Backend { return &noResume{inner} },
+}
+
+// TestBrokenHelper is not a test: TestKitFailsBrokenBackends runs it in a
+// subprocess with brokenEnv set.
+func TestBrokenHelper(t *testing.T) {
+	name := os.Getenv(brokenEnv)
+	if name == "" {
+		t.Skip("helper process of TestKitFailsBrokenBackends")
+	}
+	wrap := broken[name]
+	if wrap == nil {
+		t.Fatalf("%s=%q: no such broken backend", brokenEnv, name)
+	}
+	backendtest.Run(t, func(t *testing.T) contract.Backend {
+		b := pty.New(zerolog.Nop())
+		t.Cleanup(b.Shutdown)
+		return wrap(b)
+	})
+}
+
+// TestKitFailsBrokenBackends checks that the kit catches each broken
+// backend in the checks named, running it in a child process (the kit
+// takes a *testing.T, so a failing run must be a failing test).
+func TestKitFailsBrokenBackends(t *testing.T) {
+	tests := []struct {
+		broken   string
+		wantFail []string // subtests of TestBrokenHelper that must fail; nil: it must pass
+	}{
+		{"none", nil},
+		{"no-cas", []string{"Supersede"}},
+		{"view-writes", []string{"View", "TTL"}},
+		{"no-resume", []string{"Replay", "ExactlyOnce"}},
+	}
+	failLine := regexp.MustCompile(`(?m)^\s*--- FAIL: TestBrokenHelper/([^/\s]+)`)
+	for _, tt := range tests {
+		t.Run(tt.broken, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenHelper$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+tt.broken)
+			out, err := cmd.CombinedOutput()
+			var failed []string
+			for _, m := range failLine.FindAllStringSubmatch(string(out), -1) {
+				if !slices.Contains(failed, m[1]) {
+					failed = append(failed, m[1])
+				}
+			}
+			sort.Strings(failed)
+			if tt.wantFail == nil {
+				if err != nil || len(failed) > 0 {
+					t.Fatalf("kit on an intact backend: got %v, failed checks %q, want a pass\n%s", err, failed, out)
+				}
+				return
+			}
+			if _, ok := err.(*exec.ExitError); !ok {
+				t.Fatalf("kit on %s: got %v, want the test process to fail\n%s", tt.broken, err, out)
+			}
+			for _, name := range tt.wantFail {
+				if !slices.Contains(failed, name) {
+					t.Errorf("kit on %s: check %s passed, want it to fail (failed: %q)", tt.broken, name, failed)
+				}
+			}
+			if t.Failed() {
+				t.Logf("output:\n%s", out)
+			} else {
+				t.Logf("failed checks: %q", failed)
+			}
+		})
+	}
+}
+
+// noCAS lets anyone detach or write as the current writer.
+type noCAS struct{ contract.Backend }
+
+func (n *noCAS) writer(ctx context.Context, token string) (contract.TransportID, bool) {
+	infos, err := n.List(ctx)
+	if err != nil {
+		return contract.TransportID{}, false
+	}
+	for _, info := range infos {
+		if info.Token == token && !info.Writer.IsZero() {
+			return info.Writer, true
+		}
+	}
+	return contract.TransportID{}, false
+}
+
+func (n *noCAS) Detach(ctx context.Context, token string, viewer contract.TransportID) error {
+	err := n.Backend.Detach(ctx, token, viewer)
+	if errors.Is(err, contract.ErrStaleTransport) {
+		if w, ok := n.writer(ctx, token); ok {
+			return n.Backend.Detach(ctx, token, w)
+		}
+		return nil
+	}
+	return err
+}
+
+func (n *noCAS) Write(ctx context.Context, token string, viewer contract.TransportID, data []byte) error {
+	err := n.Backend.Write(ctx, token, viewer, data)
+	if errors.Is(err, contract.ErrStaleTransport) {
+		if w, ok := n.writer(ctx, token); ok {
+			return n.Backend.Write(ctx, token, w, data)
+		}
+	}
+	return err
+}
+
+// viewWrites attaches viewers as writers.
+type viewWrites struct{ contract.Backend }
+
+func (v *viewWrites) Attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	req.View = false
+	return v.Backend.Attach(ctx, req)
+}
+
+// noResume drops the client's cursor.
+type noResume struct{ contract.Backend }
+
+func (n *noResume) Attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	req.HasCursor, req.Offset, req.Epoch = false, 0, ""
+	return n.Backend.Attach(ctx, req)
+}
