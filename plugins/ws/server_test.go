@@ -592,8 +592,8 @@ func TestPeerEnds(t *testing.T) {
 
 func TestLiveness(t *testing.T) {
 	const (
-		ping    = 50 * time.Millisecond
-		timeout = 300 * time.Millisecond
+		ping    = 100 * time.Millisecond
+		timeout = time.Second // wide: -race on a loaded 2-core machine
 	)
 	s, addr := startServer(t, contract.StartRequest{PingInterval: ping, PeerTimeout: timeout})
 	r := link(t, s)
