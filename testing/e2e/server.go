@@ -284,6 +284,11 @@ func (s *Server) stop(tb testing.TB) {
 	// Whatever is left of its process group (plugins it started).
 	syscall.Kill(-s.Cmd.Process.Pid, syscall.SIGKILL)
 	s.closeOutput()
+	// A race-built host or plugin reports data races on stderr (the host
+	// re-emits its plugins' lines): any is a test failure.
+	if strings.Contains(s.Stderr.String(), "WARNING: DATA RACE") {
+		tb.Errorf("e2e: the race detector reported a data race in tether serve or a plugin")
+	}
 	if tb.Failed() {
 		tb.Logf("e2e: tether serve (pid %d) %v; stderr tail:\n%s", s.Cmd.Process.Pid, s.exitDescription(), s.Stderr.Tail(tailLines))
 	}
