@@ -165,8 +165,18 @@ func (r *recorder) forConn(conn uint64) []contract.Event {
 func (r *recorder) opened(t testing.TB, c *client) contract.Event {
 	t.Helper()
 	local := c.nc.LocalAddr().String()
+	// The OS may reuse a local port: skip earlier connections from the same
+	// address that are already closed. (pred runs with r.mu held.)
 	return r.wait(t, "opened from "+local, func(e contract.Event) bool {
-		return e.Kind == contract.EventOpened && e.Remote == local
+		if e.Kind != contract.EventOpened || e.Remote != local {
+			return false
+		}
+		for _, x := range r.events {
+			if x.Kind == contract.EventClosed && x.Conn == e.Conn {
+				return false
+			}
+		}
+		return true
 	})
 }
 
