@@ -28,6 +28,7 @@ func TestAccessCheck(t *testing.T) {
 		want int
 	}{
 		{"query token", ok(nil), 0},
+		{"token beside a malformed pair", ok(func(e *contract.Event) { e.Query = "attach=%zz&token=s3cret" }), 0},
 		{"bearer token", ok(func(e *contract.Event) { e.Query = ""; e.Header["Authorization"] = []string{"Bearer s3cret"} }), 0},
 		{"cookie token", ok(func(e *contract.Event) { e.Query = ""; e.Header["Cookie"] = []string{"a=b; tether_token=s3cret"} }), 0},
 		{"no token", ok(func(e *contract.Event) { e.Query = "" }), contract.CloseUnauthorized},
