@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,8 +33,9 @@ func TestReaperAndCapPickOnlyParkedIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	clock := time.Unix(1000, 0)
-	now := func() time.Time { return clock }
+	var clock atomic.Int64 // a fake clock, read by teardown goroutines too
+	clock.Store(1000)
+	now := func() time.Time { return time.Unix(clock.Load(), 0) }
 	tbl := NewTable(TableConfig{
 		Store:   st,
 		Agents:  contract.AgentFactoryFunc(func(context.Context, string) (contract.Agent, error) { return blockingAgent{}, nil }),
@@ -53,7 +55,7 @@ func TestReaperAndCapPickOnlyParkedIdle(t *testing.T) {
 		if err := tbl.Create(ctx, v, CreateOptions{Title: name, ForkCount: -1}, capture(&s)); err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
-		clock = clock.Add(time.Minute)
+		clock.Add(60)
 		return v, s
 	}
 	park := func(v *fakeViewer, s Snapshot) {
