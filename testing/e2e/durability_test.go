@@ -351,8 +351,16 @@ func TestIdleReaperAndCap(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // waiting for the async detach
 		}
 		call(t, obs, "session.create", nil, &third)
-		if r := storedReason(t, obs, second.SessionKey); r != "evicted" {
-			t.Fatalf("parked session end reason %q, want evicted", r)
+		// The evicted session is persisted by its teardown, just after.
+		deadline = time.Now().Add(5 * time.Second)
+		for r := storedReason(t, obs, second.SessionKey); r != "evicted"; r = storedReason(t, obs, second.SessionKey) {
+			if time.Now().After(deadline) {
+				t.Fatalf("parked session end reason %q, want evicted", r)
+			}
+			time.Sleep(20 * time.Millisecond) // waiting for the async teardown
+		}
+		if live := liveForKey(activeList(t, obs), second.SessionKey); len(live) != 0 {
+			t.Fatalf("evicted session still live: %+v", live)
 		}
 		if r := storedReason(t, obs, first.SessionKey); r != "" {
 			t.Fatalf("a session with a viewer was evicted (%q)", r)
