@@ -147,7 +147,11 @@ type StartRequest struct {
 	// Instance is the plugin instance id the host assigned; the transport
 	// uses it only for logging.
 	Instance string
-	// Listen is the address of the public listener, e.g. "127.0.0.1:0".
+	// Listen is the address of the public listener, e.g. "127.0.0.1:0",
+	// or "fd:N": serve the listening socket inherited as file descriptor
+	// N (net.FileListener). tether's host always sends "fd:3": it keeps
+	// the public listener itself and lends it to every transport process
+	// it starts, so the port stays bound across restarts and swaps.
 	Listen string
 	// PingInterval is how often idle peers are pinged (default 20s).
 	PingInterval time.Duration

@@ -10,8 +10,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -49,6 +49,13 @@ type Config struct {
 	// PTY is the PTY backend plugin to run and its configuration; a zero
 	// Spec.Path switches /api/pty off (4404).
 	PTY PTYConfig
+	// StopPTYs stops the PTY plugin (and its PTYs) at shutdown instead
+	// of leaving it running for the next host (SPEC §6.3).
+	StopPTYs bool
+	// Reload, when it delivers, swaps the transport plugin for a fresh
+	// process, like `tether plugins reload` (tether serve sends SIGHUP's
+	// here).
+	Reload <-chan struct{}
 	// AdminListen, if set, serves /metrics and /debug/pprof.
 	AdminListen string
 	// PingInterval and PeerTimeout tune the transport's liveness checks
@@ -81,6 +88,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	// Refuse to start beside a running host before touching its
+	// database or its plugins.
+	ctlLn, err := listenControl(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer ctlLn.Close() // until the control server owns it
 	st, err := store.Open(ctx, filepath.Join(cfg.StateDir, "state.db"))
 	if err != nil {
 		return fmt.Errorf("open state: %w", err)
@@ -101,23 +115,69 @@ func Run(ctx context.Context, cfg Config) error {
 	gw := NewGateway(table, st, cfg.Version, cfg.Log, metrics)
 	defer gw.Close()
 
+	// A TCP public listener is the host's own: every transport plugin
+	// process inherits it (see supervisor), so it stays bound across
+	// plugin crashes and swaps. Bound first: a taken port fails the
+	// start before any plugin is touched.
+	var ln *net.TCPListener
+	if hostListens(cfg.Listen) {
+		l, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		}
+		defer l.Close()
+		ln = l.(*net.TCPListener)
+	}
+
 	var router *PTYRouter
 	var bsup *backendSupervisor
+	serving := false // the listening line is out
 	if cfg.PTY.Spec.Path != "" {
 		router = NewPTYRouter(cfg.Log, metrics)
-		bsup = &backendSupervisor{spec: cfg.PTY.Spec, cfg: cfg.PTY.BackendConfig, router: router, metrics: metrics, log: cfg.Log}
+		bsup = newBackendSupervisor(cfg, router, metrics)
 		if err := bsup.start(ctx); err != nil {
 			return err
 		}
+		metrics.SetPTYSource(bsup.ptyCount)
 		defer func() {
-			bsup.stop()
+			// The sockets are closed by now; let their detaches reach
+			// the plugin before letting go of it. A host that failed to
+			// start does not leave behind a plugin it started itself.
 			router.Wait()
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget/2)
+			defer cancel()
+			bsup.stop(sctx, !cfg.StopPTYs && (serving || bsup.reattachedNow()))
 		}()
 	}
-	sup := &supervisor{spec: cfg.Transport, cfg: cfg, gw: gw, pty: router, metrics: metrics, log: cfg.Log}
-	addr, err := sup.start(ctx)
-	if err != nil {
+	sup := newSupervisor(cfg, ln, gw, router, metrics)
+	if err := sup.start(ctx); err != nil {
 		return err
+	}
+	addr := sup.addr
+	ctl := newControlServer(ctlLn, controlHandler(sup, bsup), cfg.Log)
+	defer ctl.Close()
+	var reloads sync.WaitGroup
+	reloadCtx, stopReloads := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		stopReloads()
+		reloads.Wait()
+	}()
+	if cfg.Reload != nil {
+		reloads.Add(1)
+		go func() {
+			defer reloads.Done()
+			for {
+				select {
+				case <-reloadCtx.Done():
+					return
+				case <-cfg.Reload:
+				}
+				cfg.Log.Info().Str("plugin", sup.name).Msg("reload requested (SIGHUP)")
+				if _, err := sup.reload(reloadCtx, nil); err != nil {
+					cfg.Log.Error().Err(err).Str("plugin", sup.name).Msg("reload failed; the running plugin keeps serving")
+				}
+			}
+		}()
 	}
 	var admin *http.Server
 	var adminDone chan struct{}
@@ -151,15 +211,21 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", addr, cfg.Token)
 	}
+	serving = true
 	cfg.Log.Info().Str("addr", addr).Msg("tether serving")
 
 	<-ctx.Done()
 	cfg.Log.Info().Msg("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
-	// Stop accepting; interrupt runs while their viewers are still
-	// connected (they get message.complete "interrupted") and persist;
-	// then close every socket with 1001 and stop the plugin.
+	// No more control requests or reloads; stop accepting; interrupt
+	// runs while their viewers are still connected (they get
+	// message.complete "interrupted") and persist; then close every
+	// socket with 1001 and stop the transport plugin. The PTY plugin is
+	// let go (or stopped) last, by the deferred calls.
+	ctl.Close()
+	stopReloads()
+	reloads.Wait()
 	sup.drain()
 	if err := table.Shutdown(sctx); err != nil {
 		cfg.Log.Error().Err(err).Msg("sessions did not all persist in time")
@@ -168,244 +234,46 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// supervisor runs the transport plugin: it starts it, links it, restarts
-// it with capped exponential backoff when it dies, and stops it.
-type supervisor struct {
-	spec    PluginSpec
-	cfg     Config
-	gw      *Gateway
-	pty     *PTYRouter
-	metrics *Metrics
-	log     zerolog.Logger
-
-	addr     string // bound address, fixed after the first start
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	done     chan struct{} // closed when loop returns
-	stopping atomic.Bool
-
-	mu   sync.Mutex // guards the fields below
-	proc *pluginProc
-	link *Link
-}
-
-// drain makes the current link refuse new connections.
-func (s *supervisor) drain() {
-	s.mu.Lock()
-	link := s.link
-	s.mu.Unlock()
-	if link != nil {
-		link.Drain()
-	}
-}
-
-// start launches the plugin the first time and keeps it running.
-func (s *supervisor) start(ctx context.Context) (string, error) {
-	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	proc, link, err := s.launch(s.cfg.Listen)
-	if err != nil {
-		s.cancel()
-		return "", err
-	}
-	s.done = make(chan struct{})
-	s.wg.Add(1)
-	go s.loop(proc, link)
-	return s.addr, nil
-}
-
-// launch starts one plugin process, binds its listener and makes its link.
-func (s *supervisor) launch(listen string) (*pluginProc, *Link, error) {
-	proc, err := startPlugin(s.spec, contract.KindTransport, s.log)
-	if err != nil {
-		return nil, nil, err
-	}
-	instance := contract.NewInstanceID()
-	sctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	resp, err := proc.tr.Start(sctx, contract.StartRequest{
-		Instance:     instance,
-		Listen:       listen,
-		PingInterval: s.cfg.PingInterval,
-		PeerTimeout:  s.cfg.PeerTimeout,
-	})
-	if err != nil {
-		proc.client.Kill()
-		return nil, nil, fmt.Errorf("start %s listener on %s: %w", s.spec.Name, listen, err)
-	}
-	s.addr = resp.Addr
-	access := &Access{Token: s.cfg.Token, Bound: resp.Addr, AllowOrigins: s.cfg.AllowOrigins}
-	link := NewLink(s.spec.Name, instance, proc.tr, s.gw, s.pty, access, s.log)
-	s.mu.Lock()
-	s.proc = proc
-	s.link = link
-	s.mu.Unlock()
-	s.log.Info().Str("plugin", s.spec.Name).Str("instance", instance).Int("pid", proc.client.ReattachConfig().Pid).Str("version", resp.Version).Msg("plugin started")
-	return proc, link, nil
-}
-
-// loop serves a link and restarts the plugin when it ends unasked.
-func (s *supervisor) loop(proc *pluginProc, link *Link) {
-	defer s.wg.Done()
-	defer close(s.done)
-	backoff := 100 * time.Millisecond
-	for {
-		started := time.Now()
-		err := link.Run(s.ctx)
-		if s.ctx.Err() != nil || s.stopping.Load() {
-			proc.client.Kill()
-			return
-		}
-		proc.client.Kill()
-		s.log.Warn().Err(err).Str("plugin", s.spec.Name).Msg("transport plugin ended; restarting")
-		s.metrics.PluginRestarts.WithLabelValues(s.spec.Name).Inc()
-		if time.Since(started) > time.Minute {
-			backoff = 100 * time.Millisecond
-		}
-		for {
-			t := time.NewTimer(backoff)
-			select {
-			case <-s.ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
+// controlHandler answers the control socket's requests.
+func controlHandler(sup *supervisor, bsup *backendSupervisor) func(context.Context, ControlRequest) (ControlResponse, error) {
+	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
+		list := func() []PluginStatus {
+			ps := []PluginStatus{sup.status()}
+			if bsup != nil {
+				ps = append(ps, bsup.status())
 			}
-			backoff = min(backoff*2, 5*time.Second)
-			var lerr error
-			proc, link, lerr = s.launch(s.addr)
-			if lerr == nil {
-				break
+			return ps
+		}
+		var spec *PluginSpec
+		if req.Path != "" {
+			if !filepath.IsAbs(req.Path) {
+				return ControlResponse{}, fmt.Errorf("plugin path %q is not absolute", req.Path)
 			}
-			s.log.Error().Err(lerr).Str("plugin", s.spec.Name).Msg("restarting transport plugin")
+			spec = &PluginSpec{Name: req.Name, Path: req.Path, SHA256: req.SHA256}
 		}
-	}
-}
-
-// stop closes every client socket with 1001, ends the link and kills the
-// plugin process.
-func (s *supervisor) stop(ctx context.Context) {
-	s.stopping.Store(true)
-	s.mu.Lock()
-	proc, link := s.proc, s.link
-	s.mu.Unlock()
-	if link != nil {
-		link.Drain()
-		select {
-		case <-link.CloseAll(contract.CloseGoingAway, "host shutting down"):
-		case <-ctx.Done():
-		}
-	}
-	if proc != nil {
-		if err := proc.tr.Stop(ctx, contract.StopRequest{Code: contract.CloseGoingAway, Reason: "host shutting down"}); err != nil {
-			s.log.Debug().Err(err).Msg("stopping transport")
-		}
-		// The link ends by itself once the plugin has reported every
-		// socket closed; cut it only when out of time.
-		select {
-		case <-s.done:
-		case <-ctx.Done():
-		}
-	}
-	s.cancel()
-	s.wg.Wait()
-	if proc != nil {
-		proc.client.Kill()
-	}
-}
-
-// backendSupervisor runs the PTY backend plugin: it starts it, streams its
-// output into the router, and restarts it with capped backoff when it dies
-// (its PTYs die with it: their sockets are closed with 1012 and reattach
-// to fresh PTYs, with reset replays).
-type backendSupervisor struct {
-	spec    PluginSpec
-	cfg     contract.BackendConfig
-	router  *PTYRouter
-	metrics *Metrics
-	log     zerolog.Logger
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu   sync.Mutex // guards proc
-	proc *pluginProc
-}
-
-func (s *backendSupervisor) start(ctx context.Context) error {
-	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	proc, err := s.launch()
-	if err != nil {
-		s.cancel()
-		return err
-	}
-	s.wg.Add(1)
-	go s.loop(proc)
-	return nil
-}
-
-func (s *backendSupervisor) launch() (*pluginProc, error) {
-	proc, err := startPlugin(s.spec, contract.KindBackend, s.log)
-	if err != nil {
-		return nil, err
-	}
-	cfg := s.cfg
-	cfg.Instance = contract.NewInstanceID()
-	sctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	info, err := proc.be.Start(sctx, cfg)
-	if err != nil {
-		proc.client.Kill()
-		return nil, fmt.Errorf("start %s backend: %w", s.spec.Name, err)
-	}
-	s.mu.Lock()
-	s.proc = proc
-	s.mu.Unlock()
-	s.router.SetBackend(proc.be)
-	s.log.Info().Str("plugin", s.spec.Name).Str("instance", cfg.Instance).Int("pid", proc.client.ReattachConfig().Pid).Str("version", info.Version).Msg("plugin started")
-	return proc, nil
-}
-
-func (s *backendSupervisor) loop(proc *pluginProc) {
-	defer s.wg.Done()
-	backoff := 100 * time.Millisecond
-	for {
-		err := proc.be.Output(s.ctx, s.router.onOutput)
-		if s.ctx.Err() != nil {
-			return
-		}
-		proc.client.Kill()
-		s.router.SetBackend(nil)
-		s.router.closeAll(contract.CloseServiceRestart, "pty backend restarting")
-		s.log.Warn().Err(err).Str("plugin", s.spec.Name).Msg("pty backend ended; restarting")
-		s.metrics.PluginRestarts.WithLabelValues(s.spec.Name).Inc()
-		for {
-			t := time.NewTimer(backoff)
-			select {
-			case <-s.ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
+		var err error
+		switch {
+		case req.Op == OpList:
+		case req.Op == OpReload && req.Name == sup.name:
+			_, err = sup.reload(ctx, spec)
+		case req.Op == OpReload && bsup != nil && req.Name == bsup.spec.Name:
+			_, err = bsup.reload(ctx, spec)
+		case req.Op == OpStop && bsup != nil && req.Name == bsup.spec.Name:
+			_, err = bsup.stopPTYs(ctx)
+		case req.Op == OpStop && req.Name == sup.name:
+			err = fmt.Errorf("plugin %s is the transport: it is not stopped on its own; reload it to swap it for a fresh process", req.Name)
+		case req.Op == OpReload, req.Op == OpStop:
+			names := []string{sup.name}
+			if bsup != nil {
+				names = append(names, bsup.spec.Name)
 			}
-			backoff = min(backoff*2, 5*time.Second)
-			var lerr error
-			if proc, lerr = s.launch(); lerr == nil {
-				break
-			}
-			s.log.Error().Err(lerr).Str("plugin", s.spec.Name).Msg("restarting pty backend")
+			err = fmt.Errorf("no plugin named %q (plugins: %s)", req.Name, strings.Join(names, ", "))
+		default:
+			err = fmt.Errorf("unknown operation %q (want %s, %s or %s)", req.Op, OpList, OpReload, OpStop)
 		}
-	}
-}
-
-// stop ends the output stream and the plugin process (and with it its
-// PTYs: keeping them for the next host is the lifecycle issue's work).
-func (s *backendSupervisor) stop() {
-	s.cancel()
-	s.wg.Wait()
-	s.mu.Lock()
-	proc := s.proc
-	s.mu.Unlock()
-	if proc != nil {
-		proc.client.Kill()
+		if err != nil {
+			return ControlResponse{}, err
+		}
+		return ControlResponse{Plugins: list()}, nil
 	}
 }

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -22,7 +24,11 @@ type Metrics struct {
 	BytesIn        prometheus.Counter
 	BytesOut       prometheus.Counter
 	PluginRestarts *prometheus.CounterVec
+	PluginReloads  *prometheus.CounterVec
 	Supersedes     prometheus.Counter
+	PTYs           prometheus.GaugeFunc
+
+	ptySource atomic.Pointer[func() int] // counts live PTYs; nil: none
 }
 
 // NewMetrics registers the host's metrics on a new registry.
@@ -43,10 +49,21 @@ func NewMetrics() *Metrics {
 		BytesIn:        prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_in_total", Help: "Payload bytes received from clients."}),
 		BytesOut:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_out_total", Help: "Payload bytes queued to clients."}),
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_restarts_total", Help: "Plugin processes restarted after they exited."}, []string{"plugin"}),
+		PluginReloads:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_reloads_total", Help: "Plugins swapped for a fresh process on request (tether plugins reload, SIGHUP)."}, []string{"plugin"}),
 		Supersedes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_supersedes_total", Help: "PTY writers closed with 4409 because a newer writer attached."}),
 	}
+	m.PTYs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_ptys", Help: "Live PTYs in the PTY backend (asked at scrape time)."}, func() float64 {
+		if f := m.ptySource.Load(); f != nil {
+			return float64(max((*f)(), 0))
+		}
+		return 0
+	})
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
 		m.AgentCloses, m.CASConflicts, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
-		m.BytesOut, m.PluginRestarts, m.Supersedes)
+		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.Supersedes, m.PTYs)
 	return m
 }
+
+// SetPTYSource sets the function the tether_ptys gauge asks at scrape
+// time.
+func (m *Metrics) SetPTYSource(f func() int) { m.ptySource.Store(&f) }

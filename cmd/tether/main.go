@@ -36,6 +36,8 @@ func run(args []string) int {
 		return attach(args[1:])
 	case "plugin":
 		return pluginMain(args[1:])
+	case "plugins":
+		return pluginsCmd(args[1:])
 	case "version", "--version", "-version":
 		fmt.Println("tether", version)
 		return 0

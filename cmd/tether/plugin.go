@@ -8,7 +8,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
-	"github.com/tether-agent/tether/plugins/pty"
 	"github.com/tether-agent/tether/plugins/ws"
 	"github.com/tether-agent/tether/plugins/ws/web"
 )
@@ -32,8 +31,7 @@ func pluginMain(args []string) int {
 		contract.ServeTransport(srv)
 		return 0
 	case "pty":
-		contract.ServeBackend(pty.New(log))
-		return 0
+		return ptyPluginMain()
 	}
 	fmt.Fprintf(os.Stderr, "tether plugin: unknown plugin %q (built in: ws, pty)\n", args[0])
 	return 2

@@ -48,6 +48,7 @@ func serve(args []string) int {
 		ptyBuffer    = sizeFlag{n: 1 << 20}
 		pingInterval = fs.Duration("ping-interval", 20*time.Second, "how often the transport pings idle clients")
 		peerTimeout  = fs.Duration("peer-timeout", 60*time.Second, "a client silent for this long is closed as dead")
+		stopPTYs     = fs.Bool("stop-ptys", false, "on shutdown also stop the PTY plugin (and its PTYs) instead of leaving it for the next host")
 	)
 	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB suffix")
 	fs.Var(&allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
@@ -112,6 +113,24 @@ func serve(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP swaps the transport plugin for a fresh process.
+	reload := make(chan struct{}, 1)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				select {
+				case reload <- struct{}{}:
+				default: // one is pending already
+				}
+			}
+		}
+	}()
 	err = host.Run(ctx, host.Config{
 		Listen:      *listen,
 		Token:       *token,
@@ -131,6 +150,8 @@ func serve(args []string) int {
 			MaxSessions: *ptyMax,
 			Buffer:      ptyBuffer.n,
 		}},
+		StopPTYs:     *stopPTYs,
+		Reload:       reload,
 		AdminListen:  *adminListen,
 		PingInterval: *pingInterval,
 		PeerTimeout:  *peerTimeout,

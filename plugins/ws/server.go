@@ -8,6 +8,9 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,8 +65,16 @@ type Server struct {
 	stopDone chan struct{} // closed when the first Stop returns
 	stopCh   chan struct{} // closed by Stop: ends the ticker
 	hs       *http.Server
+	ln       net.Listener
+	served   chan struct{} // closed when the HTTP server's accept loop returned
 	conns    map[uint64]*conn
 	lastID   uint64
+	stopCode int // the code of a Stop under way, for upgrades that lose the race
+	stopMsg  string
+
+	csMu  sync.Mutex            // guards the fields below
+	busy  map[net.Conn]struct{} // HTTP connections between accept and their response or upgrade
+	quiet chan struct{}         // non-nil while Stop waits for busy to empty
 
 	evMu     sync.Mutex // guards the fields below
 	evs      []contract.Event
@@ -85,6 +96,7 @@ func New(log zerolog.Logger) *Server {
 		stopCh:  make(chan struct{}),
 		evSpace: make(chan struct{}),
 		evLimit: DefaultEventBuffer,
+		busy:    make(map[net.Conn]struct{}),
 	}
 }
 
@@ -103,8 +115,7 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	case s.started:
 		return contract.StartResponse{}, fmt.Errorf("start: already started: %w", contract.ErrInvalidArgument)
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", req.Listen)
+	ln, err := listen(ctx, req.Listen)
 	if err != nil {
 		return contract.StartResponse{}, fmt.Errorf("start: %w", err)
 	}
@@ -118,8 +129,11 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	s.evMu.Unlock()
 	s.cfg = cfg
 	s.started = true
+	s.ln = ln
+	s.served = make(chan struct{})
 	s.hs = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
+		ConnState:         s.connState,
 		ReadHeaderTimeout: cfg.peerTimeout,
 		IdleTimeout:       cfg.peerTimeout,
 		ErrorLog:          log.New(debugWriter{s.log}, "", 0),
@@ -127,7 +141,8 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		defer close(s.served)
+		if err := s.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			s.log.Error().Err(err).Msg("http serve")
 		}
 	}()
@@ -135,6 +150,31 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	addr := ln.Addr().String()
 	s.log.Info().Str("addr", addr).Msg("websocket transport listening")
 	return contract.StartResponse{Addr: addr, Version: Version}, nil
+}
+
+// listen binds addr, or, for "fd:N", serves the listening socket the
+// process inherited as file descriptor N (the host keeps the public
+// listener and lends it to every transport process it starts).
+func listen(ctx context.Context, addr string) (net.Listener, error) {
+	fdText, inherited := strings.CutPrefix(addr, "fd:")
+	if !inherited {
+		var lc net.ListenConfig
+		return lc.Listen(ctx, "tcp", addr)
+	}
+	fd, err := strconv.Atoi(fdText)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("listen %q: want fd:N with N >= 3: %w", addr, contract.ErrInvalidArgument)
+	}
+	f := os.NewFile(uintptr(fd), "inherited-listener")
+	if f == nil {
+		return nil, fmt.Errorf("listen %q: bad file descriptor: %w", addr, contract.ErrInvalidArgument)
+	}
+	defer f.Close() // FileListener holds a duplicate
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("listen %q: %w", addr, err)
+	}
+	return ln, nil
 }
 
 func newConfig(req contract.StartRequest) (*config, error) {
@@ -207,8 +247,26 @@ func (s *Server) Stop(ctx context.Context, req contract.StopRequest) error {
 	}
 	s.stopDone = make(chan struct{})
 	defer close(s.stopDone)
+	hs, cfg, ln, served := s.hs, s.cfg, s.ln, s.served
+	s.stopCode, s.stopMsg = req.Code, req.Reason
+	if s.stopCode == 0 {
+		s.stopCode = contract.CloseGoingAway
+	}
+	s.mu.Unlock()
+
+	// Hand the listener over first: stop accepting, then let the
+	// connections already accepted finish their request (an upgrade
+	// opens and is closed below with the stop's code; a plain request
+	// is answered), instead of dropping them unanswered. A host that
+	// swaps this process for another on the same inherited listening
+	// socket then refuses no connection.
+	if ln != nil {
+		_ = ln.Close()
+		<-served // every connection it accepted is tracked by connState now
+		s.waitQuiet(ctx, cfg.closeGrace)
+	}
+	s.mu.Lock()
 	s.stopped = true
-	hs, cfg := s.hs, s.cfg
 	s.mu.Unlock()
 
 	if hs != nil {
@@ -334,7 +392,11 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	if s.stopped {
+		code, reason := s.stopCode, s.stopMsg
 		s.mu.Unlock()
+		// Upgraded as Stop closed the others: close it the same way.
+		_ = nc.SetWriteDeadline(time.Now().Add(cfg.closeGrace))
+		_ = ws.WriteFrame(nc, ws.NewCloseFrame(ws.NewCloseFrameBody(ws.StatusCode(code), reason)))
 		nc.Close()
 		return
 	}
@@ -344,6 +406,42 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 	s.pushEvent(ev)
 	s.mu.Unlock()
 	s.log.Debug().Uint64("conn", c.id).Str("path", ev.Path).Str("remote", ev.Remote).Msg("opened")
+}
+
+// connState tracks the HTTP connections that are between their accept
+// and their response or upgrade.
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	s.csMu.Lock()
+	defer s.csMu.Unlock()
+	if st == http.StateNew || st == http.StateActive {
+		s.busy[c] = struct{}{}
+		return
+	}
+	delete(s.busy, c) // idle, hijacked (upgraded) or closed
+	if len(s.busy) == 0 && s.quiet != nil {
+		close(s.quiet)
+		s.quiet = nil
+	}
+}
+
+// waitQuiet waits, up to d, until no HTTP connection is between its
+// accept and its response or upgrade.
+func (s *Server) waitQuiet(ctx context.Context, d time.Duration) {
+	s.csMu.Lock()
+	if len(s.busy) == 0 {
+		s.csMu.Unlock()
+		return
+	}
+	quiet := make(chan struct{})
+	s.quiet = quiet
+	s.csMu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-quiet:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // tick pings admitted connections and times out unadmitted ones.

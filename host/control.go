@@ -1,0 +1,224 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// ControlSocket is the name of the host's control socket in its state dir.
+// `tether plugins` talks to the running host through it: one JSON
+// ControlRequest line in, one ControlResponse line out, then the host
+// closes the connection. The socket has mode 0600 in the 0700 state dir:
+// only the host's user can reach it.
+const ControlSocket = "control.sock"
+
+// Control operations.
+const (
+	// OpList: every plugin's PluginStatus.
+	OpList = "list"
+	// OpReload: swap the transport plugin Name for a fresh process (of
+	// Path when given); for the PTY backend, start it if it is stopped.
+	OpReload = "reload"
+	// OpStop: stop the PTY backend plugin Name and its PTYs.
+	OpStop = "stop"
+)
+
+// Control errors.
+var (
+	// ErrNoHost: no host answers on the state dir's control socket.
+	ErrNoHost = errors.New("no tether host is running on this state dir")
+	// ErrHostRunning: another host already serves this state dir.
+	ErrHostRunning = errors.New("another tether host is running on this state dir")
+)
+
+// controlTimeout bounds one control request (a reload waits for the new
+// plugin's handshake and the old one's sockets to close).
+const controlTimeout = 60 * time.Second
+
+// ControlRequest is one request on the control socket.
+type ControlRequest struct {
+	Op   string `json:"op"`
+	Name string `json:"name,omitempty"`
+	// Path and SHA256 (optional) name a new plugin binary for OpReload.
+	// Path is absolute; the binary is run with no arguments, like one
+	// given with --plugin.
+	Path   string `json:"path,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// ControlResponse is the host's answer.
+type ControlResponse struct {
+	OK      bool           `json:"ok"`
+	Error   string         `json:"error,omitempty"`
+	Plugins []PluginStatus `json:"plugins,omitempty"`
+}
+
+// PluginStatus describes one plugin of the running host.
+type PluginStatus struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"` // transport or backend
+	// State is starting, running, restarting (died; the next attempt is
+	// due) or stopped.
+	State string `json:"state"`
+	// Pid, Version and Started describe the running process (zero when
+	// none runs).
+	Pid     int       `json:"pid,omitempty"`
+	Version string    `json:"version,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	// Restarts counts the times the supervisor restarted it after it
+	// died; LastError is why it last died or failed to start.
+	Restarts  int    `json:"restarts"`
+	LastError string `json:"last_error,omitempty"`
+	// Connections is the sockets it carries (transport) or the sockets
+	// attached to its PTYs (backend).
+	Connections int `json:"connections"`
+	// PTYs is the backend's live PTYs; Reattached says the host
+	// reattached to it (it was started by an earlier host).
+	PTYs       int    `json:"ptys,omitempty"`
+	Reattached bool   `json:"reattached,omitempty"`
+	Path       string `json:"path,omitempty"`
+}
+
+// Control sends req to the host running on stateDir and returns its
+// answer. It fails with ErrNoHost when nothing listens on the control
+// socket.
+func Control(ctx context.Context, stateDir string, req ControlRequest) (ControlResponse, error) {
+	path := filepath.Join(stateDir, ControlSocket)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return ControlResponse{}, fmt.Errorf("%s: %w", path, ErrNoHost)
+		}
+		return ControlResponse{}, fmt.Errorf("control socket: %w", err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	b, _ := json.Marshal(req)
+	if _, err := conn.Write(append(b, '\n')); err != nil {
+		return ControlResponse{}, fmt.Errorf("control socket: %w", err)
+	}
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	if err != nil {
+		return ControlResponse{}, fmt.Errorf("control socket: reading the answer: %w", err)
+	}
+	var resp ControlResponse
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return ControlResponse{}, fmt.Errorf("control socket: bad answer: %w", err)
+	}
+	if !resp.OK {
+		return resp, errors.New(resp.Error)
+	}
+	return resp, nil
+}
+
+// controlServer serves the control socket.
+type controlServer struct {
+	ln     *net.UnixListener
+	handle func(context.Context, ControlRequest) (ControlResponse, error)
+	log    zerolog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// listenControl makes the control socket in stateDir. A socket left by a
+// host that died is replaced; one that answers belongs to a running host,
+// and this one must not start (ErrHostRunning): two hosts would share the
+// database and fight over the PTY plugin.
+func listenControl(stateDir string) (*net.UnixListener, error) {
+	path := filepath.Join(stateDir, ControlSocket)
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("control socket %s: path longer than %d bytes; use a shorter --state-dir", path, maxSocketPath)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%s answers: %w (stop it first, or use another --state-dir)", path, ErrHostRunning)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	return ln, nil
+}
+
+func newControlServer(ln *net.UnixListener, handle func(context.Context, ControlRequest) (ControlResponse, error), log zerolog.Logger) *controlServer {
+	c := &controlServer{ln: ln, handle: handle, log: log}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.wg.Add(1)
+	go c.serve()
+	return c
+}
+
+func (c *controlServer) serve() {
+	defer c.wg.Done()
+	for {
+		conn, err := c.ln.Accept()
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.log.Error().Err(err).Msg("control socket")
+			}
+			return
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.serveConn(conn)
+		}()
+	}
+}
+
+func (c *controlServer) serveConn(conn net.Conn) {
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(c.ctx, controlTimeout)
+	defer cancel()
+	_ = conn.SetDeadline(time.Now().Add(controlTimeout))
+	var resp ControlResponse
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	var req ControlRequest
+	switch {
+	case err != nil:
+		c.log.Debug().Err(err).Msg("control request")
+		return
+	case json.Unmarshal(line, &req) != nil:
+		resp.Error = "bad request: want one JSON object per line"
+	default:
+		c.log.Info().Str("op", req.Op).Str("name", req.Name).Str("path", req.Path).Msg("control request")
+		if resp, err = c.handle(ctx, req); err != nil {
+			resp.Error = err.Error()
+			c.log.Warn().Err(err).Str("op", req.Op).Str("name", req.Name).Msg("control request failed")
+		} else {
+			resp.OK = true
+		}
+	}
+	b, _ := json.Marshal(resp)
+	_, _ = conn.Write(append(b, '\n'))
+}
+
+// Close stops serving (the socket file is removed) and waits for the
+// requests in flight; their contexts are cancelled.
+func (c *controlServer) Close() {
+	c.cancel()
+	_ = c.ln.Close()
+	c.wg.Wait()
+}

@@ -1,0 +1,454 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// Plugin states, as `tether plugins list` shows them.
+const (
+	stateStarting   = "starting"
+	stateRunning    = "running"
+	stateRestarting = "restarting" // died; waiting for the next attempt
+	stateStopped    = "stopped"
+)
+
+// Restart backoff: the first restart of a crashed plugin is tried after
+// backoffMin, each failed attempt doubles the wait up to backoffMax, and a
+// plugin that ran for backoffResetAfter starts over at backoffMin.
+const (
+	backoffMin        = 100 * time.Millisecond
+	backoffMax        = 5 * time.Second
+	backoffResetAfter = time.Minute
+)
+
+// Timeouts of plugin operations.
+const (
+	// startRPCTimeout bounds a plugin's Start call.
+	startRPCTimeout = 10 * time.Second
+	// retireTimeout bounds stopping a swapped-out transport: its Stop
+	// (close grace of its sockets included) and its exit.
+	retireTimeout = 5 * time.Second
+)
+
+// errStopping: the host is shutting down; no plugin is started or swapped.
+var errStopping = errors.New("host shutting down")
+
+// listenFD is the Listen value of every transport the host starts on its
+// own listener: inherited as fd 3 (the first of exec.Cmd.ExtraFiles).
+const listenFD = "fd:3"
+
+// hostListens reports whether the host binds --listen itself: a TCP
+// host:port with a numeric port. Anything else ("unix:PATH" for a
+// transport that speaks over a Unix socket, say) is passed to the
+// transport as it is, and the transport binds it.
+func hostListens(listen string) bool {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "" {
+		return false
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// supervisor runs the transport plugin. For a TCP --listen the public
+// listener is the host's: every plugin process the supervisor starts
+// inherits a duplicate of it and accepts on it, so the port stays bound
+// and connections queue in its backlog while a crashed plugin is
+// restarted, and two processes accept side by side during a swap. (Any
+// other --listen is the transport's to bind; a swap then needs the new
+// process to bind beside the old one.) It links each process, restarts a
+// crashed one with capped exponential backoff (its sockets' sessions are
+// parked by the link), swaps in a fresh process on reload, and stops it.
+type supervisor struct {
+	cfg     Config
+	name    string
+	ln      *net.TCPListener // the public listener (Run closes it); nil: the transport binds cfg.Listen
+	addr    string           // the bound address; set by the first start when ln is nil
+	gw      *Gateway
+	pty     *PTYRouter
+	metrics *Metrics
+	log     zerolog.Logger
+
+	ctx    context.Context // the supervisor's life; ends every link
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // watch goroutines (and the restarts they run)
+	ops    chan struct{}  // one launch, swap or stop at a time
+
+	mu       sync.Mutex // guards the fields below
+	stopping bool       // stop has begun: nothing is activated any more
+	spec     PluginSpec
+	cur      *tgen // the process serving; nil while restarting
+	state    string
+	restarts int
+	lastErr  string
+	backoff  time.Duration
+}
+
+// tgen is one transport plugin process and its link.
+type tgen struct {
+	proc     *pluginProc
+	link     *Link
+	instance string
+	version  string
+	started  time.Time
+	retired  atomic.Bool   // swapped out or stopped: its end is no crash
+	done     chan struct{} // closed once its link ended and it was killed
+}
+
+func newSupervisor(cfg Config, ln *net.TCPListener, gw *Gateway, pty *PTYRouter, m *Metrics) *supervisor {
+	addr := ""
+	if ln != nil {
+		addr = ln.Addr().String()
+	}
+	return &supervisor{
+		cfg:     cfg,
+		name:    cfg.Transport.Name,
+		ln:      ln,
+		addr:    addr,
+		gw:      gw,
+		pty:     pty,
+		metrics: m,
+		log:     cfg.Log,
+		ops:     make(chan struct{}, 1),
+		spec:    cfg.Transport,
+		state:   stateStarting,
+		backoff: backoffMin,
+	}
+}
+
+func (s *supervisor) acquire(ctx context.Context) error {
+	select {
+	case s.ops <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *supervisor) release() { <-s.ops }
+
+// start launches the first plugin process and keeps it running.
+func (s *supervisor) start(ctx context.Context) error {
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	g, err := s.launch(s.spec)
+	if err != nil {
+		s.cancel()
+		return err
+	}
+	if !s.activate(g) {
+		s.cancel()
+		return errStopping
+	}
+	return nil
+}
+
+// launch starts one plugin process on the shared listener and makes its
+// link (not yet running).
+func (s *supervisor) launch(spec PluginSpec) (*tgen, error) {
+	opts := procOptions{Env: []string{EnvPluginStateDir + "=" + s.cfg.StateDir}}
+	listen := s.cfg.Listen
+	if s.addr != "" {
+		listen = s.addr // a restart binds the address the first start got
+	}
+	if s.ln != nil {
+		f, err := s.ln.File() // a duplicate; the child inherits it as fd 3
+		if err != nil {
+			return nil, fmt.Errorf("plugin %s: sharing the listener: %w", spec.Name, err)
+		}
+		defer f.Close() // the child has its own copy once started
+		opts.ExtraFiles = []*os.File{f}
+		listen = listenFD
+	}
+	proc, err := startPlugin(spec, contract.KindTransport, opts, s.log)
+	if err != nil {
+		return nil, err
+	}
+	instance := contract.NewInstanceID()
+	sctx, cancel := context.WithTimeout(s.ctx, startRPCTimeout)
+	defer cancel()
+	resp, err := proc.tr.Start(sctx, contract.StartRequest{
+		Instance:     instance,
+		Listen:       listen,
+		PingInterval: s.cfg.PingInterval,
+		PeerTimeout:  s.cfg.PeerTimeout,
+	})
+	if err != nil {
+		proc.client.Kill()
+		if s.ln != nil {
+			return nil, fmt.Errorf("plugin %s (%s): start on the host's listener %s, inherited as Listen %q (a transport must serve fd:N): %w", spec.Name, spec.Path, s.addr, listen, err)
+		}
+		return nil, fmt.Errorf("plugin %s (%s): start listening on %s: %w", spec.Name, spec.Path, listen, err)
+	}
+	if s.addr == "" {
+		s.addr = resp.Addr // only the first start, before anything runs concurrently
+	}
+	access := &Access{Token: s.cfg.Token, Bound: s.addr, AllowOrigins: s.cfg.AllowOrigins}
+	g := &tgen{
+		proc:     proc,
+		link:     NewLink(spec.Name, instance, proc.tr, s.gw, s.pty, access, s.log),
+		instance: instance,
+		version:  resp.Version,
+		started:  time.Now(),
+		done:     make(chan struct{}),
+	}
+	s.log.Info().Str("plugin", spec.Name).Str("instance", instance).Int("pid", proc.pid).
+		Str("version", resp.Version).Str("path", spec.Path).Msg("plugin started")
+	return g, nil
+}
+
+// activate makes g the serving process and runs its link. Once stop has
+// begun it kills g instead and reports false.
+func (s *supervisor) activate(g *tgen) bool {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		g.proc.client.Kill()
+		return false
+	}
+	s.cur = g
+	s.state = stateRunning
+	s.wg.Add(1) // under mu: never after stop's Wait began
+	s.mu.Unlock()
+	go s.watch(g)
+	return true
+}
+
+// isStopping reports whether stop has begun.
+func (s *supervisor) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping
+}
+
+// watch serves g's link until it ends; the go-plugin client's context,
+// which ends the link's stream, is the death signal. An end nobody asked
+// for is a crash: g's sessions are parked (the link detached its
+// sockets) and a new process is started after the backoff.
+func (s *supervisor) watch(g *tgen) {
+	defer s.wg.Done()
+	err := g.link.Run(s.ctx)
+	g.proc.client.Kill()
+	close(g.done)
+	if g.retired.Load() || s.ctx.Err() != nil {
+		return
+	}
+	s.mu.Lock()
+	if s.cur != g || s.stopping { // replaced by a swap, or shutting down
+		s.mu.Unlock()
+		return
+	}
+	s.cur = nil
+	s.state = stateRestarting
+	s.restarts++
+	s.lastErr = errText(err, "plugin exited")
+	if time.Since(g.started) > backoffResetAfter {
+		s.backoff = backoffMin
+	}
+	s.mu.Unlock()
+	s.metrics.PluginRestarts.WithLabelValues(s.name).Inc()
+	s.log.Warn().Err(err).Str("plugin", s.name).Int("pid", g.proc.pid).Msg("transport plugin ended; restarting")
+	s.restart()
+}
+
+// restart starts a new process after the backoff, until one starts or
+// something else (a swap, the host's shutdown) made it moot.
+func (s *supervisor) restart() {
+	for {
+		s.mu.Lock()
+		d := s.backoff
+		s.backoff = min(2*d, backoffMax)
+		s.mu.Unlock()
+		t := time.NewTimer(d)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if s.acquire(s.ctx) != nil {
+			return
+		}
+		s.mu.Lock()
+		moot, spec := s.cur != nil || s.stopping, s.spec
+		s.mu.Unlock()
+		if moot {
+			s.release()
+			return
+		}
+		g, err := s.launch(spec)
+		if err == nil {
+			s.activate(g) // kills it if stop began meanwhile
+			s.release()
+			return
+		}
+		s.release()
+		s.mu.Lock()
+		s.lastErr = err.Error()
+		s.mu.Unlock()
+		s.log.Error().Err(err).Str("plugin", s.name).Dur("next_in", min(2*d, backoffMax)).Msg("restarting transport plugin")
+	}
+}
+
+// swap starts a fresh plugin process (from spec when given, else the
+// current one's), links it, and retires the old one: it stops accepting,
+// closes its sockets with 1012 (their sessions are parked; clients
+// reconnect and resume) and exits. The listener stays open throughout, so
+// no connection is refused. If the new process fails to start, the old
+// one keeps serving and the error is returned.
+func (s *supervisor) swap(ctx context.Context, spec *PluginSpec) (PluginStatus, error) {
+	if err := s.acquire(ctx); err != nil {
+		return PluginStatus{}, err
+	}
+	defer s.release()
+	if s.isStopping() {
+		return PluginStatus{}, errStopping
+	}
+	s.mu.Lock()
+	next := s.spec
+	s.mu.Unlock()
+	if spec != nil {
+		next = *spec
+		next.Name = s.name
+	}
+	g, err := s.launch(next)
+	if err != nil {
+		if s.ln == nil {
+			err = fmt.Errorf("%w (with --listen %s the transport binds the listener itself, so a new process must bind it beside the old one; a TCP --listen is the host's and is handed over)", err, s.cfg.Listen)
+		}
+		return PluginStatus{}, err
+	}
+	s.mu.Lock()
+	old := s.cur
+	s.spec = next
+	s.mu.Unlock()
+	if !s.activate(g) {
+		return PluginStatus{}, errStopping
+	}
+	s.metrics.PluginReloads.WithLabelValues(s.name).Inc()
+	if old != nil {
+		s.retire(old, contract.CloseServiceRestart, "transport plugin swapped")
+	}
+	s.log.Info().Str("plugin", s.name).Int("pid", g.proc.pid).Str("path", next.Path).Msg("transport plugin swapped")
+	return s.status(), nil
+}
+
+// retire stops a swapped-out process: Stop closes its listener (its
+// duplicate; the host's stays open) and every socket with code, and
+// reports them closed on the link; then the link ends and watch kills
+// the process.
+func (s *supervisor) retire(g *tgen, code int, reason string) {
+	g.retired.Store(true)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), retireTimeout)
+	defer cancel()
+	if err := g.proc.tr.Stop(ctx, contract.StopRequest{Code: code, Reason: reason}); err != nil {
+		s.log.Debug().Err(err).Str("plugin", s.name).Msg("stopping the old transport")
+	}
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		g.proc.client.Kill() // its link then ends, and watch finishes
+	}
+}
+
+// reload is SIGHUP's and `tether plugins reload NAME`'s swap.
+func (s *supervisor) reload(ctx context.Context, spec *PluginSpec) (PluginStatus, error) {
+	return s.swap(ctx, spec)
+}
+
+// drain makes the serving link refuse new connections (with 1001).
+func (s *supervisor) drain() {
+	s.mu.Lock()
+	g := s.cur
+	s.mu.Unlock()
+	if g != nil {
+		g.link.Drain()
+	}
+}
+
+// stop closes every client socket with 1001, stops the plugin and waits
+// for it. It waits for a swap or launch in flight first, within ctx.
+func (s *supervisor) stop(ctx context.Context) {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	acquired := s.acquire(ctx) == nil
+	s.mu.Lock()
+	g := s.cur
+	s.state = stateStopped
+	s.mu.Unlock()
+	if g != nil {
+		g.retired.Store(true)
+		g.link.Drain()
+		select {
+		case <-g.link.CloseAll(contract.CloseGoingAway, "host shutting down"):
+		case <-ctx.Done():
+		}
+		if err := g.proc.tr.Stop(ctx, contract.StopRequest{Code: contract.CloseGoingAway, Reason: "host shutting down"}); err != nil {
+			s.log.Debug().Err(err).Msg("stopping transport")
+		}
+		// The link ends by itself once the plugin has reported every
+		// socket closed; cut it only when out of time.
+		select {
+		case <-g.done:
+		case <-ctx.Done():
+		}
+	}
+	s.cancel()
+	s.wg.Wait()
+	if acquired {
+		s.release()
+	}
+}
+
+// status describes the transport plugin for `tether plugins list`.
+func (s *supervisor) status() PluginStatus {
+	s.mu.Lock()
+	st := PluginStatus{
+		Name:      s.name,
+		Kind:      contract.KindTransport,
+		State:     s.state,
+		Restarts:  s.restarts,
+		LastError: s.lastErr,
+		Path:      s.spec.Path,
+	}
+	g := s.cur
+	s.mu.Unlock()
+	if g != nil {
+		st.Pid = g.proc.pid
+		st.Version = g.version
+		st.Started = g.started
+		st.Connections = g.link.connCount()
+	}
+	return st
+}
+
+// connCount is the number of connections the link has admitted and not
+// yet seen closed.
+func (l *Link) connCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
+// errText is err's text, or def for nil.
+func errText(err error, def string) string {
+	if err == nil {
+		return def
+	}
+	return err.Error()
+}
