@@ -57,7 +57,7 @@ commands:
   serve      run the host: the session table, the gateway and its plugins
   sessions   list the live and stored sessions of a running host
   attach     join a PTY of a running host from this terminal (ATTACH_TOKEN or --new)
-  plugins    list, reload, load, stop the plugins of a running host (control socket)
+  plugins    list, reload or stop the plugins of a running host (control socket)
   version    print the version
 
 Run "tether <command> -h" for a command's flags. Every flag can also be set
