@@ -64,7 +64,7 @@ func TransportServeConfig(impl Transport) *plugin.ServeConfig {
 	return &plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         map[string]plugin.Plugin{KindTransport: &TransportPlugin{Impl: impl}},
-		GRPCServer:      plugin.DefaultGRPCServer,
+		GRPCServer:      grpcServer,
 		Logger:          hclog.NewNullLogger(),
 	}
 }
@@ -106,7 +106,7 @@ func BackendServeConfig(impl Backend) *plugin.ServeConfig {
 	return &plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         map[string]plugin.Plugin{KindBackend: &BackendPlugin{Impl: impl}},
-		GRPCServer:      plugin.DefaultGRPCServer,
+		GRPCServer:      grpcServer,
 		Logger:          hclog.NewNullLogger(),
 	}
 }
@@ -117,4 +117,14 @@ func BackendServeConfig(impl Backend) *plugin.ServeConfig {
 //	func main() { contract.ServeBackend(mybackend.New(logger)) }
 func ServeBackend(impl Backend) {
 	plugin.Serve(BackendServeConfig(impl))
+}
+
+// MaxMessageSize is the largest gRPC message a tether plugin accepts (the
+// default of 4 MiB is too small for a big replay or a single large frame;
+// the host also cuts its command batches well below it).
+const MaxMessageSize = 64 << 20
+
+// grpcServer is go-plugin's server with tether's message size limits.
+func grpcServer(opts []grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))...)
 }

@@ -107,13 +107,35 @@ func (l *Link) sendLoop(ctx context.Context) {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := l.tr.Exec(ctx, batch); err != nil {
-			if ctx.Err() == nil {
-				l.log.Warn().Err(err).Int("commands", len(batch)).Msg("sending commands to transport")
+		for len(batch) > 0 {
+			n := batchCut(batch, maxBatchBytes)
+			if err := l.tr.Exec(ctx, batch[:n]); err != nil {
+				if ctx.Err() == nil {
+					l.log.Warn().Err(err).Int("commands", n).Msg("sending commands to transport")
+				}
+				return
 			}
-			return
+			batch = batch[n:]
 		}
 	}
+}
+
+// maxBatchBytes bounds the payload of one Exec batch, well under the
+// plugins' gRPC message limit (contract.MaxMessageSize): a big replay or
+// a burst is sent as several batches, in order.
+const maxBatchBytes = 1 << 20
+
+// batchCut returns how many commands from the start of cmds fit in budget
+// payload bytes (at least one, so a single larger command still goes).
+func batchCut(cmds []contract.Command, budget int) int {
+	size := 0
+	for i, c := range cmds {
+		size += len(c.Data) + len(c.Reason) + 16
+		if size > budget && i > 0 {
+			return i
+		}
+	}
+	return len(cmds)
 }
 
 // handle is the link's event sink.

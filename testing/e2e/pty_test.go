@@ -335,3 +335,32 @@ func TestPTYResize(t *testing.T) {
 		t.Errorf("unexpected text frames after pty.replay: %q", texts)
 	}
 }
+
+// TestPTYBigReplay: a replay larger than a gRPC message's default limit
+// (4 MiB) reaches the client whole, and the transport keeps serving.
+func TestPTYBigReplay(t *testing.T) {
+	const size = 6_000_000
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-buffer", "8MiB", "--pty-command", `sh -c 'head -c 6000000 /dev/zero | tr "\0" a; exec sleep 1000'`}})
+	tok := attachToken(t)
+	c := ptyDial(t, s, "attach="+tok)
+	replayOf(t, c)
+	if err := c.WaitOutput(ctxT(t, 30*time.Second), func(b []byte) bool { return len(b) >= size }); err != nil {
+		t.Fatal(err)
+	}
+	c.Drop()
+	c2 := ptyDial(t, s, "attach="+tok)
+	r := replayOf(t, c2)
+	if r.ReplayEndOffset-r.StartOffset != size {
+		t.Fatalf("replay window %+v, want %d bytes", r, size)
+	}
+	if err := c2.WaitOutput(ctxT(t, 30*time.Second), func(b []byte) bool { return len(b) >= size }); err != nil {
+		t.Fatal(err)
+	}
+	if got := c2.Output(); len(got) != size || bytes.Count(got, []byte("a")) != size {
+		t.Fatalf("replay of %d bytes, want %d of 'a'", len(got), size)
+	}
+	s.Dial(t) // the transport still serves
+	if strings.Contains(s.Stderr.String(), "larger than max") {
+		t.Fatal("a gRPC message over the limit was refused")
+	}
+}
