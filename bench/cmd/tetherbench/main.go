@@ -1,0 +1,367 @@
+// Command tetherbench measures tether against direct baselines (issue 6):
+// PTY stream throughput and completeness, JSON-RPC round trips, PTY
+// reattach, a resume storm, idle-socket memory and recovery times.
+//
+//	cd bench && go run ./cmd/tetherbench            # every row, recorded sizes
+//	cd bench && go run ./cmd/tetherbench -quick     # every row in < 2 minutes
+//	cd bench && go run ./cmd/tetherbench -rows pty,idle -n 3
+//
+// It builds ../cmd/tether (or takes -tether PATH), starts it on
+// 127.0.0.1:0 with a temporary state dir for each row, and prints a
+// benchstat-like table: each figure is the median over -n repetitions with
+// its spread (largest distance from the median), and each ratio is taken
+// per repetition between tether and its baseline measured back to back.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is the parsed flags.
+type config struct {
+	bin          string
+	rows         map[string]bool
+	n            int
+	quick        bool
+	verbose      bool
+	ptySize      int64
+	checkSize    int64
+	checkRuns    int
+	ptyBuffer    string
+	ptyBigRing   bool
+	ptyStreams   int
+	rpcClients   []int
+	rpcDur       time.Duration
+	reattachN    int
+	reattachRing int64
+	storm        int
+	idle         int
+	idleSettle   time.Duration
+	idleProfile  string
+	out          string
+	waitQuiet    time.Duration
+}
+
+var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery"}
+
+// tmpRoot holds every state dir and payload of this run.
+var tmpRoot string
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "helper" {
+		os.Exit(runHelper(os.Args[2:]))
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("tetherbench", flag.ExitOnError)
+	var (
+		bin        = fs.String("tether", "", "tether binary to measure (default: build ./cmd/tether of -repo)")
+		repo       = fs.String("repo", "", "tether repository to build (default: the parent of the bench module)")
+		rev        = fs.String("rev", "", "build tether from this git revision of -repo (via git archive: uncommitted edits left out) instead of the working tree")
+		rows       = fs.String("rows", strings.Join(allRows, ","), "rows to run: "+strings.Join(allRows, ","))
+		n          = fs.Int("n", 5, "repetitions of each row")
+		quick      = fs.Bool("quick", false, "small sizes and 3 repetitions: every row in under 2 minutes")
+		verbose    = fs.Bool("v", false, "progress on stderr")
+		ptySize    = fs.String("pty-size", "256MiB", "bytes the child writes per PTY stream run (KiB/MiB suffix)")
+		checkSize  = fs.String("pty-check-size", "8MiB", "bytes per completeness run")
+		checkRuns  = fs.Int("pty-check-runs", 20, "completeness runs (each must be byte-exact)")
+		ptyStreams = fs.Int("pty-streams", 1, "concurrent PTY streams per throughput run (aggregate MiB/s)")
+		ptyBigRing = fs.Bool("pty-big-ring", true, "also stream through a tether with a 1 GiB ring (no overrun possible)")
+		ptyBuffer  = fs.String("pty-buffer", "", "tether --pty-buffer for the pty rows (default: tether's own, 1MiB)")
+		rpcClients = fs.String("rpc-clients", "1,16,100", "concurrent JSON-RPC clients, comma-separated")
+		rpcDur     = fs.Duration("rpc-duration", 2*time.Second, "measured time per client count and repetition")
+		reattachN  = fs.Int("reattach", 200, "attaches per repetition of the reattach row")
+		reattachRg = fs.String("reattach-ring", "1MiB", "tether --pty-buffer of the reattach row (filled to the brim)")
+		storm      = fs.Int("storm", 256, "sockets resuming one key at once")
+		idle       = fs.Int("idle", 10000, "idle sockets held open")
+		idleProf   = fs.String("idle-heap-profile", "", "save the in-process WS transport's heap profile (10,000 idle sockets) to this file")
+		idleSettle = fs.Duration("idle-settle", 3*time.Second, "how long sockets sit before RSS is read (before and after)")
+		out        = fs.String("o", "", "also write the table to this file")
+		quietWait  = fs.Duration("wait-quiet", 0, "before each row, wait up to this long for the machine to be under 15% busy")
+	)
+	_ = fs.Parse(os.Args[1:])
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		quickDefault := func(name string, apply func()) {
+			if !set[name] {
+				apply()
+			}
+		}
+		quickDefault("n", func() { *n = 3 })
+		quickDefault("pty-size", func() { *ptySize = "32MiB" })
+		quickDefault("pty-check-size", func() { *checkSize = "2MiB" })
+		quickDefault("rpc-duration", func() { *rpcDur = 500 * time.Millisecond })
+		quickDefault("reattach", func() { *reattachN = 100 })
+		quickDefault("idle", func() { *idle = 3000 })
+		quickDefault("idle-settle", func() { *idleSettle = time.Second })
+	}
+	cfg := config{n: *n, quick: *quick, verbose: *verbose, checkRuns: *checkRuns, ptyBuffer: *ptyBuffer, ptyBigRing: *ptyBigRing, ptyStreams: *ptyStreams, rpcDur: *rpcDur,
+		reattachN: *reattachN, storm: *storm, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{}}
+	var err error
+	if cfg.ptySize, err = parseSize(*ptySize); err != nil {
+		return fail(err)
+	}
+	if cfg.checkSize, err = parseSize(*checkSize); err != nil {
+		return fail(err)
+	}
+	if cfg.reattachRing, err = parseSize(*reattachRg); err != nil {
+		return fail(err)
+	}
+	for _, f := range strings.Split(*rpcClients, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k <= 0 {
+			return fail(fmt.Errorf("bad -rpc-clients %q", *rpcClients))
+		}
+		cfg.rpcClients = append(cfg.rpcClients, k)
+	}
+	for _, r := range strings.Split(*rows, ",") {
+		r = strings.TrimSpace(r)
+		if r == "" {
+			continue
+		}
+		ok := false
+		for _, a := range allRows {
+			ok = ok || a == r
+		}
+		if !ok {
+			return fail(fmt.Errorf("unknown row %q (rows: %s)", r, strings.Join(allRows, ",")))
+		}
+		cfg.rows[r] = true
+	}
+	if cfg.n < 1 {
+		return fail(fmt.Errorf("-n must be at least 1"))
+	}
+	raiseNoFile()
+
+	tmpRoot, err = os.MkdirTemp("", "tetherbench-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(tmpRoot)
+
+	start := time.Now()
+	cfg.bin = *bin
+	what := ""
+	if cfg.bin == "" {
+		if cfg.bin, what, err = buildTether(*repo, *rev); err != nil {
+			return fail(err)
+		}
+	} else if cfg.bin, err = filepath.Abs(cfg.bin); err != nil {
+		return fail(err)
+	} else {
+		what = "binary " + cfg.bin
+	}
+	stopOnSignal()
+
+	rep := &report{}
+	rep.note("tether measured: %s", what)
+	steps := []struct {
+		name string
+		fn   func(config, *report) error
+	}{
+		{"pty", rowPTY},
+		{"rpc", rowRPC},
+		{"reattach", rowReattach},
+		{"storm", rowStorm},
+		{"idle", rowIdle},
+		{"recovery", rowRecovery},
+	}
+	failed := false
+	var busyBefore, loadAfter []string
+	for _, st := range steps {
+		if !cfg.rows[st.name] {
+			continue
+		}
+		busy := waitQuiet(cfg.waitQuiet)
+		t := time.Now()
+		logf(cfg, "row %s (machine %.0f%% busy before it) ...", st.name, 100*busy)
+		busyBefore = append(busyBefore, fmt.Sprintf("%s %.0f%%", st.name, 100*busy))
+		if err := st.fn(cfg, rep); err != nil {
+			failed = true
+			rep.note("row %s failed: %v", st.name, err)
+			fmt.Fprintf(os.Stderr, "tetherbench: row %s: %v\n", st.name, err)
+		}
+		logf(cfg, "row %s done in %v", st.name, time.Since(t).Round(time.Millisecond))
+		loadAfter = append(loadAfter, fmt.Sprintf("%s %s", st.name, loadavg()))
+	}
+	rep.note("%d repetitions; figures are median ± largest distance from the median; ratio = tether/baseline per repetition", cfg.n)
+	rep.note("machine: %s; total %v", machine(), time.Since(start).Round(time.Second))
+	rep.note("shared machine: CPU busy (all processes) in the half second before each row: %s", strings.Join(busyBefore, ", "))
+	rep.note("load average (1, 5, 15 min) after each row: %s", strings.Join(loadAfter, "; "))
+	rep.write(os.Stdout)
+	if cfg.out != "" {
+		f, err := os.Create(cfg.out)
+		if err != nil {
+			return fail(err)
+		}
+		rep.write(f)
+		f.Close()
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "tetherbench:", err)
+	return 2
+}
+
+func logf(cfg config, format string, args ...any) {
+	if cfg.verbose {
+		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+}
+
+// raiseNoFile lifts RLIMIT_NOFILE as far as allowed. Setting it
+// explicitly (unlike the Go runtime's own raise) is inherited by the
+// processes we start: tether and its plugins, and the baselines.
+func raiseNoFile() {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	for _, want := range []uint64{1 << 20, 262144, 65536} {
+		if want <= lim.Max {
+			break
+		}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}) == nil {
+			return
+		}
+	}
+	lim.Cur = lim.Max
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+}
+
+// buildTether builds cmd/tether of repo (of its revision rev when not
+// empty) into tmpRoot and says what it built. It never lets the build
+// touch the root module's go.mod/go.sum (-mod=readonly).
+func buildTether(repo, rev string) (string, string, error) {
+	if repo == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", "", err
+		}
+		for d := wd; ; d = filepath.Dir(d) {
+			if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/tether-agent/tether\n") {
+				repo = d
+				break
+			}
+			if filepath.Dir(d) == d {
+				return "", "", fmt.Errorf("no tether repository above %s; pass -repo or -tether", wd)
+			}
+		}
+	}
+	git := func(args ...string) string {
+		b, err := exec.Command("git", append([]string{"-C", repo}, args...)...).Output()
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(b))
+	}
+	src := repo
+	what := fmt.Sprintf("working tree of %s at %s", repo, git("rev-parse", "--short", "HEAD"))
+	if st := git("status", "--porcelain", "--untracked-files=no"); st != "" {
+		what += " with uncommitted changes to " + strings.Join(strings.Fields(strings.ReplaceAll(st, "M ", "")), " ")
+	}
+	if rev != "" {
+		commit := git("rev-parse", rev)
+		if commit == "" {
+			return "", "", fmt.Errorf("no revision %q in %s", rev, repo)
+		}
+		src = filepath.Join(tmpRoot, "src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return "", "", err
+		}
+		arch := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", repo, commit, src)
+		arch.Stderr = os.Stderr
+		if err := arch.Run(); err != nil {
+			return "", "", fmt.Errorf("git archive %s: %w", rev, err)
+		}
+		what = fmt.Sprintf("commit %s (%s)", commit[:12], git("log", "-1", "--format=%cd %s", "--date=iso", commit))
+	}
+	out := filepath.Join(tmpRoot, "tether")
+	cmd := exec.Command("go", "build", "-mod=readonly", "-o", out, "./cmd/tether")
+	cmd.Dir = src
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOFLAGS=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "GOFLAGS=-buildvcs=false")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", "", fmt.Errorf("building tether in %s: %w", src, err)
+	}
+	return out, what, nil
+}
+
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	t := s
+	switch {
+	case strings.HasSuffix(t, "GiB"):
+		mult, t = 1<<30, strings.TrimSuffix(t, "GiB")
+	case strings.HasSuffix(t, "MiB"):
+		mult, t = 1<<20, strings.TrimSuffix(t, "MiB")
+	case strings.HasSuffix(t, "KiB"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "KiB")
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return v * mult, nil
+}
+
+func sizeName(n int64) string {
+	switch {
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// machine describes where the figures come from.
+func machine() string {
+	model := "?"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				if _, v, ok := strings.Cut(l, ":"); ok {
+					model = strings.TrimSpace(v)
+				}
+				break
+			}
+		}
+	}
+	mem := "?"
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0]); len(f) >= 2 {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+			}
+		}
+	}
+	kernel := "?"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%d CPUs, %s, %s RAM, Linux %s, %s", runtime.NumCPU(), model, mem, kernel, runtime.Version())
+}
