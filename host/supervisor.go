@@ -268,39 +268,50 @@ func (s *supervisor) watch(g *tgen) {
 // restart starts a new process after the backoff, until one starts or
 // something else (a swap, the host's shutdown) made it moot.
 func (s *supervisor) restart() {
-	for {
-		s.mu.Lock()
-		d := s.backoff
-		s.backoff = min(2*d, backoffMax)
-		s.mu.Unlock()
-		t := time.NewTimer(d)
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if s.acquire(s.ctx) != nil {
-			return
-		}
+	restartLoop(s.ctx, &s.mu, &s.backoff, s.acquire, s.release, func() bool {
 		s.mu.Lock()
 		moot, spec := s.cur != nil || s.stopping, s.spec
 		s.mu.Unlock()
 		if moot {
-			s.release()
-			return
+			return true
 		}
 		g, err := s.launch(spec)
-		if err == nil {
-			s.activate(g) // kills it if stop began meanwhile
-			s.release()
+		if err != nil {
+			s.mu.Lock()
+			s.lastErr = err.Error()
+			s.mu.Unlock()
+			s.log.Error().Err(err).Str("plugin", s.name).Msg("restarting transport plugin")
+			return false
+		}
+		s.activate(g) // kills it if stop began meanwhile
+		return true
+	})
+}
+
+// restartLoop is the supervisors' shared retry: wait out the backoff
+// (doubling it up to backoffMax, under mu), take the supervisor's
+// operation lock, and try; stop when try reports done or ctx ends.
+func restartLoop(ctx context.Context, mu *sync.Mutex, backoff *time.Duration, acquire func(context.Context) error, release func(), try func() (done bool)) {
+	for {
+		mu.Lock()
+		d := *backoff
+		*backoff = min(2*d, backoffMax)
+		mu.Unlock()
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if acquire(ctx) != nil {
 			return
 		}
-		s.release()
-		s.mu.Lock()
-		s.lastErr = err.Error()
-		s.mu.Unlock()
-		s.log.Error().Err(err).Str("plugin", s.name).Dur("next_in", min(2*d, backoffMax)).Msg("restarting transport plugin")
+		done := try()
+		release()
+		if done {
+			return
+		}
 	}
 }
 

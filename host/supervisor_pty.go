@@ -306,40 +306,24 @@ func (s *backendSupervisor) watch(g *bgen) {
 // restart starts a fresh plugin after the backoff, until one starts or
 // it became moot (stopped on purpose, host shutting down).
 func (s *backendSupervisor) restart() {
-	for {
-		s.mu.Lock()
-		d := s.backoff
-		s.backoff = min(2*d, backoffMax)
-		s.mu.Unlock()
-		t := time.NewTimer(d)
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if s.acquire(s.ctx) != nil {
-			return
-		}
+	restartLoop(s.ctx, &s.mu, &s.backoff, s.acquire, s.release, func() bool {
 		s.mu.Lock()
 		moot := s.cur != nil || s.state == stateStopped || s.stopping
 		s.mu.Unlock()
 		if moot {
-			s.release()
-			return
+			return true
 		}
 		g, err := s.launch()
-		if err == nil {
-			s.activate(g) // stops it if stop began meanwhile
-			s.release()
-			return
+		if err != nil {
+			s.mu.Lock()
+			s.lastErr = err.Error()
+			s.mu.Unlock()
+			s.log.Error().Err(err).Str("plugin", s.spec.Name).Msg("restarting pty backend")
+			return false
 		}
-		s.release()
-		s.mu.Lock()
-		s.lastErr = err.Error()
-		s.mu.Unlock()
-		s.log.Error().Err(err).Str("plugin", s.spec.Name).Msg("restarting pty backend")
-	}
+		s.activate(g) // stops it if stop began meanwhile
+		return true
+	})
 }
 
 // kill stops g's process (gracefully first: the plugin then kills its
