@@ -68,7 +68,6 @@ type run struct {
 	text        strings.Builder
 	progress    time.Time // last delta
 	interrupted bool
-	status      string // set when the run ends, or interrupted early
 	startSeq    uint64 // seq of its message.start
 }
 
@@ -252,7 +251,7 @@ func (t *Table) submit(rec *record, text string) (string, error) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	now := t.now()
-	ru := &run{id: newEpoch(), started: now, cancel: cancel, done: make(chan struct{}), progress: now, status: statusRunning}
+	ru := &run{id: newEpoch(), started: now, cancel: cancel, done: make(chan struct{}), progress: now}
 	history := make([]contract.Message, len(rec.messages))
 	copy(history, rec.messages)
 	rec.messages = append(rec.messages, contract.Message{Role: contract.RoleUser, Text: text})

@@ -743,7 +743,6 @@ func (t *Table) release(ref releaseRef, why string) bool {
 				t.parkLocked(rec)
 			} else if !rec.run.interrupted {
 				rec.run.interrupted = true
-				rec.run.status = statusInterrupted
 				rec.run.cancel()
 			}
 			break
@@ -793,7 +792,6 @@ func (t *Table) release(ref releaseRef, why string) bool {
 	run := rec.run
 	if run != nil && !run.interrupted {
 		run.interrupted = true
-		run.status = statusInterrupted
 		run.cancel()
 	}
 	rec.mu.Unlock()
