@@ -146,3 +146,20 @@ func pluginPID(t *testing.T, s *e2e.Server, nth int) int {
 	t.Fatalf("no plugin started line #%d in stderr", nth)
 	return 0
 }
+
+// TestSIGINTShutsDownCleanly: SIGINT is handled like SIGTERM (SPEC §2):
+// clients get 1001 and the host exits 0 within 5 s.
+func TestSIGINTShutsDownCleanly(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{})
+	c := s.Dial(t)
+	if err := s.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	<-c.Closed()
+	if code, _ := c.CloseCode(); code != 1001 {
+		t.Errorf("close code on SIGINT: got %d, want 1001", code)
+	}
+	if code, err := s.Wait(5 * time.Second); err != nil || code != 0 {
+		t.Fatalf("exit after SIGINT: %d, %v; want 0 within 5s", code, err)
+	}
+}

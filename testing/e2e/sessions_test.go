@@ -319,12 +319,9 @@ func TestParkAndReap(t *testing.T) {
 		call(t, a, "session.create", map[string]any{"title": "reap me"}, &snap)
 		dropped := time.Now()
 		_ = a.Drop()
-		if live := liveForKey(activeList(t, observer), snap.SessionKey); len(live) != 1 || live[0].Viewers != 0 {
-			// The drop may not have been processed yet; the session must
-			// still be there either way.
-			if len(live) != 1 {
-				t.Fatalf("right after the drop: %+v, want the session parked", live)
-			}
+		// The drop may not be processed yet; the session is live either way.
+		if live := liveForKey(activeList(t, observer), snap.SessionKey); len(live) != 1 {
+			t.Fatalf("right after the drop: %+v, want the session still live", live)
 		}
 		waitGone(t, snap.SessionKey, 10*time.Second)
 		if held := time.Since(dropped); held < 900*time.Millisecond {
