@@ -115,7 +115,16 @@ func (a *Access) originOK(origin string) bool {
 	return a.hostOK(u.Host)
 }
 
+// loopback reports whether the listener is bound to a loopback address,
+// so that peers must be loopback too (4408). A Unix socket ("unix:PATH",
+// the address of a transport that binds one) is not a network listener:
+// only processes on this machine can reach it, its file mode decides
+// which, and its peers have no address to check, so the peer check does
+// not apply; the token check does.
 func (a *Access) loopback() bool {
+	if strings.HasPrefix(a.Bound, "unix:") {
+		return false
+	}
 	host, _, err := net.SplitHostPort(a.Bound)
 	if err != nil {
 		return false

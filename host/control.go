@@ -32,6 +32,12 @@ const (
 	OpReload = "reload"
 	// OpStop: stop the PTY backend plugin Name and its PTYs.
 	OpStop = "stop"
+	// OpLoad: start a transport plugin of Kind (transport) from Path
+	// under Name, serving Listen, beside the running ones.
+	OpLoad = "load"
+	// OpUnload: stop the added transport Name; its sockets are closed
+	// with 1012 and their sessions parked.
+	OpUnload = "unload"
 )
 
 // Control errors.
@@ -50,11 +56,16 @@ const controlTimeout = 60 * time.Second
 type ControlRequest struct {
 	Op   string `json:"op"`
 	Name string `json:"name,omitempty"`
-	// Path and SHA256 (optional) name a new plugin binary for OpReload.
-	// Path is absolute; the binary is run with no arguments, like one
-	// given with --plugin.
+	// Path and SHA256 (optional) name a new plugin binary for OpReload
+	// and OpLoad. Path is absolute; the binary is run with no arguments,
+	// like one given with --plugin.
 	Path   string `json:"path,omitempty"`
 	SHA256 string `json:"sha256,omitempty"`
+	// Kind (OpLoad) is the plugin's kind: transport.
+	Kind string `json:"kind,omitempty"`
+	// Listen (OpLoad) is the address the transport serves; empty:
+	// unix:<state-dir>/<name>.sock (see TransportSpec.Listen).
+	Listen string `json:"listen,omitempty"`
 }
 
 // ControlResponse is the host's answer.
@@ -69,8 +80,11 @@ type PluginStatus struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"` // transport or backend
 	// State is starting, running, restarting (died; the next attempt is
-	// due) or stopped.
+	// due), failed (a transport that failed RestartLimit times in a row;
+	// reload it to try again) or stopped.
 	State string `json:"state"`
+	// Addr is the address a transport serves.
+	Addr string `json:"addr,omitempty"`
 	// Pid, Version and Started describe the running process (zero when
 	// none runs).
 	Pid     int       `json:"pid,omitempty"`

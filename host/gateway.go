@@ -52,10 +52,11 @@ type sender interface {
 
 // gconn is one admitted /api/ws connection.
 type gconn struct {
-	id  contract.TransportID
-	out sender
-	gw  *Gateway
-	log zerolog.Logger
+	id        contract.TransportID
+	transport string // the transport's name
+	out       sender
+	gw        *Gateway
+	log       zerolog.Logger
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*record
@@ -66,18 +67,22 @@ type gconn struct {
 
 var _ Viewer = (*gconn)(nil)
 
-func (g *Gateway) newConn(id contract.TransportID, out sender) *gconn {
+func (g *Gateway) newConn(id contract.TransportID, transport string, out sender) *gconn {
 	return &gconn{
-		id:       id,
-		out:      out,
-		gw:       g,
-		log:      g.log.With().Str("transport_id", id.String()).Logger(),
-		sessions: make(map[string]*record),
+		id:        id,
+		transport: transport,
+		out:       out,
+		gw:        g,
+		log:       g.log.With().Str("transport_id", id.String()).Logger(),
+		sessions:  make(map[string]*record),
 	}
 }
 
 // ID implements Viewer.
 func (c *gconn) ID() contract.TransportID { return c.id }
+
+// Transport implements Viewer.
+func (c *gconn) Transport() string { return c.transport }
 
 // Send implements Viewer.
 func (c *gconn) Send(frame []byte) {

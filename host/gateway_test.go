@@ -413,7 +413,7 @@ func FuzzGatewayFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, binary bool) {
 		gw := NewGateway(tbl, st, "test", zerolog.Nop(), tbl.metrics)
 		out := &recordingSender{}
-		c := gw.newConn(contract.TransportID{Instance: "fuzz", Conn: 1}, out)
+		c := gw.newConn(contract.TransportID{Instance: "fuzz", Conn: 1}, "ws", out)
 		c.ready()
 		var sid, key string
 		frames := bytes.Split(data, []byte(fuzzSep))
@@ -502,7 +502,7 @@ func TestGatewayOneResponsePerFrame(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := &recordingSender{}
-			c := gw.newConn(contract.TransportID{Instance: "t", Conn: uint64(i + 1)}, out)
+			c := gw.newConn(contract.TransportID{Instance: "t", Conn: uint64(i + 1)}, "ws", out)
 			defer c.onClosed()
 			c.onFrame([]byte(tt.frame), tt.binary)
 			gw.wg.Wait()
@@ -524,7 +524,7 @@ func TestGatewayOneResponsePerFrame(t *testing.T) {
 	}
 	// A notification (no id) gets no response, even when it fails.
 	out := &recordingSender{}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1000}, out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1000}, "ws", out)
 	defer c.onClosed()
 	c.onFrame([]byte(`{"jsonrpc":"2.0","method":"nope"}`), false)
 	gw.wg.Wait()
@@ -541,7 +541,7 @@ func TestGatewayBusy(t *testing.T) {
 	gw := NewGateway(tbl, st, "test", zerolog.Nop(), tbl.metrics)
 	defer gw.Close()
 	out := &recordingSender{}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
 	defer c.onClosed()
 	// Fill the queue as a stuck worker would leave it: working is set, so
 	// onFrame starts no worker of its own.

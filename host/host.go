@@ -44,17 +44,28 @@ type Config struct {
 	AllowOrigins []string
 	// Agents builds each live session's agent.
 	Agents contract.AgentFactory
-	// Transport is the built-in or external transport plugin to run.
+	// Transport is the primary transport plugin, built-in or external,
+	// serving Listen under the name PrimaryTransport.
 	Transport PluginSpec
+	// Transports are more transport plugins to run beside it from the
+	// start, each under its own name (more can be loaded at runtime
+	// through the control socket).
+	Transports []TransportSpec
+	// RestartLimit is how many times in a row a transport plugin may fail
+	// (crash within a minute of starting, or fail to start again) before
+	// it is marked failed and no longer restarted (0 = restart forever).
+	RestartLimit int
+	// PluginStartTimeout bounds a plugin's go-plugin handshake (0: 15s).
+	PluginStartTimeout time.Duration
 	// PTY is the PTY backend plugin to run and its configuration; a zero
 	// Spec.Path switches /api/pty off (4404).
 	PTY PTYConfig
 	// StopPTYs stops the PTY plugin (and its PTYs) at shutdown instead
 	// of leaving it running for the next host (SPEC §6.3).
 	StopPTYs bool
-	// Reload, when it delivers, swaps the transport plugin for a fresh
-	// process, like `tether plugins reload` (tether serve sends SIGHUP's
-	// here).
+	// Reload, when it delivers, swaps every transport plugin for a fresh
+	// process, like `tether plugins reload NAME` (tether serve sends
+	// SIGHUP's here).
 	Reload <-chan struct{}
 	// AdminListen, if set, serves /metrics and /debug/pprof.
 	AdminListen string
@@ -149,12 +160,21 @@ func Run(ctx context.Context, cfg Config) error {
 			bsup.stop(sctx, !cfg.StopPTYs && (serving || bsup.reattachedNow()))
 		}()
 	}
-	sup := newSupervisor(cfg, ln, gw, router, metrics)
-	if err := sup.start(ctx); err != nil {
+	ts := newTransports(cfg, gw, router, metrics)
+	primary := cfg.Transport
+	primary.Name = PrimaryTransport
+	sup, err := ts.load(ctx, TransportSpec{PluginSpec: primary, Listen: cfg.Listen}, ln)
+	if err != nil {
 		return err
 	}
+	for _, t := range cfg.Transports {
+		if _, err := ts.load(ctx, t, nil); err != nil {
+			ts.stop(context.Background())
+			return err
+		}
+	}
 	addr := sup.addr
-	ctl := newControlServer(ctlLn, controlHandler(sup, bsup), cfg.Log)
+	ctl := newControlServer(ctlLn, controlHandler(cfg, ts, bsup), cfg.Log)
 	defer ctl.Close()
 	var reloads sync.WaitGroup
 	reloadCtx, stopReloads := context.WithCancel(context.WithoutCancel(ctx))
@@ -172,9 +192,11 @@ func Run(ctx context.Context, cfg Config) error {
 					return
 				case <-cfg.Reload:
 				}
-				cfg.Log.Info().Str("plugin", sup.name).Msg("reload requested (SIGHUP)")
-				if _, err := sup.reload(reloadCtx, nil); err != nil {
-					cfg.Log.Error().Err(err).Str("plugin", sup.name).Msg("reload failed; the running plugin keeps serving")
+				for _, sup := range ts.list() {
+					cfg.Log.Info().Str("plugin", sup.name).Msg("reload requested (SIGHUP)")
+					if _, err := sup.reload(reloadCtx, nil); err != nil {
+						cfg.Log.Error().Err(err).Str("plugin", sup.name).Msg("reload failed; the running plugin keeps serving")
+					}
 				}
 			}
 		}()
@@ -184,7 +206,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.AdminListen != "" {
 		ln, err := net.Listen("tcp", cfg.AdminListen)
 		if err != nil {
-			sup.stop(context.Background())
+			ts.stop(context.Background())
 			return fmt.Errorf("admin listener: %w", err)
 		}
 		mux := http.NewServeMux()
@@ -226,24 +248,17 @@ func Run(ctx context.Context, cfg Config) error {
 	ctl.Close()
 	stopReloads()
 	reloads.Wait()
-	sup.drain()
+	ts.drain()
 	if err := table.Shutdown(sctx); err != nil {
 		cfg.Log.Error().Err(err).Msg("sessions did not all persist in time")
 	}
-	sup.stop(sctx)
+	ts.stop(sctx)
 	return nil
 }
 
 // controlHandler answers the control socket's requests.
-func controlHandler(sup *supervisor, bsup *backendSupervisor) func(context.Context, ControlRequest) (ControlResponse, error) {
+func controlHandler(cfg Config, ts *transports, bsup *backendSupervisor) func(context.Context, ControlRequest) (ControlResponse, error) {
 	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
-		list := func() []PluginStatus {
-			ps := []PluginStatus{sup.status()}
-			if bsup != nil {
-				ps = append(ps, bsup.status())
-			}
-			return ps
-		}
 		var spec *PluginSpec
 		if req.Path != "" {
 			if !filepath.IsAbs(req.Path) {
@@ -251,29 +266,70 @@ func controlHandler(sup *supervisor, bsup *backendSupervisor) func(context.Conte
 			}
 			spec = &PluginSpec{Name: req.Name, Path: req.Path, SHA256: req.SHA256}
 		}
+		isPTY := bsup != nil && req.Name == bsup.spec.Name
 		var err error
-		switch {
-		case req.Op == OpList:
-		case req.Op == OpReload && req.Name == sup.name:
-			_, err = sup.reload(ctx, spec)
-		case req.Op == OpReload && bsup != nil && req.Name == bsup.spec.Name:
-			_, err = bsup.reload(ctx, spec)
-		case req.Op == OpStop && bsup != nil && req.Name == bsup.spec.Name:
-			_, err = bsup.stopPTYs(ctx)
-		case req.Op == OpStop && req.Name == sup.name:
-			err = fmt.Errorf("plugin %s is the transport: it is not stopped on its own; reload it to swap it for a fresh process", req.Name)
-		case req.Op == OpReload, req.Op == OpStop:
-			names := []string{sup.name}
-			if bsup != nil {
-				names = append(names, bsup.spec.Name)
+		switch req.Op {
+		case OpList:
+		case OpReload:
+			switch sup := ts.get(req.Name); {
+			case sup != nil:
+				_, err = sup.reload(ctx, spec)
+			case isPTY:
+				_, err = bsup.reload(ctx, spec)
+			default:
+				err = noPlugin(req.Name, ts, bsup)
 			}
-			err = fmt.Errorf("no plugin named %q (plugins: %s)", req.Name, strings.Join(names, ", "))
+		case OpStop:
+			switch {
+			case isPTY:
+				_, err = bsup.stopPTYs(ctx)
+			case ts.get(req.Name) != nil:
+				err = fmt.Errorf("plugin %s is a transport: it is not stopped on its own; unload it (an added transport) or reload it to swap it for a fresh process", req.Name)
+			default:
+				err = noPlugin(req.Name, ts, bsup)
+			}
+		case OpLoad:
+			switch {
+			case req.Kind != contract.KindTransport:
+				err = fmt.Errorf("load %s: kind %q cannot be loaded at runtime (only %s)", req.Name, req.Kind, contract.KindTransport)
+			case spec == nil:
+				err = fmt.Errorf("load %s: a plugin path is required", req.Name)
+			default:
+				if err = CheckTransportName(req.Name); err == nil {
+					_, err = ts.load(ctx, TransportSpec{PluginSpec: *spec, Listen: req.Listen}, nil)
+				}
+			}
+		case OpUnload:
+			if isPTY {
+				err = fmt.Errorf("plugin %s is the PTY backend: stop it with `tether plugins stop %s`", req.Name, req.Name)
+			} else {
+				err = ts.unload(ctx, req.Name)
+			}
 		default:
-			err = fmt.Errorf("unknown operation %q (want %s, %s or %s)", req.Op, OpList, OpReload, OpStop)
+			err = fmt.Errorf("unknown operation %q (want %s, %s, %s, %s or %s)", req.Op, OpList, OpReload, OpLoad, OpUnload, OpStop)
 		}
 		if err != nil {
 			return ControlResponse{}, err
 		}
-		return ControlResponse{Plugins: list()}, nil
+		ps := make([]PluginStatus, 0, 4)
+		for _, sup := range ts.list() {
+			ps = append(ps, sup.status())
+		}
+		if bsup != nil {
+			ps = append(ps, bsup.status())
+		}
+		return ControlResponse{Plugins: ps}, nil
 	}
+}
+
+// noPlugin is the error for a name no plugin has.
+func noPlugin(name string, ts *transports, bsup *backendSupervisor) error {
+	var names []string
+	for _, sup := range ts.list() {
+		names = append(names, sup.name)
+	}
+	if bsup != nil {
+		names = append(names, bsup.spec.Name)
+	}
+	return fmt.Errorf("no plugin named %q (plugins: %s)", name, strings.Join(names, ", "))
 }

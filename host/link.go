@@ -23,12 +23,14 @@ type Link struct {
 	log      zerolog.Logger
 	notify   chan struct{} // wakes the sender
 
-	mu       sync.Mutex // guards the fields below
-	conns    map[uint64]linkConn
-	out      []contract.Command
-	ended    bool
-	draining bool          // host shutting down: new connections get 1001
-	drained  chan struct{} // closed when draining and no connection is left
+	mu          sync.Mutex // guards the fields below
+	conns       map[uint64]linkConn
+	out         []contract.Command
+	ended       bool
+	draining    bool // stopping: new connections are closed with drainCode
+	drainCode   int
+	drainReason string
+	drained     chan struct{} // closed when draining and no connection is left
 }
 
 // NewLink returns a link for transport tr, which the host started as
@@ -182,10 +184,10 @@ func (l *Link) opened(ev *contract.Event) {
 		return
 	}
 	l.mu.Lock()
-	draining := l.draining
+	draining, dcode, dreason := l.draining, l.drainCode, l.drainReason
 	l.mu.Unlock()
 	if draining {
-		l.send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: contract.CloseGoingAway, Reason: "host shutting down"})
+		l.send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: dcode, Reason: dreason})
 		return
 	}
 	var c linkConn
@@ -196,7 +198,7 @@ func (l *Link) opened(ev *contract.Event) {
 		}
 		c = pc
 	} else {
-		gc := l.gw.newConn(tid, l)
+		gc := l.gw.newConn(tid, l.name, l)
 		l.send(contract.Command{Kind: contract.CommandAdmit, Conn: ev.Conn})
 		gc.ready()
 		c = gc
@@ -207,12 +209,14 @@ func (l *Link) opened(ev *contract.Event) {
 	l.gw.metrics.Connections.Inc()
 }
 
-// Drain stops admitting connections (new ones are closed with 1001).
-func (l *Link) Drain() {
+// Drain stops admitting connections: new ones are closed with code (1001
+// when the host shuts down, 1012 when the transport is unloaded).
+func (l *Link) Drain(code int, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.draining {
 		l.draining = true
+		l.drainCode, l.drainReason = code, reason
 		l.drained = make(chan struct{})
 		l.checkDrainedLocked()
 	}

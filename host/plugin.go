@@ -79,6 +79,8 @@ type procOptions struct {
 	// Setsid starts the plugin in a session of its own, out of the
 	// host's process group and terminal: it survives the host.
 	Setsid bool
+	// StartTimeout bounds the handshake (0: pluginStartTimeout).
+	StartTimeout time.Duration
 }
 
 // startPlugin starts spec as a go-plugin subprocess and dispenses kind.
@@ -93,6 +95,10 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
 	logw := newPluginLogWriter(log, spec.Name)
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = pluginStartTimeout
+	}
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  contract.Handshake,
 		Plugins:          contract.PluginMap(),
@@ -101,7 +107,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           hclog.NewNullLogger(),
 		Stderr:           logw,
-		StartTimeout:     pluginStartTimeout,
+		StartTimeout:     timeout,
 	}
 	if spec.SHA256 != "" {
 		sum, err := hex.DecodeString(spec.SHA256)
@@ -114,7 +120,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	rpc, err := client.Client()
 	if err != nil {
 		client.Kill() // also waits for its stderr, so the tail is complete
-		return nil, startError(spec, err, logw.tail())
+		return nil, startError(spec, err, logw.tail(), timeout)
 	}
 	p, err := dispense(client, rpc, spec.Name, kind)
 	if err != nil {
@@ -186,7 +192,7 @@ func dispense(client *plugin.Client, rpc plugin.ClientProtocol, name, kind strin
 
 // startError turns go-plugin's start error into one that says which check
 // failed and what to do.
-func startError(spec PluginSpec, err error, stderrTail []string) error {
+func startError(spec PluginSpec, err error, stderrTail []string, timeout time.Duration) error {
 	var pathErr *fs.PathError
 	var execErr *exec.Error
 	switch {
@@ -203,6 +209,10 @@ func startError(spec PluginSpec, err error, stderrTail []string) error {
 		return fmt.Errorf("plugin %s (%s): cannot run it: %w", spec.Name, spec.Path, err)
 	}
 	cause, _, _ := strings.Cut(strings.TrimSpace(err.Error()), "\n") // go-plugin adds pages of hints
+	if strings.Contains(cause, "timeout while waiting for plugin to start") {
+		return fmt.Errorf("plugin %s (%s): handshake timed out: no go-plugin handshake line within %s (the process was killed); a tether plugin answers at once: check that the binary serves contract.ServeTransport or contract.ServeBackend and is not waiting on something: %w",
+			spec.Name, spec.Path, timeout, ErrHandshake)
+	}
 	var said string
 	if len(stderrTail) > 0 {
 		said = fmt.Sprintf("; it wrote %q", strings.Join(stderrTail, " / "))

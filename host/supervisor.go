@@ -21,11 +21,15 @@ const (
 	stateRunning    = "running"
 	stateRestarting = "restarting" // died; waiting for the next attempt
 	stateStopped    = "stopped"
+	// stateFailed: a transport that failed RestartLimit times in a row
+	// (crashed soon after starting, or failed to start) is not restarted
+	// again until it is reloaded.
+	stateFailed = "failed"
 )
 
-// Restart backoff: the first restart of a crashed plugin is tried after
-// backoffMin, each failed attempt doubles the wait up to backoffMax, and a
-// plugin that ran for backoffResetAfter starts over at backoffMin.
+// Restart backoff: the first restart of a crashed plugin is tried at once,
+// the next after backoffMin, each further one doubles the wait up to
+// backoffMax, and a plugin that ran for backoffResetAfter starts over.
 const (
 	backoffMin        = 100 * time.Millisecond
 	backoffMax        = 5 * time.Second
@@ -65,23 +69,26 @@ func hostListens(listen string) bool {
 	return true
 }
 
-// supervisor runs the transport plugin. For a TCP --listen the public
-// listener is the host's: every plugin process the supervisor starts
-// inherits a duplicate of it and accepts on it, so the port stays bound
-// and connections queue in its backlog while a crashed plugin is
+// supervisor runs one transport plugin under its name. For a TCP listen
+// address the listener is the host's: every plugin process the supervisor
+// starts inherits a duplicate of it and accepts on it, so the port stays
+// bound and connections queue in its backlog while a crashed plugin is
 // restarted, and two processes accept side by side during a swap. (Any
-// other --listen is the transport's to bind; a swap then needs the new
+// other address is the transport's to bind; a swap then needs the new
 // process to bind beside the old one.) It links each process, restarts a
 // crashed one with capped exponential backoff (its sockets' sessions are
-// parked by the link), swaps in a fresh process on reload, and stops it.
+// parked by the link) until it failed RestartLimit times in a row, swaps
+// in a fresh process on reload, and stops it.
 type supervisor struct {
 	cfg     Config
 	name    string
-	ln      *net.TCPListener // the public listener (Run closes it); nil: the transport binds cfg.Listen
+	listen  string           // the configured address
+	ln      *net.TCPListener // the host's listener for it (stop closes it); nil: the transport binds listen
 	addr    string           // the bound address; set by the first start when ln is nil
 	gw      *Gateway
 	pty     *PTYRouter
 	metrics *Metrics
+	ids     *instanceIDs
 	log     zerolog.Logger
 
 	ctx    context.Context // the supervisor's life; ends every link
@@ -95,6 +102,7 @@ type supervisor struct {
 	cur      *tgen // the process serving; nil while restarting
 	state    string
 	restarts int
+	streak   int // failures in a row: crashes of short-lived processes and failed starts
 	lastErr  string
 	backoff  time.Duration
 }
@@ -110,24 +118,27 @@ type tgen struct {
 	done     chan struct{} // closed once its link ended and it was killed
 }
 
-func newSupervisor(cfg Config, ln *net.TCPListener, gw *Gateway, pty *PTYRouter, m *Metrics) *supervisor {
+// newSupervisor returns the supervisor of transport ts, serving on ln
+// when the host holds its listener (a TCP address; nil otherwise).
+func newSupervisor(cfg Config, ts TransportSpec, ln *net.TCPListener, gw *Gateway, pty *PTYRouter, m *Metrics, ids *instanceIDs) *supervisor {
 	addr := ""
 	if ln != nil {
 		addr = ln.Addr().String()
 	}
 	return &supervisor{
 		cfg:     cfg,
-		name:    cfg.Transport.Name,
+		name:    ts.Name,
+		listen:  ts.Listen,
 		ln:      ln,
 		addr:    addr,
 		gw:      gw,
 		pty:     pty,
 		metrics: m,
+		ids:     ids,
 		log:     cfg.Log,
 		ops:     make(chan struct{}, 1),
-		spec:    cfg.Transport,
+		spec:    ts.PluginSpec,
 		state:   stateStarting,
-		backoff: backoffMin,
 	}
 }
 
@@ -160,8 +171,8 @@ func (s *supervisor) start(ctx context.Context) error {
 // launch starts one plugin process on the shared listener and makes its
 // link (not yet running).
 func (s *supervisor) launch(spec PluginSpec) (*tgen, error) {
-	opts := procOptions{Env: []string{EnvPluginStateDir + "=" + s.cfg.StateDir}}
-	listen := s.cfg.Listen
+	opts := procOptions{Env: []string{EnvPluginStateDir + "=" + s.cfg.StateDir}, StartTimeout: s.cfg.PluginStartTimeout}
+	listen := s.listen
 	if s.addr != "" {
 		listen = s.addr // a restart binds the address the first start got
 	}
@@ -178,7 +189,7 @@ func (s *supervisor) launch(spec PluginSpec) (*tgen, error) {
 	if err != nil {
 		return nil, err
 	}
-	instance := contract.NewInstanceID()
+	instance := s.ids.next(spec.Name)
 	sctx, cancel := context.WithTimeout(s.ctx, startRPCTimeout)
 	defer cancel()
 	resp, err := proc.tr.Start(sctx, contract.StartRequest{
@@ -253,16 +264,35 @@ func (s *supervisor) watch(g *tgen) {
 		return
 	}
 	s.cur = nil
-	s.state = stateRestarting
 	s.restarts++
 	s.lastErr = errText(err, "plugin exited")
 	if time.Since(g.started) > backoffResetAfter {
-		s.backoff = backoffMin
+		s.backoff, s.streak = 0, 0
 	}
+	failed := s.failedLocked()
 	s.mu.Unlock()
 	s.metrics.PluginRestarts.WithLabelValues(s.name).Inc()
+	if failed {
+		s.log.Error().Err(err).Str("plugin", s.name).Int("pid", g.proc.pid).Int("in_a_row", s.cfg.RestartLimit).
+			Msg("transport plugin keeps failing; marked failed, not restarted (tether plugins reload to try again)")
+		return
+	}
 	s.log.Warn().Err(err).Str("plugin", s.name).Int("pid", g.proc.pid).Msg("transport plugin ended; restarting")
 	s.restart()
+}
+
+// failedLocked counts one more failure in a row and reports whether that
+// makes the plugin failed (it is then marked so, and not restarted);
+// else it is marked restarting.
+func (s *supervisor) failedLocked() bool {
+	s.streak++
+	if limit := s.cfg.RestartLimit; limit > 0 && s.streak >= limit {
+		s.state = stateFailed
+		s.lastErr = fmt.Sprintf("%s (failed %d times in a row; not restarted until reloaded)", s.lastErr, s.streak)
+		return true
+	}
+	s.state = stateRestarting
+	return false
 }
 
 // restart starts a new process after the backoff, until one starts or
@@ -279,9 +309,10 @@ func (s *supervisor) restart() {
 		if err != nil {
 			s.mu.Lock()
 			s.lastErr = err.Error()
+			failed := s.failedLocked()
 			s.mu.Unlock()
-			s.log.Error().Err(err).Str("plugin", s.name).Msg("restarting transport plugin")
-			return false
+			s.log.Error().Err(err).Str("plugin", s.name).Bool("failed", failed).Msg("restarting transport plugin")
+			return failed
 		}
 		s.activate(g) // kills it if stop began meanwhile
 		return true
@@ -295,7 +326,7 @@ func restartLoop(ctx context.Context, mu *sync.Mutex, backoff *time.Duration, ac
 	for {
 		mu.Lock()
 		d := *backoff
-		*backoff = min(2*d, backoffMax)
+		*backoff = min(max(2*d, backoffMin), backoffMax)
 		mu.Unlock()
 		t := time.NewTimer(d)
 		select {
@@ -339,13 +370,14 @@ func (s *supervisor) swap(ctx context.Context, spec *PluginSpec) (PluginStatus, 
 	g, err := s.launch(next)
 	if err != nil {
 		if s.ln == nil {
-			err = fmt.Errorf("%w (with --listen %s the transport binds the listener itself, so a new process must bind it beside the old one; a TCP --listen is the host's and is handed over)", err, s.cfg.Listen)
+			err = fmt.Errorf("%w (with listen address %s the transport binds the listener itself, so a new process must bind it beside the old one; a TCP address is the host's and is handed over)", err, s.listen)
 		}
 		return PluginStatus{}, err
 	}
 	s.mu.Lock()
 	old := s.cur
 	s.spec = next
+	s.streak, s.backoff = 0, 0 // a reload gives a failed plugin a fresh start
 	s.mu.Unlock()
 	if !s.activate(g) {
 		return PluginStatus{}, errStopping
@@ -387,13 +419,21 @@ func (s *supervisor) drain() {
 	g := s.cur
 	s.mu.Unlock()
 	if g != nil {
-		g.link.Drain()
+		g.link.Drain(contract.CloseGoingAway, reasonShutdown)
 	}
 }
 
-// stop closes every client socket with 1001, stops the plugin and waits
-// for it. It waits for a swap or launch in flight first, within ctx.
-func (s *supervisor) stop(ctx context.Context) {
+// Close reasons of a stopped transport's sockets.
+const (
+	reasonShutdown = "host shutting down"
+	reasonUnloaded = "transport unloaded"
+)
+
+// stop closes every client socket with code (1001 at shutdown, 1012 when
+// the transport is unloaded: their sessions are parked, never closed),
+// stops the plugin, waits for it and lets go of the listener. It waits
+// for a swap or launch in flight first, within ctx.
+func (s *supervisor) stop(ctx context.Context, code int, reason string) {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
@@ -404,13 +444,13 @@ func (s *supervisor) stop(ctx context.Context) {
 	s.mu.Unlock()
 	if g != nil {
 		g.retired.Store(true)
-		g.link.Drain()
+		g.link.Drain(code, reason)
 		select {
-		case <-g.link.CloseAll(contract.CloseGoingAway, "host shutting down"):
+		case <-g.link.CloseAll(code, reason):
 		case <-ctx.Done():
 		}
-		if err := g.proc.tr.Stop(ctx, contract.StopRequest{Code: contract.CloseGoingAway, Reason: "host shutting down"}); err != nil {
-			s.log.Debug().Err(err).Msg("stopping transport")
+		if err := g.proc.tr.Stop(ctx, contract.StopRequest{Code: code, Reason: reason}); err != nil {
+			s.log.Debug().Err(err).Str("plugin", s.name).Msg("stopping transport")
 		}
 		// The link ends by itself once the plugin has reported every
 		// socket closed; cut it only when out of time.
@@ -421,6 +461,9 @@ func (s *supervisor) stop(ctx context.Context) {
 	}
 	s.cancel()
 	s.wg.Wait()
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
 	if acquired {
 		s.release()
 	}
@@ -436,6 +479,7 @@ func (s *supervisor) status() PluginStatus {
 		Restarts:  s.restarts,
 		LastError: s.lastErr,
 		Path:      s.spec.Path,
+		Addr:      s.addr,
 	}
 	g := s.cur
 	s.mu.Unlock()

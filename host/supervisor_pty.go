@@ -75,7 +75,6 @@ func newBackendSupervisor(cfg Config, router *PTYRouter, m *Metrics) *backendSup
 		log:      cfg.Log,
 		ops:      make(chan struct{}, 1),
 		state:    stateStarting,
-		backoff:  backoffMin,
 	}
 }
 
@@ -291,7 +290,7 @@ func (s *backendSupervisor) watch(g *bgen) {
 	s.restarts++
 	s.lastErr = errText(err, "output stream ended")
 	if time.Since(g.started) > backoffResetAfter {
-		s.backoff = backoffMin
+		s.backoff = 0
 	}
 	s.mu.Unlock()
 	s.router.SetBackend(nil)

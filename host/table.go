@@ -58,6 +58,8 @@ const runStaleAfter = 10 * time.Minute
 type Viewer interface {
 	// ID is the viewer's transport identity.
 	ID() contract.TransportID
+	// Transport is the name of the transport it is on ("ws", …).
+	Transport() string
 	// Send queues one encoded frame for the client.
 	Send(frame []byte)
 }
@@ -633,6 +635,9 @@ type ActiveEntry struct {
 	StartedAt    int64  `json:"started_at"`
 	LastActive   int64  `json:"last_active"`
 	Viewers      int    `json:"viewers"`
+	// Transports counts the viewers per transport name; empty for a
+	// parked session.
+	Transports map[string]int `json:"transports"`
 }
 
 // Active lists the live sessions in creation order, parked ones included.
@@ -653,6 +658,10 @@ func (t *Table) Active() []ActiveEntry {
 			StartedAt:    rec.startedAt.Unix(),
 			LastActive:   rec.lastActive.Unix(),
 			Viewers:      len(rec.viewers),
+			Transports:   make(map[string]int),
+		}
+		for _, v := range rec.viewers {
+			e.Transports[v.Transport()]++
 		}
 		rec.mu.Unlock()
 		out = append(out, e)

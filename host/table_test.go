@@ -20,13 +20,21 @@ import (
 
 // fakeViewer records the frames the table sends it.
 type fakeViewer struct {
-	id contract.TransportID
+	id        contract.TransportID
+	transport string // "fake" when empty
 
 	mu     sync.Mutex
 	frames [][]byte
 }
 
 func (v *fakeViewer) ID() contract.TransportID { return v.id }
+
+func (v *fakeViewer) Transport() string {
+	if v.transport == "" {
+		return "fake"
+	}
+	return v.transport
+}
 
 func (v *fakeViewer) Send(frame []byte) {
 	v.mu.Lock()

@@ -21,9 +21,14 @@ import (
 
 const pluginsUsage = `usage:
   tether plugins [list] [--json]          one line per plugin: name, kind, pid, uptime, restarts, state, version, connections
+  tether plugins load transport:NAME=PATH[#sha256] [--listen ADDR]
+                                          start another transport beside the running ones, serving ADDR
+                                          (default unix:<state-dir>/NAME.sock; a TCP host:port is bound by the host)
+  tether plugins unload NAME              stop an added transport: its sockets are closed with 1012,
+                                          their sessions parked (resume them anywhere)
   tether plugins reload NAME [--plugin-path PATH[#sha256]]
                                           transport: swap in a fresh process (of PATH, run with no arguments);
-                                          pty: start it again after a stop
+                                          also restarts one marked failed; pty: start it again after a stop
   tether plugins stop pty                 stop the PTY plugin and every PTY (also when no host is running)
 
 Every subcommand takes --state-dir (env TETHER_STATE_DIR; default: the one
@@ -39,6 +44,7 @@ func pluginsCmd(args []string) int {
 	stateDir := fs.String("state-dir", defaultStateDir(), "state dir of the running host")
 	pluginPath := fs.String("plugin-path", "", "reload: the new plugin binary, PATH[#sha256]")
 	asJSON := fs.Bool("json", false, "list: print the host's answer as JSON")
+	listen := fs.String("listen", "", "load: the address the transport serves")
 	timeout := fs.Duration("timeout", 60*time.Second, "how long to wait for the host")
 	// Flags may come before, between or after the words.
 	var words []string
@@ -109,6 +115,33 @@ func pluginsCmd(args []string) int {
 		}
 		printPlugins(os.Stdout, resp.Plugins, time.Now())
 		return 0
+	case "load":
+		if len(words) != 2 {
+			break
+		}
+		req, err := loadRequest(words[1], *listen)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tether plugins: load:", err)
+			return 2
+		}
+		resp, err := host.Control(ctx, *stateDir, req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "tether plugins: load %s: %v\n", req.Name, err)
+			return 1
+		}
+		printPlugins(os.Stdout, resp.Plugins, time.Now())
+		return 0
+	case "unload":
+		if len(words) != 2 {
+			break
+		}
+		resp, err := host.Control(ctx, *stateDir, host.ControlRequest{Op: host.OpUnload, Name: words[1]})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "tether plugins: unload %s: %v\n", words[1], err)
+			return 1
+		}
+		printPlugins(os.Stdout, resp.Plugins, time.Now())
+		return 0
 	case "stop":
 		if len(words) != 2 {
 			break
@@ -126,6 +159,31 @@ func pluginsCmd(args []string) int {
 	}
 	fmt.Fprint(os.Stderr, pluginsUsage)
 	return 2
+}
+
+// loadRequest parses transport:NAME=PATH[#sha256] into a load request
+// (the path made absolute, so the host runs the same file).
+func loadRequest(arg, listen string) (host.ControlRequest, error) {
+	kindName, rest, ok := strings.Cut(arg, "=")
+	kind, name, named := strings.Cut(kindName, ":")
+	if !ok || !named || rest == "" {
+		return host.ControlRequest{}, fmt.Errorf("%q: want transport:NAME=PATH[#sha256]", arg)
+	}
+	if kind != "transport" {
+		return host.ControlRequest{}, fmt.Errorf("%q: only transports are loaded at runtime (want transport:NAME=PATH[#sha256])", arg)
+	}
+	if err := host.CheckTransportName(name); err != nil {
+		return host.ControlRequest{}, err
+	}
+	path, sum, _ := strings.Cut(rest, "#")
+	abs, err := filepath.Abs(path)
+	if err == nil {
+		_, err = os.Stat(abs)
+	}
+	if err != nil {
+		return host.ControlRequest{}, fmt.Errorf("%q: %w", arg, err)
+	}
+	return host.ControlRequest{Op: host.OpLoad, Kind: kind, Name: name, Path: abs, SHA256: strings.ToLower(sum), Listen: listen}, nil
 }
 
 // stopWithoutHost stops a plugin a host left running on stateDir when no
@@ -167,6 +225,9 @@ func printPlugins(w io.Writer, ps []host.PluginStatus, now time.Time) {
 		}
 		if p.Reattached {
 			notes = append(notes, "reattached")
+		}
+		if p.Addr != "" {
+			notes = append(notes, "addr="+p.Addr)
 		}
 		if p.LastError != "" {
 			notes = append(notes, "last_error="+strconv.Quote(p.LastError))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,10 +50,14 @@ func serve(args []string) int {
 		pingInterval = fs.Duration("ping-interval", 20*time.Second, "how often the transport pings idle clients")
 		peerTimeout  = fs.Duration("peer-timeout", 60*time.Second, "a client silent for this long is closed as dead")
 		stopPTYs     = fs.Bool("stop-ptys", false, "on shutdown also stop the PTY plugin (and its PTYs) instead of leaving it for the next host")
+		restartLimit = fs.Int("plugin-restart-limit", 5, "a transport plugin that fails this many times in a row (crashes within a minute of starting, or fails to start) is marked failed and not restarted until reloaded (0 = restart forever)")
+		startTimeout = fs.Duration("plugin-start-timeout", 15*time.Second, "how long a plugin may take to answer the go-plugin handshake")
+		listens      strList
 	)
 	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB suffix")
 	fs.Var(&allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
-	fs.Var(&plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one (repeatable)")
+	fs.Var(&plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one; transport:NAME=PATH[#sha256] adds a transport named NAME (repeatable)")
+	fs.Var(&listens, "transport-listen", "NAME=ADDR: the address an added transport serves (default unix:<state-dir>/NAME.sock; a TCP host:port is bound by the host) (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -92,11 +97,27 @@ func serve(args []string) int {
 	if len(ptyArgv) == 0 {
 		backend = host.PluginSpec{} // an empty --pty-command switches /api/pty off (4404)
 	}
+	var extra []host.TransportSpec
 	for _, p := range plugins {
 		kind, spec, err := parsePluginFlag(p)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "tether serve:", err)
 			return 2
+		}
+		if name, ok := strings.CutPrefix(kind, contract.KindTransport+":"); ok {
+			if err := host.CheckTransportName(name); err != nil {
+				fmt.Fprintf(os.Stderr, "tether serve: --plugin %s: %v\n", p, err)
+				return 2
+			}
+			for _, t := range extra {
+				if t.Name == name {
+					fmt.Fprintf(os.Stderr, "tether serve: --plugin %s: transport %s given twice\n", p, name)
+					return 2
+				}
+			}
+			spec.Name = name
+			extra = append(extra, host.TransportSpec{PluginSpec: spec})
+			continue
 		}
 		switch kind {
 		case contract.KindTransport:
@@ -106,14 +127,31 @@ func serve(args []string) int {
 			spec.Name = "pty"
 			backend = spec
 		default:
-			fmt.Fprintf(os.Stderr, "tether serve: --plugin %s: kind %q is not supported yet (supported: transport, backend)\n", p, kind)
+			fmt.Fprintf(os.Stderr, "tether serve: --plugin %s: kind %q is not supported (supported: transport, transport:NAME, backend)\n", p, kind)
 			return 2
 		}
+	}
+	for _, l := range listens {
+		name, addr, ok := strings.Cut(l, "=")
+		i := slices.IndexFunc(extra, func(t host.TransportSpec) bool { return t.Name == name })
+		switch {
+		case !ok || addr == "":
+			fmt.Fprintf(os.Stderr, "tether serve: --transport-listen %q: want NAME=ADDR\n", l)
+			return 2
+		case i < 0:
+			fmt.Fprintf(os.Stderr, "tether serve: --transport-listen %q: no transport %q added with --plugin transport:%s=PATH\n", l, name, name)
+			return 2
+		}
+		extra[i].Listen = addr
+	}
+	if *restartLimit < 0 {
+		fmt.Fprintln(os.Stderr, "tether serve: --plugin-restart-limit must be at least 0")
+		return 2
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// SIGHUP swaps the transport plugin for a fresh process.
+	// SIGHUP swaps every transport plugin for a fresh process.
 	reload := make(chan struct{}, 1)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -144,6 +182,10 @@ func serve(args []string) int {
 		AllowOrigins:      allowOrigins,
 		Agents:            agents,
 		Transport:         transport,
+		Transports:        extra,
+		RestartLimit:      *restartLimit,
+
+		PluginStartTimeout: *startTimeout,
 		PTY: host.PTYConfig{Spec: backend, BackendConfig: contract.BackendConfig{
 			Argv:        ptyArgv,
 			TTL:         *ptyTTL,
@@ -204,7 +246,7 @@ func agentFactory(kind, command string, delay time.Duration) (contract.AgentFact
 	return nil, fmt.Errorf("--agent %q: want echo or exec", kind)
 }
 
-// parsePluginFlag parses KIND=PATH[#sha256].
+// parsePluginFlag parses KIND=PATH[#sha256] (KIND may be transport:NAME).
 func parsePluginFlag(s string) (string, host.PluginSpec, error) {
 	kind, rest, ok := strings.Cut(s, "=")
 	if !ok || kind == "" || rest == "" {

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,6 +11,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(fakeTransportEnv) != "" {
+		// Re-executed as a plugin by a test (see fakeTransportScript).
+		serveFakeTransport(os.Getenv(fakeTransportEnv))
+		return
+	}
 	e2e.Main(m)
 }
 
