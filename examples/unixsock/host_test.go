@@ -23,15 +23,7 @@ func TestMain(m *testing.M) { e2e.Main(m) }
 // handshake, gateway.ready, session.create, prompt.submit and the streamed
 // answer of the echo agent.
 func TestHost(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "unixsock")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(data)
+	bin, sum := buildPlugin(t)
 	dir, err := os.MkdirTemp("", "us")
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +33,7 @@ func TestHost(t *testing.T) {
 
 	s := e2e.Start(t, e2e.Config{Args: []string{
 		"--listen", "unix:" + sock,
-		"--plugin", "transport=" + bin + "#" + hex.EncodeToString(sum[:]),
+		"--plugin", "transport=" + bin + "#" + sum,
 	}})
 
 	nc, err := net.DialTimeout("unix", sock, 10*time.Second)
@@ -90,6 +82,21 @@ func TestHost(t *testing.T) {
 	if m := b.readMessage(); m["close"] != float64(4401) {
 		t.Errorf("wrong token: got %v, want the close line with 4401", m)
 	}
+}
+
+// buildPlugin builds this plugin and returns its path and hex sha256.
+func buildPlugin(t *testing.T) (path, sum string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "unixsock")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(data)
+	return bin, hex.EncodeToString(h[:])
 }
 
 // lineClient speaks the line protocol by hand.
