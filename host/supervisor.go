@@ -203,7 +203,7 @@ func (s *supervisor) launch(spec PluginSpec) (*tgen, error) {
 		if s.ln != nil {
 			return nil, fmt.Errorf("plugin %s (%s): start on the host's listener %s, inherited as Listen %q (a transport must serve fd:N): %w", spec.Name, spec.Path, s.addr, listen, err)
 		}
-		return nil, fmt.Errorf("plugin %s (%s): start listening on %s: %w", spec.Name, spec.Path, listen, err)
+		return nil, &listenError{fmt.Errorf("plugin %s (%s): start listening on %s: %w", spec.Name, spec.Path, listen, err)}
 	}
 	if s.addr == "" {
 		s.addr = resp.Addr // only the first start, before anything runs concurrently
@@ -221,6 +221,13 @@ func (s *supervisor) launch(spec PluginSpec) (*tgen, error) {
 		Str("version", resp.Version).Str("path", spec.Path).Msg("plugin started")
 	return g, nil
 }
+
+// listenError is a launch that failed in the transport's Start, binding
+// an address of its own: the plugin itself answered the handshake.
+type listenError struct{ err error }
+
+func (e *listenError) Error() string { return e.err.Error() }
+func (e *listenError) Unwrap() error { return e.err }
 
 // activate makes g the serving process and runs its link. Once stop has
 // begun it kills g instead and reports false.
@@ -368,10 +375,38 @@ func (s *supervisor) swap(ctx context.Context, spec *PluginSpec) (PluginStatus, 
 		next.Name = s.name
 	}
 	g, err := s.launch(next)
-	if err != nil {
-		if s.ln == nil {
-			err = fmt.Errorf("%w (with listen address %s the transport binds the listener itself, so a new process must bind it beside the old one; a TCP address is the host's and is handed over)", err, s.listen)
+	var lerr *listenError
+	if errors.As(err, &lerr) {
+		// The address is the transport's own (not a TCP address the host
+		// holds and hands over), and the running process holds it, so a
+		// new one cannot bind it beside the old one: stop the old one
+		// first (its sockets get 1012, their sessions are parked), then
+		// start the new one. Clients see a short gap and resume.
+		s.mu.Lock()
+		old := s.cur
+		s.mu.Unlock()
+		if old != nil {
+			s.log.Info().Err(err).Str("plugin", s.name).Msg("the new transport process cannot bind beside the old one; stopping the old one first")
+			s.retire(old, contract.CloseServiceRestart, "transport plugin swapped")
+			s.mu.Lock()
+			if s.cur == old {
+				s.cur, s.state = nil, stateRestarting
+			}
+			s.mu.Unlock()
+			if g, err = s.launch(next); err != nil {
+				// Down now: the restart loop brings the previous binary
+				// back (this swap holds the operation lock, so stop has
+				// not begun waiting).
+				s.wg.Add(1)
+				go func() {
+					defer s.wg.Done()
+					s.restart()
+				}()
+				return PluginStatus{}, fmt.Errorf("%w (the old process was stopped to free the address; the previous binary is being restarted)", err)
+			}
 		}
+	}
+	if err != nil {
 		return PluginStatus{}, err
 	}
 	s.mu.Lock()

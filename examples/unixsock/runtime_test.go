@@ -158,6 +158,21 @@ func TestRuntimeLoadSharedSession(t *testing.T) {
 	if got := u2.untilEvent("message.complete"); got.Seq != wsEvents[len(wsEvents)-1].Seq {
 		t.Errorf("the reloaded client's message.complete has seq %d, the ws client's %d", got.Seq, wsEvents[len(wsEvents)-1].Seq)
 	}
+
+	// `tether plugins reload unix` swaps it as ws is swapped: the socket
+	// path is the transport's own, so the old process goes first (1012),
+	// then a fresh one serves the same path and the client resumes.
+	if out, errOut, code := e2e.Tether(t, "plugins", "reload", "unix", "--state-dir", s.StateDir); code != 0 {
+		t.Fatalf("tether plugins reload unix: exit %d\n%s%s", code, out, errOut)
+	}
+	if code := u2.untilClose(); code != 1012 {
+		t.Errorf("the Unix client's close after the reload: %d, want 1012", code)
+	}
+	u3 := dialLines(t, sock, s.Token)
+	if res := u3.call("session.resume", map[string]any{"session_id": snap.SessionKey}); res["session_id"] != snap.SessionID {
+		t.Errorf("resume after the reload: session %v, want %s", res["session_id"], snap.SessionID)
+	}
+	checkTransports(ctx, t, w, snap.SessionID, map[string]int{"ws": 1, "unix": 1})
 }
 
 // checkTransports checks session.active_list's viewers per transport.
