@@ -63,3 +63,26 @@ func TestAccessNonLoopbackListenerAdmitsRemotePeers(t *testing.T) {
 		t.Errorf("Check = %d, want 0", got)
 	}
 }
+
+// TestAccessUnixSocket: a transport on a Unix socket ("unix:PATH") gets
+// the token and Host checks; the loopback-peer check does not apply (its
+// peers are local processes and have no address).
+func TestAccessUnixSocket(t *testing.T) {
+	a := &Access{Token: "t", Bound: "unix:/run/tether/unix.sock"}
+	tests := []struct {
+		name string
+		ev   contract.Event
+		want int
+	}{
+		{"token and own address", contract.Event{Query: "token=t", Host: "unix:/run/tether/unix.sock", Remote: "unix"}, 0},
+		{"no token", contract.Event{Host: "unix:/run/tether/unix.sock", Remote: "unix"}, contract.CloseUnauthorized},
+		{"another host", contract.Event{Query: "token=t", Host: "127.0.0.1:7717", Remote: "unix"}, contract.CloseForbidden},
+		{"another socket", contract.Event{Query: "token=t", Host: "unix:/tmp/other.sock", Remote: "unix"}, contract.CloseForbidden},
+		{"no peer address", contract.Event{Query: "token=t", Host: "unix:/run/tether/unix.sock"}, 0},
+	}
+	for _, tt := range tests {
+		if got := a.Check(tt.ev); got != tt.want {
+			t.Errorf("%s: Check = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
