@@ -43,6 +43,7 @@ func (b *Backend) Output(ctx context.Context, sink contract.OutputSink) error {
 	for rec := range b.all {
 		rec.mu.Lock()
 		cursors[rec] = rec.ring.EndOffset()
+		rec.linkLocked(true, cursors[rec])
 		rec.mu.Unlock()
 	}
 	b.mu.Unlock()
@@ -86,6 +87,7 @@ func (b *Backend) Output(ctx context.Context, sink contract.OutputSink) error {
 		}
 		for rec, cur := range next {
 			cursors[rec] = cur
+			rec.advance(cur)
 		}
 		if len(finished) > 0 {
 			b.mu.Lock()
@@ -136,14 +138,15 @@ func (b *Backend) collect(batch []contract.Output, recs []*ptyRec, cursors, next
 	return batch, finished
 }
 
-// endStream unregisters the Output stream. PTYs that are done give up
-// their rings: the next stream starts at their end and only sends their
+// endStream unregisters the Output stream and lets the drains run free.
+// PTYs that are done give up their rings: the next stream starts at their end and only sends their
 // exit markers.
 func (b *Backend) endStream(done chan struct{}) {
 	b.mu.Lock()
 	b.streamDone = nil
 	for rec := range b.all {
 		rec.mu.Lock()
+		rec.linkLocked(false, 0)
 		if rec.done {
 			rec.ring.Discard()
 		}

@@ -1,0 +1,155 @@
+package pty
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// letters returns n pseudo-random letters: bytes a terminal passes through
+// unchanged.
+func letters(n int) []byte {
+	const abc = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	r := rand.New(rand.NewPCG(1, 2))
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = abc[r.IntN(len(abc))]
+	}
+	return p
+}
+
+// writeFile writes p to a file in a temporary directory and returns its
+// path.
+func writeFile(t testing.TB, p []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(path, p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestDrainWaitsForStream: with a 4 KiB ring and a linked stream that does
+// not take its output, the drain stops reading (the child blocks in write,
+// the ring never holds more than the stream has not sent); once the
+// stream takes it, every byte of 1 MiB arrives, in order, then the exit
+// marker.
+func TestDrainWaitsForStream(t *testing.T) {
+	const ringSize = 4 << 10
+	want := letters(1 << 20)
+	path := writeFile(t, want)
+
+	b := New(testLogger(t))
+	waiting := make(chan struct{}, 1)
+	b.testHookDrainWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := b.Start(context.Background(), contract.BackendConfig{Buffer: ringSize}); err != nil {
+		t.Fatalf("Start: got error %v, want nil", err)
+	}
+	t.Cleanup(b.Shutdown)
+
+	c := &collector{streams: make(map[string]*streamLog), changed: make(chan struct{})}
+	first := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	sink := func(ctx context.Context, outs []contract.Output) error {
+		once.Do(func() {
+			close(first)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		})
+		return c.sink(ctx, outs)
+	}
+	up := make(chan struct{})
+	b.testHookStream = func() { close(up) }
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- b.Output(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Output: got error %v, want nil", err)
+		}
+		c.check(t)
+	})
+	<-up
+
+	resp := attach(t, b, contract.AttachRequest{Token: token("bp"), Viewer: viewer(1), Argv: []string{"cat", path}})
+	timeout := time.After(waitTimeout)
+	for _, ch := range []chan struct{}{first, waiting} {
+		select {
+		case <-ch:
+		case <-timeout:
+			close(release)
+			t.Fatal("the stream's first batch or the drain's wait never came")
+		}
+	}
+	// The stream holds its first batch and its cursor is 0: the drain
+	// waits, so the ring holds at most one ring's worth and the child,
+	// with a megabyte left to write, has not exited.
+	info, ok := listed(t, b, token("bp"))
+	switch {
+	case !ok:
+		t.Errorf("pty gone while its stream holds the first batch")
+	case info.EndOffset > ringSize || info.StartOffset != 0 || info.Exited:
+		t.Errorf("while the stream waits: got window [%d, %d) exited %v, want within [0, %d) and running",
+			info.StartOffset, info.EndOffset, info.Exited, ringSize)
+	}
+	if processGone(resp.Pid) {
+		t.Errorf("child exited while the stream held its output")
+	}
+	close(release)
+
+	s := c.waitExit(t, resp.Epoch)
+	if s.start != 0 || !bytes.Equal(s.data, want) {
+		t.Fatalf("got %d bytes from offset %d, want the file's %d bytes from 0", len(s.data), s.start, len(want))
+	}
+	if s.exit.ExitCode != 0 || s.exit.Offset != int64(len(want)) {
+		t.Errorf("exit marker %+v, want code 0 at %d", *s.exit, len(want))
+	}
+}
+
+// TestDrainRunsFreeUnlinked: with no stream linked the drain does not
+// wait: the child writes everything and the ring keeps the latest bytes.
+func TestDrainRunsFreeUnlinked(t *testing.T) {
+	const ringSize = 4 << 10
+	want := letters(1 << 20)
+	path := writeFile(t, want)
+	b := New(testLogger(t))
+	if _, err := b.Start(context.Background(), contract.BackendConfig{Buffer: ringSize}); err != nil {
+		t.Fatalf("Start: got error %v, want nil", err)
+	}
+	t.Cleanup(b.Shutdown)
+	resp := attach(t, b, contract.AttachRequest{Token: token("free"), Viewer: viewer(1), Argv: sh("cat " + path + "; exec sleep 1000")})
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		info, ok := listed(t, b, token("free"))
+		if !ok {
+			t.Fatal("pty gone")
+		}
+		if info.EndOffset == int64(len(want)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("end offset %d, want %d: the drain did not run free", info.EndOffset, len(want))
+		}
+		time.Sleep(5 * time.Millisecond) // polling the drain's progress, a real process's output
+	}
+	again := attach(t, b, contract.AttachRequest{Token: token("free"), Viewer: viewer(1), HasCursor: true, Epoch: resp.Epoch})
+	if again.StartOffset != int64(len(want)-ringSize) || !bytes.Equal(again.Replay, want[len(want)-ringSize:]) {
+		t.Errorf("replay from %d (%d bytes), want the last %d bytes", again.StartOffset, len(again.Replay), ringSize)
+	}
+}
