@@ -3,6 +3,7 @@ package pty
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tether-agent/tether/contract"
 )
@@ -15,6 +16,17 @@ const (
 	MaxBatchData = 1 << 20
 )
 
+// Under load — the previous batch went out less than coalesceWait ago — a
+// batch of less than coalesceBytes is held until coalesceWait has passed
+// since the previous batch, so that the cost of a
+// message (two gRPC hops and a WebSocket frame) is paid per tens of KiB,
+// not per tty read. Interactive output, which comes after a pause, goes
+// out at once.
+const (
+	coalesceBytes = 64 << 10
+	coalesceWait  = time.Millisecond
+)
+
 // Output implements contract.Backend. It streams every PTY's output to
 // sink until ctx is done (it then returns nil) or Shutdown has finished
 // and every exit marker is delivered (nil), or sink fails (its error).
@@ -23,7 +35,8 @@ const (
 // starts, 0 for PTYs spawned later. Whenever output is pending it hands
 // sink one batch with, for each PTY with pending bytes, one Output from
 // the cursor on (at most MaxOutputData bytes, MaxBatchData in all; the
-// rest follows in the next batch), so batches grow while sink is slow. A
+// rest follows in the next batch), so batches grow while sink is slow;
+// under load small batches are held for a moment (coalesceWait). A
 // cursor that fell out of its PTY's ring skips to the ring's start. After
 // a PTY's last byte comes its exit marker, also when the PTY was already
 // removed from the registry.
@@ -55,6 +68,10 @@ func (b *Backend) Output(ctx context.Context, sink contract.OutputSink) error {
 	var recs []*ptyRec
 	var batch []contract.Output
 	next := make(map[*ptyRec]int64)
+	var lastSend time.Time
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	defer hold.Stop()
 	for {
 		b.mu.Lock()
 		recs = recs[:0]
@@ -65,6 +82,18 @@ func (b *Backend) Output(ctx context.Context, sink contract.OutputSink) error {
 		b.mu.Unlock()
 		if stopped && len(recs) == 0 {
 			return nil
+		}
+
+		if wait := coalesceWait - time.Since(lastSend); wait > 0 && holdable(recs, cursors) {
+			// Not woken by each tty read meanwhile: one wake-up per
+			// held batch.
+			hold.Reset(wait)
+			select {
+			case <-hold.C:
+			case <-ctx.Done():
+				return nil
+			}
+			continue
 		}
 
 		clear(next)
@@ -78,6 +107,7 @@ func (b *Backend) Output(ctx context.Context, sink contract.OutputSink) error {
 			continue
 		}
 		err := sink(ctx, batch)
+		lastSend = time.Now()
 		clear(batch)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -98,6 +128,24 @@ func (b *Backend) Output(ctx context.Context, sink contract.OutputSink) error {
 			b.mu.Unlock()
 		}
 	}
+}
+
+// holdable reports whether what is pending past the cursors is worth
+// holding back for more: some output, less than coalesceBytes in all, no
+// exit marker due, and no PTY's drain waiting (or about to wait) for room.
+func holdable(recs []*ptyRec, cursors map[*ptyRec]int64) bool {
+	total := int64(0)
+	for _, rec := range recs {
+		rec.mu.Lock()
+		start, end, size, done := rec.ring.StartOffset(), rec.ring.EndOffset(), int64(rec.ring.size), rec.done
+		rec.mu.Unlock()
+		pending := end - min(max(cursors[rec], start), end)
+		if done || 2*pending >= size {
+			return false
+		}
+		total += pending
+	}
+	return total > 0 && total < coalesceBytes
 }
 
 // collect appends to batch what is pending for recs past their cursors,
