@@ -266,6 +266,12 @@ func (c *ptyConn) attach() {
 	route.socks[c.id] = c
 	r.mu.Unlock()
 
+	// The backend may stream the replay: pty.replay goes out as soon as
+	// the cursor is decided and each piece as it arrives, so the hops
+	// overlap. Live output stays buffered (pending) until the attach
+	// returns. Commands for a socket that closed meanwhile are ignored by
+	// the transport.
+	headerSent := false
 	ctx, cancel := rpcCtx()
 	resp, err := backend.Attach(ctx, contract.AttachRequest{
 		Token:     c.token,
@@ -274,6 +280,18 @@ func (c *ptyConn) attach() {
 		HasCursor: c.q.HasOffset,
 		Offset:    c.q.Offset,
 		Epoch:     c.q.Epoch,
+		OnHeader: func(resp contract.AttachResponse) {
+			headerSent = true
+			c.sendReplayHeader(resp)
+		},
+		OnReplay: func(p []byte) {
+			c.sendReplay(p)
+			// A big replay is taken from the plugin no faster than the
+			// transport takes it.
+			if l, ok := c.out.(flowSender); ok {
+				l.waitRoom(ctx, ptyStallTimeout)
+			}
+		},
 	})
 	cancel()
 	if err != nil {
@@ -292,14 +310,6 @@ func (c *ptyConn) attach() {
 		return
 	}
 
-	hdr, _ := json.Marshal(map[string]any{
-		"type":              "pty.replay",
-		"epoch":             resp.Epoch,
-		"start_offset":      resp.StartOffset,
-		"replay_end_offset": resp.ReplayEnd,
-		"reset":             resp.Reset,
-		"reason":            resp.Reason,
-	})
 	var superseded *ptyConn
 	r.mu.Lock()
 	if _, still := r.conns[c.id]; !still {
@@ -308,11 +318,9 @@ func (c *ptyConn) attach() {
 		c.detach(backend)
 		return
 	}
-	c.out.send(contract.Command{Kind: contract.CommandSend, Conn: c.id.Conn, Data: hdr})
-	for rest := resp.Replay; len(rest) > 0; {
-		n := min(len(rest), ptyChunk)
-		c.sendBinary(rest[:n])
-		rest = rest[n:]
+	if !headerSent {
+		c.sendReplayHeader(resp)
+		c.sendReplay(resp.Replay)
 	}
 	c.pending, c.attached, c.from, c.epoch = false, true, resp.ReplayEnd, resp.Epoch
 	buffered := c.buffered
@@ -341,6 +349,28 @@ func (c *ptyConn) attach() {
 		superseded.closeWith(contract.CloseSuperseded, "opened elsewhere")
 	}
 	c.log.Debug().Str("token_reason", resp.Reason).Bool("reset", resp.Reset).Int64("replay_end", resp.ReplayEnd).Msg("pty attached")
+}
+
+// sendReplayHeader sends the pty.replay text frame of resp.
+func (c *ptyConn) sendReplayHeader(resp contract.AttachResponse) {
+	hdr, _ := json.Marshal(map[string]any{
+		"type":              "pty.replay",
+		"epoch":             resp.Epoch,
+		"start_offset":      resp.StartOffset,
+		"replay_end_offset": resp.ReplayEnd,
+		"reset":             resp.Reset,
+		"reason":            resp.Reason,
+	})
+	c.out.send(contract.Command{Kind: contract.CommandSend, Conn: c.id.Conn, Data: hdr})
+}
+
+// sendReplay sends replay bytes in binary frames of at most ptyChunk.
+func (c *ptyConn) sendReplay(p []byte) {
+	for len(p) > 0 {
+		n := min(len(p), ptyChunk)
+		c.sendBinary(p[:n])
+		p = p[n:]
+	}
 }
 
 // deliverLocked sends the part of o at offsets >= c.from, and the 4410
