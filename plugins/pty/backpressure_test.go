@@ -3,10 +3,12 @@ package pty
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,33 +125,48 @@ func TestDrainWaitsForStream(t *testing.T) {
 }
 
 // TestDrainRunsFreeUnlinked: with no stream linked the drain does not
-// wait: the child writes everything and the ring keeps the latest bytes.
+// wait: the child writes everything (it says so through a FIFO) and the
+// ring keeps the latest bytes.
 func TestDrainRunsFreeUnlinked(t *testing.T) {
 	const ringSize = 4 << 10
 	want := letters(1 << 20)
 	path := writeFile(t, want)
+	fifo := filepath.Join(t.TempDir(), "done")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	b := New(testLogger(t))
 	if _, err := b.Start(context.Background(), contract.BackendConfig{Buffer: ringSize}); err != nil {
 		t.Fatalf("Start: got error %v, want nil", err)
 	}
 	t.Cleanup(b.Shutdown)
-	resp := attach(t, b, contract.AttachRequest{Token: token("free"), Viewer: viewer(1), Argv: sh("cat " + path + "; exec sleep 1000")})
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		info, ok := listed(t, b, token("free"))
-		if !ok {
-			t.Fatal("pty gone")
+
+	read := make(chan error, 1)
+	go func() {
+		p, err := os.ReadFile(fifo) // until the child has written its line
+		if err == nil && string(p) != "done\n" {
+			err = fmt.Errorf("fifo: got %q", p)
 		}
-		if info.EndOffset == int64(len(want)) {
-			break
+		read <- err
+	}()
+	resp := attach(t, b, contract.AttachRequest{Token: token("free"), Viewer: viewer(1),
+		Argv: sh("cat " + path + "; echo done > " + fifo + "; exec sleep 1000")})
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("end offset %d, want %d: the drain did not run free", info.EndOffset, len(want))
+	case <-time.After(waitTimeout):
+		// Unblock the reader before failing.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
 		}
-		time.Sleep(5 * time.Millisecond) // polling the drain's progress, a real process's output
+		<-read
+		t.Fatal("the child never finished writing with no stream linked: the drain waited")
 	}
 	again := attach(t, b, contract.AttachRequest{Token: token("free"), Viewer: viewer(1), HasCursor: true, Epoch: resp.Epoch})
-	if again.StartOffset != int64(len(want)-ringSize) || !bytes.Equal(again.Replay, want[len(want)-ringSize:]) {
-		t.Errorf("replay from %d (%d bytes), want the last %d bytes", again.StartOffset, len(again.Replay), ringSize)
+	end := int(again.ReplayEnd)
+	if again.StartOffset != again.ReplayEnd-ringSize || !bytes.Equal(again.Replay, want[end-ringSize:end]) {
+		t.Errorf("replay [%d, %d) (%d bytes), want the ring full of the child's bytes", again.StartOffset, again.ReplayEnd, len(again.Replay))
 	}
 }
