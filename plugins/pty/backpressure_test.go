@@ -170,3 +170,72 @@ func TestDrainRunsFreeUnlinked(t *testing.T) {
 		t.Errorf("replay [%d, %d) (%d bytes), want the ring full of the child's bytes", again.StartOffset, again.ReplayEnd, len(again.Replay))
 	}
 }
+
+// TestDrainReleasedOnUnlink: a drain waiting for a stream that never
+// takes its output runs free once that stream ends, so the child can
+// finish, and Shutdown does not hang.
+func TestDrainReleasedOnUnlink(t *testing.T) {
+	const ringSize = 4 << 10
+	path := writeFile(t, letters(1<<20))
+	fifo := filepath.Join(t.TempDir(), "done")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := New(testLogger(t))
+	waiting := make(chan struct{}, 1)
+	b.testHookDrainWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := b.Start(context.Background(), contract.BackendConfig{Buffer: ringSize}); err != nil {
+		t.Fatalf("Start: got error %v, want nil", err)
+	}
+	t.Cleanup(b.Shutdown)
+	up := make(chan struct{})
+	b.testHookStream = func() { close(up) }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- b.Output(ctx, func(ctx context.Context, _ []contract.Output) error {
+			<-ctx.Done() // a sink that never takes anything
+			return ctx.Err()
+		})
+	}()
+	<-up
+
+	read := make(chan error, 1)
+	go func() {
+		_, err := os.ReadFile(fifo)
+		read <- err
+	}()
+	attach(t, b, contract.AttachRequest{Token: token("unlink"), Viewer: viewer(1),
+		Argv: sh("cat " + path + "; echo done > " + fifo + "; exec sleep 1000")})
+	unblock := func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		<-read
+	}
+	select {
+	case <-waiting:
+	case <-time.After(waitTimeout):
+		unblock()
+		t.Fatal("the drain never waited for the stuck stream")
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Output: got error %v, want nil", err)
+	}
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(waitTimeout):
+		unblock()
+		t.Fatal("the child never finished writing after the stream ended: the drain still waits")
+	}
+}
