@@ -18,10 +18,9 @@ const (
 
 // Under load — the previous batch went out less than coalesceWait ago — a
 // batch of less than coalesceBytes is held until coalesceWait has passed
-// since the previous batch, so that the cost of a
-// message (two gRPC hops and a WebSocket frame) is paid per tens of KiB,
-// not per tty read. Interactive output, which comes after a pause, goes
-// out at once.
+// since the previous batch, so that the cost of a message (two gRPC hops
+// and a WebSocket frame) is paid per tens of KiB, not per tty read.
+// Interactive output, which comes after a pause, goes out at once.
 const (
 	coalesceBytes = 64 << 10
 	coalesceWait  = time.Millisecond
@@ -187,8 +186,8 @@ func (b *Backend) collect(batch []contract.Output, recs []*ptyRec, cursors, next
 }
 
 // endStream unregisters the Output stream and lets the drains run free.
-// PTYs that are done give up their rings: the next stream starts at their end and only sends their
-// exit markers.
+// PTYs that are done give up their rings: the next stream starts at their
+// end and only sends their exit markers.
 func (b *Backend) endStream(done chan struct{}) {
 	b.mu.Lock()
 	b.streamDone = nil

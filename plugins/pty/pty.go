@@ -211,27 +211,27 @@ func (rec *ptyRec) sweep(buf []byte) (got bool) {
 }
 
 // waitRoom waits while a linked stream is so far behind that a read of
-// the drain's chunk (max bytes, at most half the ring) would overwrite
+// the drain's chunk (limit bytes, at most half the ring) would overwrite
 // bytes it has not sent yet, and returns how many bytes may be read now:
-// at most max, and with no stream linked, max.
-func (rec *ptyRec) waitRoom(max int) int {
+// at most limit; with no stream linked, limit.
+func (rec *ptyRec) waitRoom(limit int) int {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	size := rec.ring.size
 	if size <= 0 {
-		return max
+		return limit
 	}
-	chunk := min(max, (size+1)/2)
+	chunk := min(limit, (size+1)/2)
 	for rec.linked {
 		if free := size - int(rec.ring.EndOffset()-rec.cursor); free >= chunk {
-			return min(free, max)
+			return min(free, limit)
 		}
 		if rec.testHookWait != nil {
 			rec.testHookWait()
 		}
 		rec.room.Wait()
 	}
-	return max
+	return limit
 }
 
 // advance records that the linked stream has sent everything before cur,
