@@ -106,10 +106,10 @@ func (c *BackendGRPCClient) attachStream(ctx context.Context, preq *tetherv1.Att
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.client.AttachStream(ctx, preq)
-	if err != nil {
-		return AttachResponse{}, err
+	var first *tetherv1.AttachPiece
+	if err == nil {
+		first, err = stream.Recv()
 	}
-	first, err := stream.Recv()
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return AttachResponse{}, err

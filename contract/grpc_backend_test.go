@@ -3,6 +3,8 @@ package contract_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"testing"
 
@@ -20,10 +22,11 @@ import (
 type replayBackend struct {
 	contract.Backend
 	resp contract.AttachResponse
+	err  error
 }
 
 func (b *replayBackend) Attach(context.Context, contract.AttachRequest) (contract.AttachResponse, error) {
-	return b.resp, nil
+	return b.resp, b.err
 }
 
 // unaryOnly is a backend server from before AttachStream.
@@ -118,5 +121,24 @@ func TestAttachStream(t *testing.T) {
 				t.Fatalf("got %+v (replay %d bytes), want %+v", got.Epoch, len(got.Replay), want.Epoch)
 			}
 		})
+	}
+}
+
+// TestAttachStreamError: an attach that fails keeps its error class
+// across the streamed call, and calls neither callback.
+func TestAttachStreamError(t *testing.T) {
+	c := backendConn(t, &contract.BackendGRPCServer{Impl: &replayBackend{err: fmt.Errorf("attach: %w", contract.ErrRegistryFull)}})
+	called := false
+	_, err := c.Attach(context.Background(), contract.AttachRequest{
+		Token:    "tok_0123456789abcdef",
+		Viewer:   contract.TransportID{Instance: "ws", Conn: 1},
+		OnHeader: func(contract.AttachResponse) { called = true },
+		OnReplay: func([]byte) { called = true },
+	})
+	if !errors.Is(err, contract.ErrRegistryFull) {
+		t.Errorf("Attach: got error %v, want ErrRegistryFull", err)
+	}
+	if called {
+		t.Error("a callback was called for a failed attach")
 	}
 }
