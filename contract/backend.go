@@ -61,6 +61,17 @@ type AttachRequest struct {
 	Cols, Rows int
 	// Argv overrides the configured command for a new PTY (nil = default).
 	Argv []string
+
+	// OnHeader and OnReplay, when both set, ask for the replay as it
+	// comes instead of in one piece. A backend that streams it (the gRPC
+	// client does) calls OnHeader once, with the response and an empty
+	// Replay, as soon as the cursor is decided, then OnReplay with each
+	// piece of the replay in order, all before Attach returns, and returns
+	// the response with an empty Replay. A backend that does not calls
+	// neither and returns the whole Replay. The pieces are the caller's
+	// to keep. Neither crosses the process boundary.
+	OnHeader func(AttachResponse)
+	OnReplay func(piece []byte)
 }
 
 // AttachResponse is what the host needs to send pty.replay and the replay.

@@ -162,7 +162,11 @@ func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 			for _, c := range batch.GetCommands() {
 				cmds = append(cmds, commandFromProto(c))
 			}
-			if err := s.Impl.Exec(ctx, cmds); err != nil {
+			exec := s.Impl.Exec
+			if o, ok := s.Impl.(OwnedExecer); ok {
+				exec = o.ExecOwned // the data was just unmarshalled: nobody else holds it
+			}
+			if err := exec(ctx, cmds); err != nil {
 				recvDone <- err
 				cancel()
 				return

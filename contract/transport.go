@@ -184,6 +184,16 @@ type StopRequest struct {
 // not retain the slice after returning.
 type EventSink func(ctx context.Context, events []Event) error
 
+// OwnedExecer is implemented by a Transport that can take over the Data
+// of the commands it is given instead of copying it. The gRPC server
+// calls ExecOwned, rather than Exec, with commands it has just
+// unmarshalled, whose Data nobody else holds; the transport may keep
+// that Data until it is written.
+type OwnedExecer interface {
+	// ExecOwned is Exec for commands whose Data the callee may keep.
+	ExecOwned(ctx context.Context, cmds []Command) error
+}
+
 // Transport is what a transport plugin implements. The host calls Start,
 // then Link (which runs until the link ends) and, concurrently with Link,
 // Exec for commands; Stop ends it all. All of the transport's connections

@@ -50,6 +50,15 @@ type sender interface {
 	send(cmd contract.Command)
 }
 
+// flowSender is a sender whose queue is bounded by waiting: the PTY
+// output path waits for room so that backpressure reaches the backend.
+type flowSender interface {
+	sender
+	// waitRoom waits, at most d, until the queue is under its high-water
+	// mark; it reports false if d passed first.
+	waitRoom(ctx context.Context, d time.Duration) bool
+}
+
 // gconn is one admitted /api/ws connection.
 type gconn struct {
 	id        contract.TransportID

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -26,12 +27,16 @@ type Link struct {
 	mu          sync.Mutex // guards the fields below
 	conns       map[uint64]linkConn
 	out         []contract.Command
+	queued      int64         // payload bytes in out and in the batch being sent
+	roomWait    chan struct{} // non-nil while someone waits for room; closed when queued drops to linkHighWater
 	ended       bool
 	draining    bool // stopping: new connections are closed with drainCode
 	drainCode   int
 	drainReason string
 	drained     chan struct{} // closed when draining and no connection is left
 }
+
+var _ flowSender = (*Link)(nil)
 
 // NewLink returns a link for transport tr, which the host started as
 // plugin instance instance under name.
@@ -70,6 +75,7 @@ func (l *Link) Run(ctx context.Context) error {
 	conns := l.conns
 	l.conns = make(map[uint64]linkConn)
 	l.out = nil
+	l.releaseLocked(l.queued)
 	l.checkDrainedLocked()
 	l.mu.Unlock()
 	for _, c := range conns {
@@ -87,6 +93,7 @@ func (l *Link) send(cmd contract.Command) {
 		return
 	}
 	l.out = append(l.out, cmd)
+	l.queued += cmdSize(cmd)
 	l.mu.Unlock()
 	select {
 	case l.notify <- struct{}{}:
@@ -117,6 +124,13 @@ func (l *Link) sendLoop(ctx context.Context) {
 				}
 				return
 			}
+			var sent int64
+			for i := range batch[:n] {
+				sent += cmdSize(batch[i])
+			}
+			l.mu.Lock()
+			l.releaseLocked(sent)
+			l.mu.Unlock()
 			batch = batch[n:]
 		}
 	}
@@ -127,17 +141,66 @@ func (l *Link) sendLoop(ctx context.Context) {
 // a burst is sent as several batches, in order.
 const maxBatchBytes = 1 << 20
 
+// linkHighWater is how many payload bytes may be queued for a transport
+// before waitRoom waits: a few batches, enough to keep the plugin busy.
+const linkHighWater = 4 << 20
+
+// cmdSize is what one command counts against a batch's budget and the
+// link's queue.
+func cmdSize(c contract.Command) int64 { return int64(len(c.Data) + len(c.Reason) + 16) }
+
 // batchCut returns how many commands from the start of cmds fit in budget
 // payload bytes (at least one, so a single larger command still goes).
 func batchCut(cmds []contract.Command, budget int) int {
-	size := 0
+	var size int64
 	for i, c := range cmds {
-		size += len(c.Data) + len(c.Reason) + 16
-		if size > budget && i > 0 {
+		size += cmdSize(c)
+		if size > int64(budget) && i > 0 {
 			return i
 		}
 	}
 	return len(cmds)
+}
+
+// releaseLocked counts n queued bytes as sent and wakes those waiting for
+// room once the queue is at or under linkHighWater (or the link ended).
+func (l *Link) releaseLocked(n int64) {
+	l.queued -= n
+	if l.roomWait != nil && (l.queued <= linkHighWater || l.ended) {
+		close(l.roomWait)
+		l.roomWait = nil
+	}
+}
+
+// waitRoom implements flowSender: it waits while more than linkHighWater
+// bytes are queued for the transport, at most d. It reports false when d
+// passed first; ctx done or the link ending count as room.
+func (l *Link) waitRoom(ctx context.Context, d time.Duration) bool {
+	var timeout <-chan time.Time
+	for {
+		l.mu.Lock()
+		if l.ended || l.queued <= linkHighWater {
+			l.mu.Unlock()
+			return true
+		}
+		if l.roomWait == nil {
+			l.roomWait = make(chan struct{})
+		}
+		ch := l.roomWait
+		l.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return true
+		case <-timeout:
+			return false
+		}
+	}
 }
 
 // handle is the link's event sink.

@@ -1,7 +1,11 @@
 package host
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
 )
@@ -31,5 +35,59 @@ func TestBatchCut(t *testing.T) {
 				t.Errorf("batchCut = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// blockingTransport is a contract.Transport whose Exec waits for release.
+type blockingTransport struct {
+	contract.Transport
+	release chan struct{}
+}
+
+func (b *blockingTransport) Exec(ctx context.Context, _ []contract.Command) error {
+	select {
+	case <-b.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestLinkWaitRoom: waitRoom waits while more than linkHighWater bytes are
+// queued or in flight, gives up after its bound, and returns once the
+// transport has taken enough.
+func TestLinkWaitRoom(t *testing.T) {
+	tr := &blockingTransport{release: make(chan struct{})}
+	l := NewLink("ws", "ws-1", tr, nil, nil, nil, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.sendLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	if !l.waitRoom(ctx, time.Millisecond) {
+		t.Fatal("waitRoom on an empty link: got false, want true")
+	}
+	for range 5 {
+		l.send(contract.Command{Kind: contract.CommandSend, Conn: 1, Data: make([]byte, 1<<20)})
+	}
+	if l.waitRoom(ctx, 10*time.Millisecond) {
+		t.Fatal("waitRoom with 5 MiB queued and the transport stuck: got true, want false after the bound")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- l.waitRoom(ctx, time.Minute) }()
+	close(tr.release)
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("waitRoom after the transport took the queue: got false, want true")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waitRoom still waiting after the transport took the queue")
+	}
+	l.mu.Lock()
+	queued := l.queued
+	l.mu.Unlock()
+	if queued > linkHighWater {
+		t.Fatalf("queued %d after waitRoom returned, want <= %d", queued, linkHighWater)
 	}
 }

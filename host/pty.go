@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +20,13 @@ import (
 
 // ptyChunk bounds one binary frame of replay output.
 const ptyChunk = 64 << 10
+
+// ptyStallTimeout bounds how long the output stream waits for one
+// transport link's queue to drain below its high-water mark. After it,
+// that link's PTY sockets are closed with 1013 (they can reattach with
+// their offsets) so that a stalled transport cannot stop other PTYs'
+// output.
+const ptyStallTimeout = 5 * time.Second
 
 // linkConn is a connection a Link routes frames and its close to.
 type linkConn interface {
@@ -166,6 +174,7 @@ type ptyConn struct {
 	from     int64  // deliver output at offsets >= from
 	epoch    string // the PTY instance it is attached to
 	attached bool
+	cut      bool // closed with 1013 by the router: no more output
 }
 
 // open admits a new /api/pty socket and starts attaching it.
@@ -257,6 +266,12 @@ func (c *ptyConn) attach() {
 	route.socks[c.id] = c
 	r.mu.Unlock()
 
+	// The backend may stream the replay: pty.replay goes out as soon as
+	// the cursor is decided and each piece as it arrives, so the hops
+	// overlap. Live output stays buffered (pending) until the attach
+	// returns. Commands for a socket that closed meanwhile are ignored by
+	// the transport.
+	headerSent := false
 	ctx, cancel := rpcCtx()
 	resp, err := backend.Attach(ctx, contract.AttachRequest{
 		Token:     c.token,
@@ -265,6 +280,18 @@ func (c *ptyConn) attach() {
 		HasCursor: c.q.HasOffset,
 		Offset:    c.q.Offset,
 		Epoch:     c.q.Epoch,
+		OnHeader: func(resp contract.AttachResponse) {
+			headerSent = true
+			c.sendReplayHeader(resp)
+		},
+		OnReplay: func(p []byte) {
+			c.sendReplay(p)
+			// A big replay is taken from the plugin no faster than the
+			// transport takes it.
+			if l, ok := c.out.(flowSender); ok {
+				l.waitRoom(ctx, ptyStallTimeout)
+			}
+		},
 	})
 	cancel()
 	if err != nil {
@@ -283,14 +310,6 @@ func (c *ptyConn) attach() {
 		return
 	}
 
-	hdr, _ := json.Marshal(map[string]any{
-		"type":              "pty.replay",
-		"epoch":             resp.Epoch,
-		"start_offset":      resp.StartOffset,
-		"replay_end_offset": resp.ReplayEnd,
-		"reset":             resp.Reset,
-		"reason":            resp.Reason,
-	})
 	var superseded *ptyConn
 	r.mu.Lock()
 	if _, still := r.conns[c.id]; !still {
@@ -299,11 +318,9 @@ func (c *ptyConn) attach() {
 		c.detach(backend)
 		return
 	}
-	c.out.send(contract.Command{Kind: contract.CommandSend, Conn: c.id.Conn, Data: hdr})
-	for rest := resp.Replay; len(rest) > 0; {
-		n := min(len(rest), ptyChunk)
-		c.sendBinary(rest[:n])
-		rest = rest[n:]
+	if !headerSent {
+		c.sendReplayHeader(resp)
+		c.sendReplay(resp.Replay)
 	}
 	c.pending, c.attached, c.from, c.epoch = false, true, resp.ReplayEnd, resp.Epoch
 	buffered := c.buffered
@@ -334,9 +351,35 @@ func (c *ptyConn) attach() {
 	c.log.Debug().Str("token_reason", resp.Reason).Bool("reset", resp.Reset).Int64("replay_end", resp.ReplayEnd).Msg("pty attached")
 }
 
+// sendReplayHeader sends the pty.replay text frame of resp.
+func (c *ptyConn) sendReplayHeader(resp contract.AttachResponse) {
+	hdr, _ := json.Marshal(map[string]any{
+		"type":              "pty.replay",
+		"epoch":             resp.Epoch,
+		"start_offset":      resp.StartOffset,
+		"replay_end_offset": resp.ReplayEnd,
+		"reset":             resp.Reset,
+		"reason":            resp.Reason,
+	})
+	c.out.send(contract.Command{Kind: contract.CommandSend, Conn: c.id.Conn, Data: hdr})
+}
+
+// sendReplay sends replay bytes in binary frames of at most ptyChunk.
+func (c *ptyConn) sendReplay(p []byte) {
+	for len(p) > 0 {
+		n := min(len(p), ptyChunk)
+		c.sendBinary(p[:n])
+		p = p[n:]
+	}
+}
+
 // deliverLocked sends the part of o at offsets >= c.from, and the 4410
-// close after the last byte when the process exited. r.mu is held.
-func (c *ptyConn) deliverLocked(o contract.Output) {
+// close after the last byte when the process exited. It reports whether
+// it queued output. r.mu is held.
+func (c *ptyConn) deliverLocked(o contract.Output) (sent bool) {
+	if c.cut {
+		return false
+	}
 	end := o.Offset + int64(len(o.Data))
 	if len(o.Data) > 0 && end > c.from {
 		if o.Offset > c.from {
@@ -344,22 +387,63 @@ func (c *ptyConn) deliverLocked(o contract.Output) {
 			// socket (the stream fell behind the ring): drop it so it
 			// reattaches with its offset.
 			c.closeWith(contract.CloseTryAgainLater, "output gap")
-			c.from = end
-			return
+			c.from, c.cut = end, true
+			return false
 		}
 		c.sendBinary(o.Data[c.from-o.Offset:])
 		c.from = end
+		sent = true
 	}
 	if o.Exited {
 		c.closeWith(contract.CloseProcessExited, "process exited")
 	}
+	return sent
 }
 
 // onOutput is the backend's output sink: it fans each piece out to the
-// sockets attached to its PTY.
-func (r *PTYRouter) onOutput(_ context.Context, outs []contract.Output) error {
+// sockets attached to its PTY, then waits (at most ptyStallTimeout) while
+// a transport link it queued output to has too much queued, so that a
+// fast child is slowed down to what the transport takes instead of
+// outrunning the ring.
+func (r *PTYRouter) onOutput(ctx context.Context, outs []contract.Output) error {
+	var links []flowSender
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.fanOutLocked(outs, func(c *ptyConn) {
+		if l, ok := c.out.(flowSender); ok && !slices.Contains(links, l) {
+			links = append(links, l)
+		}
+	})
+	r.mu.Unlock()
+	for _, l := range links {
+		if !l.waitRoom(ctx, ptyStallTimeout) {
+			r.cutStalled(l)
+		}
+	}
+	return nil
+}
+
+// cutStalled closes every attached socket of the stalled sender out with
+// 1013 and stops queueing output to them.
+func (r *PTYRouter) cutStalled(out sender) {
+	var cut []*ptyConn
+	r.mu.Lock()
+	for _, c := range r.conns {
+		if c.out == out && c.attached && !c.cut {
+			c.cut = true
+			cut = append(cut, c)
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range cut {
+		c.closeWith(contract.CloseTryAgainLater, "output stalled")
+	}
+	r.log.Warn().Int("sockets", len(cut)).Dur("waited", ptyStallTimeout).Msg("transport stalled: pty sockets closed with 1013")
+}
+
+// fanOutLocked queues outs to the attached sockets (buffering them for
+// sockets still attaching) and calls sent for each socket output was
+// queued to. r.mu is held.
+func (r *PTYRouter) fanOutLocked(outs []contract.Output, sent func(*ptyConn)) {
 	for _, o := range outs {
 		route := r.routes[o.Token]
 		if route == nil {
@@ -373,7 +457,9 @@ func (r *PTYRouter) onOutput(_ context.Context, outs []contract.Output) error {
 			if c.epoch != o.Epoch {
 				continue
 			}
-			c.deliverLocked(o)
+			if c.deliverLocked(o) {
+				sent(c)
+			}
 		}
 		if o.Exited {
 			for _, c := range route.socks {
@@ -383,7 +469,6 @@ func (r *PTYRouter) onOutput(_ context.Context, outs []contract.Output) error {
 			}
 		}
 	}
-	return nil
 }
 
 // dropLocked forgets c in the router's maps.

@@ -1,10 +1,15 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
 )
@@ -128,3 +133,81 @@ func FuzzParsePTYQuery(f *testing.F) {
 		}
 	})
 }
+
+// stuckSender is a flowSender whose queue never drains: it records
+// commands and its waitRoom always times out.
+type stuckSender struct {
+	mu    sync.Mutex
+	cmds  []contract.Command
+	waits int
+}
+
+func (s *stuckSender) send(cmd contract.Command) {
+	s.mu.Lock()
+	s.cmds = append(s.cmds, cmd)
+	s.mu.Unlock()
+}
+
+func (s *stuckSender) waitRoom(context.Context, time.Duration) bool {
+	s.mu.Lock()
+	s.waits++
+	s.mu.Unlock()
+	return false
+}
+
+// TestPTYOutputStalledLink: when a link's queue does not drain within
+// the bound, its PTY sockets are closed with 1013 and get no more output,
+// so the stream goes on for everyone else.
+func TestPTYOutputStalledLink(t *testing.T) {
+	r := NewPTYRouter(zerolog.Nop(), NewMetrics())
+	stuck, fine := &stuckSender{}, &stuckSender{}
+	tok := strings.Repeat("t", 16)
+	mk := func(conn uint64, out sender) *ptyConn {
+		c := &ptyConn{id: contract.TransportID{Instance: "ws", Conn: conn}, out: out, r: r, token: tok, attached: true, epoch: "e"}
+		r.conns[c.id] = c
+		if r.routes[tok] == nil {
+			r.routes[tok] = &ptyRoute{socks: make(map[contract.TransportID]*ptyConn)}
+		}
+		r.routes[tok].socks[c.id] = c
+		return c
+	}
+	mk(1, stuck)
+	mk(2, plainSender{fine})
+	out := func(off int64, data string) []contract.Output {
+		return []contract.Output{{Token: tok, Offset: off, Data: []byte(data), Epoch: "e"}}
+	}
+	if err := r.onOutput(context.Background(), out(0, "abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.onOutput(context.Background(), out(3, "def")); err != nil {
+		t.Fatal(err)
+	}
+	kinds := func(s *stuckSender) string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var b strings.Builder
+		for _, c := range s.cmds {
+			switch c.Kind {
+			case contract.CommandSend:
+				fmt.Fprintf(&b, "send %q;", c.Data)
+			case contract.CommandClose:
+				fmt.Fprintf(&b, "close %d;", c.Code)
+			}
+		}
+		return b.String()
+	}
+	if got, want := kinds(stuck), `send "abc";close 1013;`; got != want {
+		t.Errorf("stalled link: got %s want %s", got, want)
+	}
+	if stuck.waits != 1 {
+		t.Errorf("stalled link: waited %d times, want 1 (no wait once its sockets are cut)", stuck.waits)
+	}
+	if got, want := kinds(fine), `send "abc";send "def";`; got != want {
+		t.Errorf("other link: got %s want %s", got, want)
+	}
+}
+
+// plainSender is a sender without flow control.
+type plainSender struct{ s *stuckSender }
+
+func (p plainSender) send(cmd contract.Command) { p.s.send(cmd) }

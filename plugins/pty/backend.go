@@ -46,6 +46,9 @@ type Backend struct {
 	// testHookStream, when set, is called once an Output stream is
 	// registered (its cursors taken).
 	testHookStream func()
+	// testHookDrainWait, when set before PTYs are spawned, is called each
+	// time a drain waits for the Output stream.
+	testHookDrainWait func()
 
 	mu         sync.Mutex // guards the fields below
 	cfg        contract.BackendConfig
@@ -185,6 +188,11 @@ func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contr
 	}
 	b.ptys[req.Token] = rec
 	b.all[rec] = struct{}{}
+	if b.streamDone != nil {
+		rec.mu.Lock()
+		rec.linkLocked(true, 0) // the stream's cursor for a PTY spawned after it started
+		rec.mu.Unlock()
+	}
 	b.wg.Add(2)
 	go b.drain(rec)
 	go b.waitExit(rec)

@@ -63,11 +63,17 @@
 //
 // One Output stream runs at a time. A single sender keeps a cursor per
 // PTY and sends everything pending in one batch, so output is batched
-// while the sink is busy. The drain never waits for the stream: it only
-// appends to the ring and signals the sender. A stream too slow for a
-// ring skips ahead to the ring's start; the host sees the gap in offsets.
-// PTYs that end while no stream runs drop their ring and keep only their
-// exit marker for the next stream.
+// while the sink is busy; under load it also holds a small batch for up
+// to a millisecond (coalesceWait) so that messages carry tens of KiB.
+// While a stream runs, the drain never reads more than the ring can take
+// without overwriting bytes the stream has not sent: it waits for the
+// stream's cursor (ptyRec.room), the terminal's buffer fills and the
+// kernel blocks the child, so the child runs at the pace of the sink and
+// no byte is skipped. With no stream the drain runs free and the ring
+// keeps the latest output; a cursor that is out of the ring (it cannot
+// happen while linked) skips to the ring's start and the host sees the
+// gap. PTYs that end while no stream runs drop their ring and keep only
+// their exit marker for the next stream.
 //
 // # Goroutines and cost
 //
@@ -80,8 +86,10 @@
 // # Locking
 //
 // Lock order: Backend.mu (registry, configuration, stream registration)
-// before ptyRec.mu (ring, writer, viewers, detach time, exit state). The
-// drain takes only ptyRec.mu. No lock is held across a read or write of a
+// before ptyRec.mu (ring, writer, viewers, detach time, exit state, the
+// stream's cursor). The drain takes only ptyRec.mu, and waits for room on
+// ptyRec.room, a condition on it that the stream broadcasts after each
+// batch its sink took and when it ends. No lock is held across a read or write of a
 // master, a wait for a child, a channel send that can block or a call to
 // the sink; kill sends its signal under ptyRec.mu so that finish cannot
 // reap the child in between.

@@ -38,9 +38,16 @@ type ptyRec struct {
 	master  *os.File      // non-blocking, in the runtime poller
 	exited  chan struct{} // closed once the child has exited (not yet reaped)
 	log     zerolog.Logger
+	room    sync.Cond // on mu: broadcast when the stream's cursor advances or the stream unlinks
+
+	// testHookWait, when set, is called (under mu) each time the drain
+	// waits for the stream.
+	testHookWait func()
 
 	mu       sync.Mutex // guards the fields below
 	ring     *ring
+	linked   bool  // an Output stream is linked and holds a cursor for this PTY
+	cursor   int64 // the linked stream's cursor: the bytes before it are sent
 	writer   contract.TransportID
 	viewers  map[contract.TransportID]struct{}
 	detached time.Time // when the PTY was last left without a writer
@@ -80,6 +87,8 @@ func (b *Backend) spawn(cfg contract.BackendConfig, req contract.AttachRequest) 
 		viewers:  make(map[contract.TransportID]struct{}),
 		detached: time.Now(),
 	}
+	rec.room.L = &rec.mu
+	rec.testHookWait = b.testHookDrainWait
 	rec.log = b.log.With().Str("epoch", rec.epoch).Int("pid", rec.pid).Logger()
 	rec.master, err = pollable(f)
 	if err != nil {
@@ -128,14 +137,18 @@ func newEpoch() string {
 }
 
 // drain is the one reader of rec's master: it appends everything to the
-// ring and wakes the Output sender, never waiting for it. It ends when the
-// terminal is closed (EIO), or when output stops after the child exited,
-// and then finishes the PTY.
+// ring and wakes the Output sender. While a stream is linked it never
+// reads more than the ring can take without overwriting bytes the stream
+// has not sent: it waits for the stream instead, the terminal's buffer
+// fills and the kernel blocks the child in write, as a direct pump would.
+// With no stream linked it runs free and the ring keeps the latest output.
+// It ends when the terminal is closed (EIO), or when output stops after the
+// child exited, and then finishes the PTY.
 func (b *Backend) drain(rec *ptyRec) {
 	defer b.wg.Done()
 	buf := make([]byte, readBufSize)
 	for {
-		n, err := rec.master.Read(buf)
+		n, err := rec.master.Read(buf[:rec.waitRoom(len(buf))])
 		if n > 0 {
 			rec.append(buf[:n])
 			wake(b.outWake)
@@ -166,28 +179,77 @@ func (rec *ptyRec) drainEnded(err error, buf []byte) bool {
 	return false
 }
 
-// sweep appends what can be read from the master without waiting.
+// sweep appends what can be read from the master without waiting for the
+// child (it still waits for a linked stream, as drain does).
 func (rec *ptyRec) sweep(buf []byte) (got bool) {
 	rc, err := rec.master.SyscallConn()
 	if err != nil {
 		return false
 	}
-	_ = rc.Control(func(fd uintptr) {
-		for {
-			n, err := unix.Read(int(fd), buf)
-			if n > 0 {
-				rec.append(buf[:n])
-				got = true
+	for {
+		p := buf[:rec.waitRoom(len(buf))]
+		var n int
+		var rerr error
+		if err := rc.Control(func(fd uintptr) {
+			for {
+				n, rerr = unix.Read(int(fd), p)
+				if rerr != unix.EINTR {
+					return
+				}
 			}
-			if err == unix.EINTR {
-				continue
-			}
-			if n <= 0 || err != nil {
-				return
-			}
+		}); err != nil {
+			return got
 		}
-	})
-	return got
+		if n > 0 {
+			rec.append(p[:n])
+			got = true
+		}
+		if n <= 0 || rerr != nil {
+			return got
+		}
+	}
+}
+
+// waitRoom waits while a linked stream is so far behind that a read of
+// the drain's chunk (limit bytes, at most half the ring) would overwrite
+// bytes it has not sent yet, and returns how many bytes may be read now:
+// at most limit; with no stream linked, limit.
+func (rec *ptyRec) waitRoom(limit int) int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	size := rec.ring.size
+	if size <= 0 {
+		return limit
+	}
+	chunk := min(limit, (size+1)/2)
+	for rec.linked {
+		if free := size - int(rec.ring.EndOffset()-rec.cursor); free >= chunk {
+			return min(free, limit)
+		}
+		if rec.testHookWait != nil {
+			rec.testHookWait()
+		}
+		rec.room.Wait()
+	}
+	return limit
+}
+
+// advance records that the linked stream has sent everything before cur,
+// and wakes the drain if it waits for room.
+func (rec *ptyRec) advance(cur int64) {
+	rec.mu.Lock()
+	if rec.linked && cur > rec.cursor {
+		rec.cursor = cur
+		rec.room.Broadcast()
+	}
+	rec.mu.Unlock()
+}
+
+// linkLocked records whether a stream is linked (with its cursor) and
+// wakes the drain; rec.mu is held.
+func (rec *ptyRec) linkLocked(linked bool, cursor int64) {
+	rec.linked, rec.cursor = linked, cursor
+	rec.room.Broadcast()
 }
 
 func (rec *ptyRec) append(p []byte) {

@@ -85,7 +85,10 @@ type Server struct {
 	evStop   bool          // Stop finished: the link drains and returns
 }
 
-var _ contract.Transport = (*Server)(nil)
+var (
+	_ contract.Transport   = (*Server)(nil)
+	_ contract.OwnedExecer = (*Server)(nil)
+)
 
 // New returns an unstarted Server that logs to log.
 func New(log zerolog.Logger) *Server {
@@ -205,8 +208,22 @@ func orDefault[T time.Duration | int64](v, def T) T {
 }
 
 // Exec implements contract.Transport. It never blocks on a peer; commands
-// for unknown or closed connections are ignored.
+// for unknown or closed connections are ignored. The data of send
+// commands is copied: the caller keeps it.
 func (s *Server) Exec(_ context.Context, cmds []contract.Command) error {
+	s.exec(cmds, true)
+	return nil
+}
+
+// ExecOwned implements contract.OwnedExecer: Exec without copying the
+// data of send commands, which the queue keeps until it is written.
+func (s *Server) ExecOwned(_ context.Context, cmds []contract.Command) error {
+	s.exec(cmds, false)
+	return nil
+}
+
+// exec applies cmds, copying the data of send commands when clone.
+func (s *Server) exec(cmds []contract.Command, clone bool) {
 	for i := range cmds {
 		cmd := &cmds[i]
 		s.mu.Lock()
@@ -219,14 +236,17 @@ func (s *Server) Exec(_ context.Context, cmds []contract.Command) error {
 		case contract.CommandAdmit:
 			c.admit()
 		case contract.CommandSend:
-			c.send(cmd.Binary, bytes.Clone(cmd.Data))
+			data := cmd.Data
+			if clone {
+				data = bytes.Clone(data)
+			}
+			c.send(cmd.Binary, data)
 		case contract.CommandClose:
 			c.hostClose(cmd.Code, cmd.Reason)
 		default:
 			s.log.Warn().Uint64("conn", cmd.Conn).Stringer("kind", cmd.Kind).Msg("unknown command ignored")
 		}
 	}
-	return nil
 }
 
 // Stop implements contract.Transport: it closes the listener, then every

@@ -249,12 +249,39 @@ func (h *harness) attach(t *testing.T, req contract.AttachRequest) contract.Atta
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
+	// Ask for the replay streamed; a backend may or may not stream it.
+	var header *contract.AttachResponse
+	var pieces []byte
+	req.OnHeader = func(r contract.AttachResponse) {
+		if header != nil || pieces != nil {
+			t.Errorf("Attach(%s): OnHeader called twice or after OnReplay", req.Token)
+		}
+		header = &r
+	}
+	req.OnReplay = func(p []byte) {
+		if header == nil {
+			t.Errorf("Attach(%s): OnReplay called before OnHeader", req.Token)
+		}
+		pieces = append(pieces, p...)
+	}
 	resp, err := h.b.Attach(ctx, req)
 	if err != nil {
 		t.Fatalf("Attach(%s, %v, view=%v): got error %v, want nil", req.Token, req.Viewer, req.View, err)
 	}
 	if resp.Epoch == "" {
 		t.Fatalf("Attach(%s): got an empty Epoch", req.Token)
+	}
+	if header != nil {
+		if len(resp.Replay) != 0 || len(header.Replay) != 0 {
+			t.Errorf("Attach(%s): streamed, yet the response or header holds %d+%d replay bytes", req.Token, len(resp.Replay), len(header.Replay))
+		}
+		if h := *header; h.Epoch != resp.Epoch || h.StartOffset != resp.StartOffset || h.ReplayEnd != resp.ReplayEnd ||
+			h.Reset != resp.Reset || h.Reason != resp.Reason || h.Superseded != resp.Superseded || h.Pid != resp.Pid {
+			t.Errorf("Attach(%s): header %+v differs from the response %+v", req.Token, h, resp)
+		}
+		resp.Replay = pieces
+	} else if pieces != nil {
+		t.Errorf("Attach(%s): replay pieces without a header", req.Token)
 	}
 	return resp
 }

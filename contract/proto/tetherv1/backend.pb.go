@@ -455,6 +455,60 @@ func (x *AttachResponse) GetPid() int32 {
 	return 0
 }
 
+// AttachPiece is one message of AttachStream: the first carries the
+// response (with an empty replay), every later one replay bytes.
+type AttachPiece struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *AttachResponse        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Replay        []byte                 `protobuf:"bytes,2,opt,name=replay,proto3" json:"replay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachPiece) Reset() {
+	*x = AttachPiece{}
+	mi := &file_tetherv1_backend_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachPiece) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachPiece) ProtoMessage() {}
+
+func (x *AttachPiece) ProtoReflect() protoreflect.Message {
+	mi := &file_tetherv1_backend_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachPiece.ProtoReflect.Descriptor instead.
+func (*AttachPiece) Descriptor() ([]byte, []int) {
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AttachPiece) GetHeader() *AttachResponse {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *AttachPiece) GetReplay() []byte {
+	if x != nil {
+		return x.Replay
+	}
+	return nil
+}
+
 type DetachRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
@@ -465,7 +519,7 @@ type DetachRequest struct {
 
 func (x *DetachRequest) Reset() {
 	*x = DetachRequest{}
-	mi := &file_tetherv1_backend_proto_msgTypes[6]
+	mi := &file_tetherv1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +531,7 @@ func (x *DetachRequest) String() string {
 func (*DetachRequest) ProtoMessage() {}
 
 func (x *DetachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_backend_proto_msgTypes[6]
+	mi := &file_tetherv1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +544,7 @@ func (x *DetachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetachRequest.ProtoReflect.Descriptor instead.
 func (*DetachRequest) Descriptor() ([]byte, []int) {
-	return file_tetherv1_backend_proto_rawDescGZIP(), []int{6}
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DetachRequest) GetToken() string {
@@ -518,7 +572,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_tetherv1_backend_proto_msgTypes[7]
+	mi := &file_tetherv1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +584,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_backend_proto_msgTypes[7]
+	mi := &file_tetherv1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +597,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_tetherv1_backend_proto_rawDescGZIP(), []int{7}
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WriteRequest) GetToken() string {
@@ -579,7 +633,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_tetherv1_backend_proto_msgTypes[8]
+	mi := &file_tetherv1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +645,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_backend_proto_msgTypes[8]
+	mi := &file_tetherv1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +658,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_tetherv1_backend_proto_rawDescGZIP(), []int{8}
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResizeRequest) GetToken() string {
@@ -644,7 +698,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_tetherv1_backend_proto_msgTypes[9]
+	mi := &file_tetherv1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +710,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_backend_proto_msgTypes[9]
+	mi := &file_tetherv1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +723,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_tetherv1_backend_proto_rawDescGZIP(), []int{9}
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CloseRequest) GetToken() string {
@@ -697,7 +751,7 @@ type PTYInfo struct {
 
 func (x *PTYInfo) Reset() {
 	*x = PTYInfo{}
-	mi := &file_tetherv1_backend_proto_msgTypes[10]
+	mi := &file_tetherv1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +763,7 @@ func (x *PTYInfo) String() string {
 func (*PTYInfo) ProtoMessage() {}
 
 func (x *PTYInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_backend_proto_msgTypes[10]
+	mi := &file_tetherv1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +776,7 @@ func (x *PTYInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PTYInfo.ProtoReflect.Descriptor instead.
 func (*PTYInfo) Descriptor() ([]byte, []int) {
-	return file_tetherv1_backend_proto_rawDescGZIP(), []int{10}
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PTYInfo) GetToken() string {
@@ -804,7 +858,7 @@ type PTYList struct {
 
 func (x *PTYList) Reset() {
 	*x = PTYList{}
-	mi := &file_tetherv1_backend_proto_msgTypes[11]
+	mi := &file_tetherv1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +870,7 @@ func (x *PTYList) String() string {
 func (*PTYList) ProtoMessage() {}
 
 func (x *PTYList) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_backend_proto_msgTypes[11]
+	mi := &file_tetherv1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +883,7 @@ func (x *PTYList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PTYList.ProtoReflect.Descriptor instead.
 func (*PTYList) Descriptor() ([]byte, []int) {
-	return file_tetherv1_backend_proto_rawDescGZIP(), []int{11}
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PTYList) GetPtys() []*PTYInfo {
@@ -853,7 +907,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_tetherv1_backend_proto_msgTypes[12]
+	mi := &file_tetherv1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +919,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_backend_proto_msgTypes[12]
+	mi := &file_tetherv1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +932,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_tetherv1_backend_proto_rawDescGZIP(), []int{12}
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Output) GetToken() string {
@@ -932,7 +986,7 @@ type OutputBatch struct {
 
 func (x *OutputBatch) Reset() {
 	*x = OutputBatch{}
-	mi := &file_tetherv1_backend_proto_msgTypes[13]
+	mi := &file_tetherv1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +998,7 @@ func (x *OutputBatch) String() string {
 func (*OutputBatch) ProtoMessage() {}
 
 func (x *OutputBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_backend_proto_msgTypes[13]
+	mi := &file_tetherv1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1011,7 @@ func (x *OutputBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputBatch.ProtoReflect.Descriptor instead.
 func (*OutputBatch) Descriptor() ([]byte, []int) {
-	return file_tetherv1_backend_proto_rawDescGZIP(), []int{13}
+	return file_tetherv1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OutputBatch) GetOutputs() []*Output {
@@ -1008,7 +1062,10 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"superseded\x18\a \x01(\v2\x11.tether.v1.ViewerR\n" +
 	"superseded\x12\x18\n" +
 	"\aspawned\x18\b \x01(\bR\aspawned\x12\x10\n" +
-	"\x03pid\x18\t \x01(\x05R\x03pid\"P\n" +
+	"\x03pid\x18\t \x01(\x05R\x03pid\"X\n" +
+	"\vAttachPiece\x121\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.tether.v1.AttachResponseR\x06header\x12\x16\n" +
+	"\x06replay\x18\x02 \x01(\fR\x06replay\"P\n" +
 	"\rDetachRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12)\n" +
 	"\x06viewer\x18\x02 \x01(\v2\x11.tether.v1.ViewerR\x06viewer\"c\n" +
@@ -1046,10 +1103,11 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"\texit_code\x18\x05 \x01(\x05R\bexitCode\x12\x14\n" +
 	"\x05epoch\x18\x06 \x01(\tR\x05epoch\":\n" +
 	"\vOutputBatch\x12+\n" +
-	"\aoutputs\x18\x01 \x03(\v2\x11.tether.v1.OutputR\aoutputs2\xbb\x03\n" +
+	"\aoutputs\x18\x01 \x03(\v2\x11.tether.v1.OutputR\aoutputs2\xff\x03\n" +
 	"\aBackend\x129\n" +
 	"\x05Start\x12\x18.tether.v1.BackendConfig\x1a\x16.tether.v1.BackendInfo\x12=\n" +
-	"\x06Attach\x12\x18.tether.v1.AttachRequest\x1a\x19.tether.v1.AttachResponse\x124\n" +
+	"\x06Attach\x12\x18.tether.v1.AttachRequest\x1a\x19.tether.v1.AttachResponse\x12B\n" +
+	"\fAttachStream\x12\x18.tether.v1.AttachRequest\x1a\x16.tether.v1.AttachPiece0\x01\x124\n" +
 	"\x06Detach\x12\x18.tether.v1.DetachRequest\x1a\x10.tether.v1.Empty\x122\n" +
 	"\x05Write\x12\x17.tether.v1.WriteRequest\x1a\x10.tether.v1.Empty\x124\n" +
 	"\x06Resize\x12\x18.tether.v1.ResizeRequest\x1a\x10.tether.v1.Empty\x122\n" +
@@ -1069,7 +1127,7 @@ func file_tetherv1_backend_proto_rawDescGZIP() []byte {
 	return file_tetherv1_backend_proto_rawDescData
 }
 
-var file_tetherv1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_tetherv1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tetherv1_backend_proto_goTypes = []any{
 	(*Empty)(nil),          // 0: tether.v1.Empty
 	(*Viewer)(nil),         // 1: tether.v1.Viewer
@@ -1077,45 +1135,49 @@ var file_tetherv1_backend_proto_goTypes = []any{
 	(*BackendInfo)(nil),    // 3: tether.v1.BackendInfo
 	(*AttachRequest)(nil),  // 4: tether.v1.AttachRequest
 	(*AttachResponse)(nil), // 5: tether.v1.AttachResponse
-	(*DetachRequest)(nil),  // 6: tether.v1.DetachRequest
-	(*WriteRequest)(nil),   // 7: tether.v1.WriteRequest
-	(*ResizeRequest)(nil),  // 8: tether.v1.ResizeRequest
-	(*CloseRequest)(nil),   // 9: tether.v1.CloseRequest
-	(*PTYInfo)(nil),        // 10: tether.v1.PTYInfo
-	(*PTYList)(nil),        // 11: tether.v1.PTYList
-	(*Output)(nil),         // 12: tether.v1.Output
-	(*OutputBatch)(nil),    // 13: tether.v1.OutputBatch
+	(*AttachPiece)(nil),    // 6: tether.v1.AttachPiece
+	(*DetachRequest)(nil),  // 7: tether.v1.DetachRequest
+	(*WriteRequest)(nil),   // 8: tether.v1.WriteRequest
+	(*ResizeRequest)(nil),  // 9: tether.v1.ResizeRequest
+	(*CloseRequest)(nil),   // 10: tether.v1.CloseRequest
+	(*PTYInfo)(nil),        // 11: tether.v1.PTYInfo
+	(*PTYList)(nil),        // 12: tether.v1.PTYList
+	(*Output)(nil),         // 13: tether.v1.Output
+	(*OutputBatch)(nil),    // 14: tether.v1.OutputBatch
 }
 var file_tetherv1_backend_proto_depIdxs = []int32{
 	1,  // 0: tether.v1.AttachRequest.viewer:type_name -> tether.v1.Viewer
 	1,  // 1: tether.v1.AttachResponse.superseded:type_name -> tether.v1.Viewer
-	1,  // 2: tether.v1.DetachRequest.viewer:type_name -> tether.v1.Viewer
-	1,  // 3: tether.v1.WriteRequest.viewer:type_name -> tether.v1.Viewer
-	1,  // 4: tether.v1.ResizeRequest.viewer:type_name -> tether.v1.Viewer
-	1,  // 5: tether.v1.PTYInfo.writer:type_name -> tether.v1.Viewer
-	10, // 6: tether.v1.PTYList.ptys:type_name -> tether.v1.PTYInfo
-	12, // 7: tether.v1.OutputBatch.outputs:type_name -> tether.v1.Output
-	2,  // 8: tether.v1.Backend.Start:input_type -> tether.v1.BackendConfig
-	4,  // 9: tether.v1.Backend.Attach:input_type -> tether.v1.AttachRequest
-	6,  // 10: tether.v1.Backend.Detach:input_type -> tether.v1.DetachRequest
-	7,  // 11: tether.v1.Backend.Write:input_type -> tether.v1.WriteRequest
-	8,  // 12: tether.v1.Backend.Resize:input_type -> tether.v1.ResizeRequest
-	9,  // 13: tether.v1.Backend.Close:input_type -> tether.v1.CloseRequest
-	0,  // 14: tether.v1.Backend.List:input_type -> tether.v1.Empty
-	0,  // 15: tether.v1.Backend.Output:input_type -> tether.v1.Empty
-	3,  // 16: tether.v1.Backend.Start:output_type -> tether.v1.BackendInfo
-	5,  // 17: tether.v1.Backend.Attach:output_type -> tether.v1.AttachResponse
-	0,  // 18: tether.v1.Backend.Detach:output_type -> tether.v1.Empty
-	0,  // 19: tether.v1.Backend.Write:output_type -> tether.v1.Empty
-	0,  // 20: tether.v1.Backend.Resize:output_type -> tether.v1.Empty
-	0,  // 21: tether.v1.Backend.Close:output_type -> tether.v1.Empty
-	11, // 22: tether.v1.Backend.List:output_type -> tether.v1.PTYList
-	13, // 23: tether.v1.Backend.Output:output_type -> tether.v1.OutputBatch
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	5,  // 2: tether.v1.AttachPiece.header:type_name -> tether.v1.AttachResponse
+	1,  // 3: tether.v1.DetachRequest.viewer:type_name -> tether.v1.Viewer
+	1,  // 4: tether.v1.WriteRequest.viewer:type_name -> tether.v1.Viewer
+	1,  // 5: tether.v1.ResizeRequest.viewer:type_name -> tether.v1.Viewer
+	1,  // 6: tether.v1.PTYInfo.writer:type_name -> tether.v1.Viewer
+	11, // 7: tether.v1.PTYList.ptys:type_name -> tether.v1.PTYInfo
+	13, // 8: tether.v1.OutputBatch.outputs:type_name -> tether.v1.Output
+	2,  // 9: tether.v1.Backend.Start:input_type -> tether.v1.BackendConfig
+	4,  // 10: tether.v1.Backend.Attach:input_type -> tether.v1.AttachRequest
+	4,  // 11: tether.v1.Backend.AttachStream:input_type -> tether.v1.AttachRequest
+	7,  // 12: tether.v1.Backend.Detach:input_type -> tether.v1.DetachRequest
+	8,  // 13: tether.v1.Backend.Write:input_type -> tether.v1.WriteRequest
+	9,  // 14: tether.v1.Backend.Resize:input_type -> tether.v1.ResizeRequest
+	10, // 15: tether.v1.Backend.Close:input_type -> tether.v1.CloseRequest
+	0,  // 16: tether.v1.Backend.List:input_type -> tether.v1.Empty
+	0,  // 17: tether.v1.Backend.Output:input_type -> tether.v1.Empty
+	3,  // 18: tether.v1.Backend.Start:output_type -> tether.v1.BackendInfo
+	5,  // 19: tether.v1.Backend.Attach:output_type -> tether.v1.AttachResponse
+	6,  // 20: tether.v1.Backend.AttachStream:output_type -> tether.v1.AttachPiece
+	0,  // 21: tether.v1.Backend.Detach:output_type -> tether.v1.Empty
+	0,  // 22: tether.v1.Backend.Write:output_type -> tether.v1.Empty
+	0,  // 23: tether.v1.Backend.Resize:output_type -> tether.v1.Empty
+	0,  // 24: tether.v1.Backend.Close:output_type -> tether.v1.Empty
+	12, // 25: tether.v1.Backend.List:output_type -> tether.v1.PTYList
+	14, // 26: tether.v1.Backend.Output:output_type -> tether.v1.OutputBatch
+	18, // [18:27] is the sub-list for method output_type
+	9,  // [9:18] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tetherv1_backend_proto_init() }
@@ -1129,7 +1191,7 @@ func file_tetherv1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tetherv1_backend_proto_rawDesc), len(file_tetherv1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,14 +21,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Backend_Start_FullMethodName  = "/tether.v1.Backend/Start"
-	Backend_Attach_FullMethodName = "/tether.v1.Backend/Attach"
-	Backend_Detach_FullMethodName = "/tether.v1.Backend/Detach"
-	Backend_Write_FullMethodName  = "/tether.v1.Backend/Write"
-	Backend_Resize_FullMethodName = "/tether.v1.Backend/Resize"
-	Backend_Close_FullMethodName  = "/tether.v1.Backend/Close"
-	Backend_List_FullMethodName   = "/tether.v1.Backend/List"
-	Backend_Output_FullMethodName = "/tether.v1.Backend/Output"
+	Backend_Start_FullMethodName        = "/tether.v1.Backend/Start"
+	Backend_Attach_FullMethodName       = "/tether.v1.Backend/Attach"
+	Backend_AttachStream_FullMethodName = "/tether.v1.Backend/AttachStream"
+	Backend_Detach_FullMethodName       = "/tether.v1.Backend/Detach"
+	Backend_Write_FullMethodName        = "/tether.v1.Backend/Write"
+	Backend_Resize_FullMethodName       = "/tether.v1.Backend/Resize"
+	Backend_Close_FullMethodName        = "/tether.v1.Backend/Close"
+	Backend_List_FullMethodName         = "/tether.v1.Backend/List"
+	Backend_Output_FullMethodName       = "/tether.v1.Backend/Output"
 )
 
 // BackendClient is the client API for Backend service.
@@ -37,6 +38,10 @@ const (
 type BackendClient interface {
 	Start(ctx context.Context, in *BackendConfig, opts ...grpc.CallOption) (*BackendInfo, error)
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (*AttachResponse, error)
+	// AttachStream is Attach with the replay streamed: first the response
+	// (its replay empty), then the replay in order, in pieces, so that the
+	// host can send pty.replay and forward the replay as it arrives.
+	AttachStream(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AttachPiece], error)
 	Detach(ctx context.Context, in *DetachRequest, opts ...grpc.CallOption) (*Empty, error)
 	Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*Empty, error)
 	Resize(ctx context.Context, in *ResizeRequest, opts ...grpc.CallOption) (*Empty, error)
@@ -73,6 +78,25 @@ func (c *backendClient) Attach(ctx context.Context, in *AttachRequest, opts ...g
 	}
 	return out, nil
 }
+
+func (c *backendClient) AttachStream(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AttachPiece], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Backend_ServiceDesc.Streams[0], Backend_AttachStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AttachRequest, AttachPiece]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Backend_AttachStreamClient = grpc.ServerStreamingClient[AttachPiece]
 
 func (c *backendClient) Detach(ctx context.Context, in *DetachRequest, opts ...grpc.CallOption) (*Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -126,7 +150,7 @@ func (c *backendClient) List(ctx context.Context, in *Empty, opts ...grpc.CallOp
 
 func (c *backendClient) Output(ctx context.Context, in *Empty, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OutputBatch], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Backend_ServiceDesc.Streams[0], Backend_Output_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Backend_ServiceDesc.Streams[1], Backend_Output_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +173,10 @@ type Backend_OutputClient = grpc.ServerStreamingClient[OutputBatch]
 type BackendServer interface {
 	Start(context.Context, *BackendConfig) (*BackendInfo, error)
 	Attach(context.Context, *AttachRequest) (*AttachResponse, error)
+	// AttachStream is Attach with the replay streamed: first the response
+	// (its replay empty), then the replay in order, in pieces, so that the
+	// host can send pty.replay and forward the replay as it arrives.
+	AttachStream(*AttachRequest, grpc.ServerStreamingServer[AttachPiece]) error
 	Detach(context.Context, *DetachRequest) (*Empty, error)
 	Write(context.Context, *WriteRequest) (*Empty, error)
 	Resize(context.Context, *ResizeRequest) (*Empty, error)
@@ -171,6 +199,9 @@ func (UnimplementedBackendServer) Start(context.Context, *BackendConfig) (*Backe
 }
 func (UnimplementedBackendServer) Attach(context.Context, *AttachRequest) (*AttachResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Attach not implemented")
+}
+func (UnimplementedBackendServer) AttachStream(*AttachRequest, grpc.ServerStreamingServer[AttachPiece]) error {
+	return status.Error(codes.Unimplemented, "method AttachStream not implemented")
 }
 func (UnimplementedBackendServer) Detach(context.Context, *DetachRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Detach not implemented")
@@ -246,6 +277,17 @@ func _Backend_Attach_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Backend_AttachStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(AttachRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BackendServer).AttachStream(m, &grpc.GenericServerStream[AttachRequest, AttachPiece]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Backend_AttachStreamServer = grpc.ServerStreamingServer[AttachPiece]
 
 func _Backend_Detach_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DetachRequest)
@@ -385,6 +427,11 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "AttachStream",
+			Handler:       _Backend_AttachStream_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "Output",
 			Handler:       _Backend_Output_Handler,

@@ -1,0 +1,144 @@
+package contract_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/contract/proto/tetherv1"
+)
+
+// replayBackend is a Backend whose Attach answers with a fixed response.
+type replayBackend struct {
+	contract.Backend
+	resp contract.AttachResponse
+	err  error
+}
+
+func (b *replayBackend) Attach(context.Context, contract.AttachRequest) (contract.AttachResponse, error) {
+	return b.resp, b.err
+}
+
+// unaryOnly is a backend server from before AttachStream.
+type unaryOnly struct {
+	*contract.BackendGRPCServer
+}
+
+func (unaryOnly) AttachStream(*tetherv1.AttachRequest, tetherv1.Backend_AttachStreamServer) error {
+	return status.Error(codes.Unimplemented, "method AttachStream not implemented")
+}
+
+// backendConn serves srv in memory and returns a client for it.
+func backendConn(t *testing.T, srv tetherv1.BackendServer) *contract.BackendGRPCClient {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	s := grpc.NewServer()
+	tetherv1.RegisterBackendServer(s, srv)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = s.Serve(lis) }()
+	cc, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cc.Close()
+		s.Stop()
+		<-served
+	})
+	return contract.NewBackendGRPCClient(tetherv1.NewBackendClient(cc))
+}
+
+// TestAttachStream: with OnHeader and OnReplay the replay comes streamed —
+// the header first, then the replay in order, in several pieces — and
+// from a plugin without AttachStream in one reply.
+func TestAttachStream(t *testing.T) {
+	replay := make([]byte, 5<<19) // 2.5 MiB: several pieces
+	for i := range replay {
+		replay[i] = byte(i * 7)
+	}
+	want := contract.AttachResponse{Epoch: "e1", StartOffset: 5, ReplayEnd: 5 + int64(len(replay)), Reset: true,
+		Reason: contract.ReasonInitial, Replay: replay, Pid: 42, Superseded: contract.TransportID{Instance: "ws", Conn: 3}}
+	impl := &contract.BackendGRPCServer{Impl: &replayBackend{resp: want}}
+	tests := []struct {
+		name       string
+		srv        tetherv1.BackendServer
+		wantStream bool
+	}{
+		{"streamed", impl, true},
+		{"plugin without AttachStream", unaryOnly{impl}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := backendConn(t, tt.srv)
+			var header *contract.AttachResponse
+			var pieces [][]byte
+			resp, err := c.Attach(context.Background(), contract.AttachRequest{
+				Token:  "tok_0123456789abcdef",
+				Viewer: contract.TransportID{Instance: "ws", Conn: 1},
+				OnHeader: func(r contract.AttachResponse) {
+					if header != nil || len(pieces) > 0 {
+						t.Error("OnHeader called twice or after OnReplay")
+					}
+					header = &r
+				},
+				OnReplay: func(p []byte) {
+					if header == nil {
+						t.Error("OnReplay called before OnHeader")
+					}
+					pieces = append(pieces, p)
+				},
+			})
+			if err != nil {
+				t.Fatalf("Attach: got error %v, want nil", err)
+			}
+			got := resp
+			if tt.wantStream {
+				if header == nil || len(pieces) < 2 || len(resp.Replay) != 0 {
+					t.Fatalf("got header %v, %d pieces, %d bytes in the response; want a header, then several pieces", header != nil, len(pieces), len(resp.Replay))
+				}
+				got.Replay = bytes.Join(pieces, nil)
+				if h := *header; h.Epoch != want.Epoch || h.ReplayEnd != want.ReplayEnd || h.Superseded != want.Superseded {
+					t.Errorf("header %+v, want the response's fields", h)
+				}
+			} else if header != nil || pieces != nil {
+				t.Fatal("a plugin without AttachStream: callbacks called, want the whole replay in the response")
+			}
+			if !bytes.Equal(got.Replay, want.Replay) || got.Epoch != want.Epoch || got.StartOffset != want.StartOffset ||
+				got.ReplayEnd != want.ReplayEnd || got.Reset != want.Reset || got.Reason != want.Reason ||
+				got.Pid != want.Pid || got.Superseded != want.Superseded {
+				t.Fatalf("got %+v (replay %d bytes), want %+v", got.Epoch, len(got.Replay), want.Epoch)
+			}
+		})
+	}
+}
+
+// TestAttachStreamError: an attach that fails keeps its error class
+// across the streamed call, and calls neither callback.
+func TestAttachStreamError(t *testing.T) {
+	c := backendConn(t, &contract.BackendGRPCServer{Impl: &replayBackend{err: fmt.Errorf("attach: %w", contract.ErrRegistryFull)}})
+	called := false
+	_, err := c.Attach(context.Background(), contract.AttachRequest{
+		Token:    "tok_0123456789abcdef",
+		Viewer:   contract.TransportID{Instance: "ws", Conn: 1},
+		OnHeader: func(contract.AttachResponse) { called = true },
+		OnReplay: func([]byte) { called = true },
+	})
+	if !errors.Is(err, contract.ErrRegistryFull) {
+		t.Errorf("Attach: got error %v, want ErrRegistryFull", err)
+	}
+	if called {
+		t.Error("a callback was called for a failed attach")
+	}
+}
