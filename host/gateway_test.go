@@ -547,7 +547,12 @@ func TestGatewayBusy(t *testing.T) {
 	// onFrame starts no worker of its own.
 	c.mu.Lock()
 	for i := 0; i < maxPending; i++ {
-		c.queue = append(c.queue, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session.active_list"}`, i)))
+		req, rerr := decodeRequest([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session.active_list"}`, i)))
+		if rerr != nil {
+			c.mu.Unlock()
+			t.Fatalf("decodeRequest: %v", rerr)
+		}
+		c.queue = append(c.queue, req)
 	}
 	c.working = true
 	c.mu.Unlock()
