@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -14,6 +15,16 @@ import (
 
 // maxBatch is the most queued messages one writev carries.
 const maxBatch = 32
+
+// maxWriteNow is the largest payload kick writes from the caller's
+// goroutine; a larger message goes to the writer goroutine.
+const maxWriteNow = 16 << 10
+
+// frameBufs holds buffers for frames written at once (see kick).
+var frameBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, maxHeaderSize+maxWriteNow)
+	return &b
+}}
 
 // outMsg is a queued data message.
 type outMsg struct {
@@ -28,6 +39,7 @@ type conn struct {
 	s        *Server
 	cfg      *config
 	nc       net.Conn
+	raw      syscall.RawConn // nc's descriptor, for kick's non-blocking write; nil: always the writer
 	openedAt time.Time
 	id       uint64 // set before the conn is published
 	prefix   []byte // reader goroutine only: bytes read past the handshake
@@ -46,6 +58,7 @@ type conn struct {
 	closeReason string
 	closeBy     time.Time // zero, or the deadline of the close handshake
 	pong        []byte    // payload of the pong owed
+	partial     []byte    // the unwritten end of a frame kick began: written first
 	queue       []outMsg  // messages owed, from head
 	head        int
 	queued      int64 // payload bytes in queue[head:]
@@ -71,7 +84,9 @@ func (c *conn) wantsFrames() bool {
 	return c.admitted && !c.closing
 }
 
-// send queues a message, or closes c with 1013 if it does not fit.
+// send queues a message, or closes c with 1013 if it does not fit. data
+// must not be modified afterwards. The caller calls kick when it has
+// queued what it had.
 func (c *conn) send(binary bool, data []byte) {
 	op := ws.OpText
 	if binary {
@@ -83,14 +98,87 @@ func (c *conn) send(binary bool, data []byte) {
 		return
 	}
 	n := int64(len(data))
-	if c.queued+c.inflight+n > c.cfg.sendQueue {
+	if c.queued+c.inflight+int64(len(c.partial))+n > c.cfg.sendQueue {
 		c.s.log.Debug().Uint64("conn", c.id).Int64("queued", c.queued+c.inflight).Msg("send queue full")
 		c.closeLocked(contract.CloseTryAgainLater, "send queue full", false, time.Now().Add(c.cfg.closeGrace))
 		return
 	}
 	c.queue = append(c.queue, outMsg{op: op, data: data})
 	c.queued += n
-	c.ensureWriterLocked()
+}
+
+// kick gets what send queued moving. When the only thing owed is one
+// small message and no writer runs, it writes the frame at once with one
+// non-blocking write from the caller's goroutine (a request's answer then
+// needs no goroutine); whatever the socket does not take at once, and
+// everything else, goes to the writer goroutine.
+func (c *conn) kick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.writing || c.done || c.broken || c.closeSent || c.head == len(c.queue) {
+		return
+	}
+	m := c.queue[c.head]
+	if c.raw == nil || len(c.queue)-c.head != 1 || len(m.data) > maxWriteNow ||
+		c.closing || c.pingDue || c.pongDue || c.partial != nil {
+		c.ensureWriterLocked()
+		return
+	}
+	c.queue[c.head] = outMsg{}
+	c.queue, c.head = c.queue[:0], 0
+	n := int64(len(m.data))
+	c.queued -= n
+	c.inflight = n
+	c.writing = true // no other writer while this one writes
+	c.mu.Unlock()
+
+	bp := frameBufs.Get().(*[]byte)
+	frame := append(appendHeader((*bp)[:0], m.op, len(m.data)), m.data...)
+	written, err := c.writeNow(frame)
+	var rest []byte
+	if err == nil && written < len(frame) {
+		rest = append([]byte(nil), frame[written:]...)
+	}
+	*bp = frame[:0]
+	frameBufs.Put(bp)
+
+	c.mu.Lock()
+	c.inflight = 0
+	switch {
+	case err != nil:
+		c.broken = true
+		c.exitWriterLocked()
+		c.ensureReaderLocked() // a conn never admitted needs its teardown too
+		c.s.log.Debug().Uint64("conn", c.id).Err(err).Msg("write failed")
+		_ = c.nc.Close()
+	case rest != nil || c.pingDue || c.pongDue || c.head < len(c.queue) || (c.closing && !c.closeSent):
+		// Owed now: a writer takes over, writing still set (the
+		// reader may be waiting for it to send a close frame).
+		c.partial = rest
+		c.s.wg.Add(1)
+		go c.writeLoop()
+	default:
+		c.exitWriterLocked()
+	}
+}
+
+// writeNow writes as much of p as the socket takes without waiting.
+func (c *conn) writeNow(p []byte) (int, error) {
+	var n int
+	var werr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		n, werr = syscall.Write(int(fd), p)
+		return true // never wait: the writer goroutine does
+	})
+	switch {
+	case err != nil:
+		return 0, nil // closed or past a deadline: the writer finds out
+	case werr == syscall.EAGAIN || werr == syscall.EINTR:
+		return 0, nil
+	case werr != nil:
+		return 0, werr
+	}
+	return max(n, 0), nil
 }
 
 // hostClose closes c with the host's code after what is queued.
@@ -334,6 +422,13 @@ func (c *conn) writeLoop() {
 			c.mu.Unlock()
 			return
 		}
+		var nb, pn int64
+		if c.partial != nil {
+			// The end of a frame kick began: nothing may come before it.
+			bufs = append(bufs, c.partial)
+			pn = int64(len(c.partial))
+			c.partial = nil
+		}
 		if c.pongDue {
 			n := copy(ctl[:ws.MaxControlFramePayloadSize], c.pong)
 			frame(ws.OpPong, ctl[:n])
@@ -343,7 +438,6 @@ func (c *conn) writeLoop() {
 			frame(ws.OpPing, nil)
 			c.pingDue = false
 		}
-		var nb int64
 		for k := 0; k < maxBatch && c.head < len(c.queue); k++ {
 			m := c.queue[c.head]
 			c.queue[c.head] = outMsg{}
@@ -355,7 +449,7 @@ func (c *conn) writeLoop() {
 			c.queue, c.head = c.queue[:0], 0
 		}
 		c.queued -= nb
-		c.inflight = nb
+		c.inflight = nb + pn
 		isClose := c.closing && len(c.queue) == 0
 		if isClose {
 			frame(ws.OpClose, closeBody(ctl[ws.MaxControlFramePayloadSize:], c.closeCode, c.closeReason))

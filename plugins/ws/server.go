@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -207,6 +208,14 @@ func orDefault[T time.Duration | int64](v, def T) T {
 // Exec implements contract.Transport. It never blocks on a peer; commands
 // for unknown or closed connections are ignored.
 func (s *Server) Exec(_ context.Context, cmds []contract.Command) error {
+	// Sends are queued first and set moving once per connection at the
+	// end, so that a burst for one socket goes out in one writev.
+	var kick []*conn
+	defer func() {
+		for _, c := range kick {
+			c.kick()
+		}
+	}()
 	for i := range cmds {
 		cmd := &cmds[i]
 		s.mu.Lock()
@@ -220,6 +229,9 @@ func (s *Server) Exec(_ context.Context, cmds []contract.Command) error {
 			c.admit()
 		case contract.CommandSend:
 			c.send(cmd.Binary, bytes.Clone(cmd.Data))
+			if len(kick) == 0 || kick[len(kick)-1] != c {
+				kick = append(kick, c) // kicking twice is harmless
+			}
 		case contract.CommandClose:
 			c.hostClose(cmd.Code, cmd.Reason)
 		default:
@@ -377,6 +389,9 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &conn{s: s, cfg: cfg, nc: nc, openedAt: time.Now()}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	if n := rw.Reader.Buffered(); n > 0 {
 		p, _ := rw.Reader.Peek(n)
 		c.prefix = bytes.Clone(p)

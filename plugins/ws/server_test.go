@@ -711,6 +711,57 @@ func TestSendQueue(t *testing.T) {
 	})
 }
 
+// TestSendOrderUnderBackpressure sends messages one Exec at a time to a
+// peer that reads nothing until all are sent, so that some go out at once
+// from Exec, some only in part (the socket full) and the rest through the
+// writer goroutine; the peer must then read every one, whole and in order,
+// and the close after them.
+func TestSendOrderUnderBackpressure(t *testing.T) {
+	s, addr := startServer(t, contract.StartRequest{})
+	r := link(t, s)
+	c := dial(t, addr, "/api/ws", nil)
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		// Small enough to fill, not below loopback's MSS: a window
+		// under one segment stalls TCP for its persist timer.
+		_ = tc.SetReadBuffer(256 << 10)
+	}
+	id := r.opened(t, c).Conn
+	if err := s.SetConnWriteBuffer(id, 8<<10); err != nil {
+		t.Fatalf("SetConnWriteBuffer: %v", err)
+	}
+	exec(t, s, admit(id))
+	// First only messages small enough to go out from Exec, until the
+	// socket is full (one goes out in part), then also bigger ones.
+	small := []int{0, 1, 125, 126, 4000, 16<<10 - 7, 9000, 300}
+	sizes := []int{0, 1, 125, 126, 4000, 16 << 10, 16<<10 + 1, 70000, 9000, 300}
+	var want [][]byte
+	for i := range 400 {
+		n := small[i%len(small)]
+		if i >= 200 {
+			n = sizes[i%len(sizes)]
+		}
+		msg := []byte(fmt.Sprintf("%06d:", i))
+		msg = append(msg, bytes.Repeat([]byte{byte('a' + i%26)}, n)...)
+		want = append(want, msg)
+		exec(t, s, contract.Command{Kind: contract.CommandSend, Conn: id, Binary: i%2 == 1, Data: msg})
+	}
+	exec(t, s, contract.Command{Kind: contract.CommandClose, Conn: id, Code: 4321, Reason: "done"})
+	_ = s.SetConnWriteBuffer(id, 1<<20) // only to read faster
+	for i, w := range want {
+		op, got := c.readMessage()
+		wantOp := gobws.OpText
+		if i%2 == 1 {
+			wantOp = gobws.OpBinary
+		}
+		if op != wantOp || !bytes.Equal(got, w) {
+			t.Fatalf("message %d: got %v %.12q (%d bytes), want %v %.12q (%d bytes)", i, op, got, len(got), wantOp, w, len(w))
+		}
+	}
+	if code, reason := c.mustReadClose(); code != 4321 || reason != "done" {
+		t.Errorf("close: got %d %q, want 4321 \"done\"", code, reason)
+	}
+}
+
 func TestStop(t *testing.T) {
 	s := ws.New(testLogger(t))
 	resp, err := s.Start(context.Background(), contract.StartRequest{Listen: "127.0.0.1:0"})
