@@ -1,7 +1,9 @@
 package ws
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -42,7 +44,7 @@ type conn struct {
 	raw      syscall.RawConn // nc's descriptor, for kick's non-blocking write; nil: always the writer
 	openedAt time.Time
 	id       uint64 // set before the conn is published
-	prefix   []byte // reader goroutine only: bytes read past the handshake
+	prefix   []byte // reader goroutine only: bytes read ahead (past the handshake, or by await)
 
 	mu          sync.Mutex // guards the fields below
 	admitted    bool
@@ -298,6 +300,70 @@ func (c *conn) Read(p []byte) (int, error) {
 	return c.nc.Read(p)
 }
 
+// readAhead bounds what await reads at once: a small request's whole
+// frame, so that the msgReader's reads take no system call.
+const readAhead = 4 << 10
+
+// readBufs holds await's read buffers: a waiting connection holds none.
+var readBufs = sync.Pool{New: func() any {
+	b := make([]byte, readAhead)
+	return &b
+}}
+
+// await waits until the peer has sent something, with the liveness
+// deadline, and keeps what it read in prefix for Read. The wait is a few
+// frames from readLoop and holds no buffer, so that the garbage collector
+// can keep an idle connection's goroutine stack at its smallest.
+func (c *conn) await() error {
+	if len(c.prefix) > 0 {
+		return nil
+	}
+	c.mu.Lock()
+	_ = c.nc.SetReadDeadline(c.deadlineLocked(time.Now()))
+	c.mu.Unlock()
+	if c.raw == nil {
+		var one [1]byte
+		n, err := c.nc.Read(one[:])
+		if n > 0 {
+			c.prefix = []byte{one[0]}
+			return nil
+		}
+		return err
+	}
+	var (
+		got  []byte
+		rerr error
+	)
+	err := c.raw.Read(func(fd uintptr) bool {
+		bp := readBufs.Get().(*[]byte)
+		defer readBufs.Put(bp)
+		for {
+			n, err := syscall.Read(int(fd), *bp)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return false // wait until readable
+			case err != nil:
+				rerr = err
+			case n == 0:
+				rerr = io.EOF
+			default:
+				got = bytes.Clone((*bp)[:n])
+			}
+			return true
+		}
+	})
+	switch {
+	case got != nil:
+		c.prefix = got
+		return nil
+	case err != nil:
+		return err
+	}
+	return rerr
+}
+
 // control handles a control frame from the peer.
 func (c *conn) control(op ws.OpCode, p []byte) error {
 	switch op {
@@ -326,18 +392,22 @@ func (c *conn) control(op ws.OpCode, p []byte) error {
 }
 
 // readLoop reads messages until the connection ends, then tears it down
-// and reports it closed.
+// and reports it closed. Between messages it waits in await, so an idle
+// connection holds neither its msgReader nor a deep stack.
 func (c *conn) readLoop() {
 	defer c.s.wg.Done()
-	m := newMsgReader(c, c.cfg.maxMessage, c.control)
-	var err error
-	for {
-		var op ws.OpCode
-		var data []byte
-		if op, data, err = m.next(); err != nil {
-			break
+	err := c.await()
+	if err == nil {
+		m := newMsgReader(c, c.cfg.maxMessage, c.control)
+		m.await = c.await
+		for {
+			var op ws.OpCode
+			var data []byte
+			if op, data, err = m.next(); err != nil {
+				break
+			}
+			c.s.pushFrame(c, op == ws.OpBinary, data)
 		}
-		c.s.pushFrame(c, op == ws.OpBinary, data)
 	}
 
 	lost := ""
