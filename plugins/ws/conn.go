@@ -265,12 +265,19 @@ func (c *conn) dropQueueLocked() {
 	c.queue, c.head, c.queued = nil, 0, 0
 }
 
+// ensureReaderLocked starts the connection's read side: for an admitted
+// connection with nothing read ahead, a waiter (see wait); else readLoop.
 func (c *conn) ensureReaderLocked() {
 	if c.reading {
 		return
 	}
 	c.reading = true
 	c.s.wg.Add(1)
+	if c.admitted && !c.closing && !c.broken && len(c.prefix) == 0 {
+		_ = c.nc.SetReadDeadline(c.deadlineLocked(time.Now()))
+		go c.wait()
+		return
+	}
 	go c.readLoop()
 }
 
@@ -310,22 +317,46 @@ var readBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
-// await waits until the peer has sent something, with the liveness
-// deadline, and keeps what it read in prefix for Read. The wait is a few
-// frames from readLoop and holds no buffer, so that the garbage collector
-// can keep an idle connection's goroutine stack at its smallest.
-func (c *conn) await() error {
+// awaitActive waits, between messages, until the peer sends something,
+// and keeps what it read in prefix for Read. It holds no buffer while it
+// waits. After cfg.lingerIdle of silence it returns errIdle, with the read
+// deadline set back to the liveness deadline counted from when it began
+// to wait; a closing connection waits up to its deadlines as Read does.
+func (c *conn) awaitActive() error {
 	if len(c.prefix) > 0 {
 		return nil
 	}
+	now := time.Now()
 	c.mu.Lock()
-	_ = c.nc.SetReadDeadline(c.deadlineLocked(time.Now()))
+	live := c.deadlineLocked(now)
+	linger := !c.closing && c.closeBy.IsZero() && now.Add(c.cfg.lingerIdle).Before(live)
+	if linger {
+		_ = c.nc.SetReadDeadline(now.Add(c.cfg.lingerIdle))
+	} else {
+		_ = c.nc.SetReadDeadline(live)
+	}
 	c.mu.Unlock()
+	err := c.readAhead()
+	if !linger || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || !c.closeBy.IsZero() {
+		return err // the close's deadline, set meanwhile
+	}
+	_ = c.nc.SetReadDeadline(live)
+	return errIdle
+}
+
+// readAhead reads what the peer has sent, up to readAhead bytes, into
+// prefix, waiting for it under the read deadline set.
+func (c *conn) readAhead() error {
 	if c.raw == nil {
 		var one [1]byte
 		n, err := c.nc.Read(one[:])
 		if n > 0 {
-			c.prefix = []byte{one[0]}
+			c.prefix = append(c.prefix, one[:n]...)
 			return nil
 		}
 		return err
@@ -391,25 +422,57 @@ func (c *conn) control(op ws.OpCode, p []byte) error {
 	return nil
 }
 
-// readLoop reads messages until the connection ends, then tears it down
-// and reports it closed. Between messages it waits in await, so an idle
-// connection holds neither its msgReader nor a deep stack.
+// readLoop reads messages while the peer is active. When the peer has
+// sent nothing for lingerIdle between messages, it hands the connection
+// to a new waiter goroutine and exits (lingerIdle is 1 s, or a quarter of
+// a shorter peer timeout); when the connection ends, it tears
+// it down and reports it closed.
 func (c *conn) readLoop() {
 	defer c.s.wg.Done()
-	err := c.await()
-	if err == nil {
-		m := newMsgReader(c, c.cfg.maxMessage, c.control)
-		m.await = c.await
-		for {
-			var op ws.OpCode
-			var data []byte
-			if op, data, err = m.next(); err != nil {
-				break
-			}
-			c.s.pushFrame(c, op == ws.OpBinary, data)
+	m := newMsgReader(c, c.cfg.maxMessage, c.control)
+	m.await = c.awaitActive
+	var err error
+	for {
+		var op ws.OpCode
+		var data []byte
+		if op, data, err = m.next(); err != nil {
+			break
 		}
+		c.s.pushFrame(c, op == ws.OpBinary, data)
 	}
+	if errors.Is(err, errIdle) {
+		c.s.wg.Add(1)
+		go c.wait()
+		return
+	}
+	c.end(err)
+}
 
+// wait is an idle connection's goroutine. It only blocks in a one-byte
+// read (with the liveness deadline readLoop or admit set), so its stack
+// stays at the runtime's smallest (2 KiB): a goroutine that ran the
+// frame reader has grown to 4 KiB, and the runtime never shrinks a stack
+// that small. When the peer sends something, it hands the connection to
+// a new readLoop and exits.
+func (c *conn) wait() {
+	defer c.s.wg.Done()
+	var one [1]byte
+	n, err := c.nc.Read(one[:])
+	if n == 0 && err != nil {
+		c.end(err)
+		return
+	}
+	c.prefix = append(c.prefix, one[:n]...)
+	c.s.wg.Add(1)
+	go c.readLoop()
+}
+
+// errIdle ends a readLoop whose peer went quiet: a waiter takes over.
+var errIdle = errors.New("peer idle")
+
+// end tears the connection down after its read side ended with err, and
+// reports it closed.
+func (c *conn) end(err error) {
 	lost := ""
 	code, reason, failed := failCode(err)
 	switch {

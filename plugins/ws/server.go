@@ -36,11 +36,16 @@ const (
 // maxCloseGrace bounds how long a close handshake may take once started.
 const maxCloseGrace = time.Second
 
+// maxLingerIdle bounds how long a connection's reader goroutine waits for
+// the peer's next message before a smaller waiter goroutine takes over.
+const maxLingerIdle = time.Second
+
 // config is the settings of a started Server; constant after Start.
 type config struct {
 	pingInterval time.Duration
 	peerTimeout  time.Duration
 	closeGrace   time.Duration
+	lingerIdle   time.Duration // how long a reader waits for the next message before a waiter takes over
 	maxMessage   int64
 	sendQueue    int64
 }
@@ -195,6 +200,7 @@ func newConfig(req contract.StartRequest) (*config, error) {
 			cfg.peerTimeout, cfg.pingInterval, contract.ErrInvalidArgument)
 	}
 	cfg.closeGrace = min(maxCloseGrace, cfg.peerTimeout)
+	cfg.lingerIdle = min(maxLingerIdle, cfg.peerTimeout/4)
 	return cfg, nil
 }
 

@@ -655,6 +655,42 @@ func TestLiveness(t *testing.T) {
 	})
 }
 
+// TestQuietPeer checks the hand-over between a connection's reader and
+// its idle waiter: a peer that pauses longer than the reader lingers is
+// still read, and a silent one is still closed after the peer timeout,
+// counted from its last message.
+func TestQuietPeer(t *testing.T) {
+	const (
+		ping    = 300 * time.Millisecond
+		timeout = 800 * time.Millisecond // the reader lingers a quarter of it
+	)
+	s, addr := startServer(t, contract.StartRequest{PingInterval: ping, PeerTimeout: timeout})
+	r := link(t, s)
+	c := dial(t, addr, "/api/ws", nil)
+	id := r.opened(t, c).Conn
+	exec(t, s, admit(id))
+	from := 0
+	for i, msg := range []string{"first", "after a pause", "after another"} {
+		if i > 0 {
+			time.Sleep(timeout / 2) // not synchronisation: a pause past the reader's linger
+		}
+		c.mustWrite(gobws.OpText, []byte(msg))
+		e, at := r.waitIndex(t, "frame", from, isFrame(id))
+		if string(e.Data) != msg {
+			t.Fatalf("frame %d: got %q, want %q", i, e.Data, msg)
+		}
+		from = at + 1
+	}
+	last := time.Now()
+	e := r.closed(t, id)
+	if e.Code != contract.CloseAbnormalNoFrame || e.Reason != "peer timeout" {
+		t.Errorf("Closed: got %d %q, want 1006 %q", e.Code, e.Reason, "peer timeout")
+	}
+	if d := time.Since(last); d < timeout-ping {
+		t.Errorf("closed %v after the last message, want about the peer timeout %v", d, timeout)
+	}
+}
+
 func TestSendQueue(t *testing.T) {
 	const (
 		queue = 64 << 10
