@@ -44,7 +44,7 @@ type conn struct {
 	raw      syscall.RawConn // nc's descriptor, for kick's non-blocking write; nil: always the writer
 	openedAt time.Time
 	id       uint64 // set before the conn is published
-	prefix   []byte // reader goroutine only: bytes read ahead (past the handshake, or by await)
+	prefix   []byte // read side only: bytes read ahead (past the handshake, by wait or readAhead)
 
 	mu          sync.Mutex // guards the fields below
 	admitted    bool
@@ -307,13 +307,13 @@ func (c *conn) Read(p []byte) (int, error) {
 	return c.nc.Read(p)
 }
 
-// readAhead bounds what await reads at once: a small request's whole
-// frame, so that the msgReader's reads take no system call.
-const readAhead = 4 << 10
+// readAheadSize bounds what readAhead reads at once: a small request's
+// whole frame, so that the msgReader's reads take no system call.
+const readAheadSize = 4 << 10
 
-// readBufs holds await's read buffers: a waiting connection holds none.
+// readBufs holds readAhead's buffers: a waiting connection holds none.
 var readBufs = sync.Pool{New: func() any {
-	b := make([]byte, readAhead)
+	b := make([]byte, readAheadSize)
 	return &b
 }}
 
@@ -349,7 +349,7 @@ func (c *conn) awaitActive() error {
 	return errIdle
 }
 
-// readAhead reads what the peer has sent, up to readAhead bytes, into
+// readAhead reads what the peer has sent, up to readAheadSize bytes, into
 // prefix, waiting for it under the read deadline set.
 func (c *conn) readAhead() error {
 	if c.raw == nil {
@@ -423,10 +423,10 @@ func (c *conn) control(op ws.OpCode, p []byte) error {
 }
 
 // readLoop reads messages while the peer is active. When the peer has
-// sent nothing for lingerIdle between messages, it hands the connection
-// to a new waiter goroutine and exits (lingerIdle is 1 s, or a quarter of
-// a shorter peer timeout); when the connection ends, it tears
-// it down and reports it closed.
+// sent nothing for cfg.lingerIdle between messages (1 s, or a quarter of
+// a shorter peer timeout), it hands the connection to a new waiter
+// goroutine and exits; when the connection ends, it tears it down and
+// reports it closed.
 func (c *conn) readLoop() {
 	defer c.s.wg.Done()
 	m := newMsgReader(c, c.cfg.maxMessage, c.control)
