@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -69,7 +70,7 @@ type gconn struct {
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*record
-	queue    [][]byte // requests waiting for the worker
+	queue    []*request // requests waiting for the worker
 	working  bool
 	closed   bool
 }
@@ -160,7 +161,10 @@ func (c *gconn) respond(id json.RawMessage, result any, rerr *rpcError) {
 }
 
 // onFrame takes one data frame. It never blocks: malformed frames are
-// answered at once, requests are queued for the connection's worker.
+// answered at once; a cheap request (one that never waits, see inline)
+// is answered on the caller's goroutine when nothing of this connection is
+// queued or running, so that an idle socket's lookups cost no goroutine
+// hand-off; every other request is queued for the connection's worker.
 func (c *gconn) onFrame(data []byte, binary bool) {
 	c.gw.metrics.FramesIn.Inc()
 	c.gw.metrics.BytesIn.Add(float64(len(data)))
@@ -168,13 +172,9 @@ func (c *gconn) onFrame(data []byte, binary bool) {
 		c.respond(nullID, nil, errorf(contract.CodeInvalidRequest, "binary frames are not JSON-RPC requests"))
 		return
 	}
-	trimmed := bytes.TrimSpace(data)
-	if !json.Valid(trimmed) {
-		c.respond(nullID, nil, errorf(contract.CodeParseError, "parse error"))
-		return
-	}
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		c.respond(nullID, nil, errorf(contract.CodeInvalidRequest, "a request must be one JSON object"))
+	req, rerr := decodeRequest(data)
+	if rerr != nil {
+		c.respond(nullID, nil, rerr)
 		return
 	}
 	c.mu.Lock()
@@ -182,14 +182,19 @@ func (c *gconn) onFrame(data []byte, binary bool) {
 		c.mu.Unlock()
 		return
 	}
+	if !c.working && req.inline() {
+		// In order: nothing of this connection is queued or running,
+		// and the caller delivers its frames one at a time.
+		c.mu.Unlock()
+		c.dispatch(req, true)
+		return
+	}
 	if len(c.queue) >= maxPending {
 		c.mu.Unlock()
-		var req request
-		_ = json.Unmarshal(trimmed, &req)
 		c.respond(validID(req.ID), nil, errorf(contract.CodeBusy, "busy"))
 		return
 	}
-	c.queue = append(c.queue, bytes.Clone(trimmed))
+	c.queue = append(c.queue, req)
 	start := !c.working
 	c.working = true
 	c.mu.Unlock()
@@ -197,6 +202,28 @@ func (c *gconn) onFrame(data []byte, binary bool) {
 		c.gw.wg.Add(1)
 		go c.work()
 	}
+}
+
+// decodeRequest parses a text frame in one pass: invalid JSON is -32700,
+// a JSON value that is not an object -32600. The request's fields are
+// copies (json.RawMessage copies what it decodes), so data may be reused.
+func decodeRequest(data []byte) (*request, *rpcError) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		if !json.Valid(trimmed) {
+			return nil, errorf(contract.CodeParseError, "parse error")
+		}
+		return nil, errorf(contract.CodeInvalidRequest, "a request must be one JSON object")
+	}
+	req := new(request)
+	if err := json.Unmarshal(trimmed, req); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, errorf(contract.CodeParseError, "parse error")
+		}
+		return nil, errorf(contract.CodeInvalidRequest, "invalid request: %v", err)
+	}
+	return req, nil
 }
 
 // validID returns id if it is a valid JSON-RPC id (string, number, null),
@@ -224,20 +251,44 @@ func (c *gconn) work() {
 			c.mu.Unlock()
 			return
 		}
-		data := c.queue[0]
+		req := c.queue[0]
+		c.queue[0] = nil
 		c.queue = c.queue[1:]
 		c.mu.Unlock()
-		c.handle(data)
+		c.dispatch(req, false)
 	}
 }
 
-// handle decodes and dispatches one request.
+// handle decodes and dispatches one request frame on the caller's
+// goroutine.
 func (c *gconn) handle(data []byte) {
-	var req request
-	if err := json.Unmarshal(data, &req); err != nil {
-		c.respond(nullID, nil, errorf(contract.CodeInvalidRequest, "invalid request: %v", err))
+	req, rerr := decodeRequest(data)
+	if rerr != nil {
+		c.respond(nullID, nil, rerr)
 		return
 	}
+	c.dispatch(req, false)
+}
+
+// inline reports whether req is for a method that may be served on the
+// link's goroutine: it never waits (no database, agent or plugin call;
+// only short in-memory locks). A malformed request is answered inline
+// too: its error needs nothing else.
+func (r *request) inline() bool {
+	if len(r.Method) == 0 || r.Method[0] != '"' {
+		return true
+	}
+	switch string(r.Method) {
+	case `"session.events.since"`, `"session.active_list"`, `"session.runs"`:
+		return true
+	}
+	return false
+}
+
+// dispatch checks and serves one decoded request. On the link's
+// goroutine (inline), a call that turns out to need to wait is handed to
+// the worker instead.
+func (c *gconn) dispatch(req *request, inline bool) {
 	id := req.ID
 	if len(id) > 0 {
 		if v := validID(id); !bytes.Equal(v, id) {
@@ -266,7 +317,11 @@ func (c *gconn) handle(data []byte) {
 		return
 	}
 	c.log.Debug().Str("method", method).Msg("request")
-	result, err := h(c, id, p)
+	result, err := h(c, call{id: id, inline: inline}, p)
+	if errors.Is(err, errWait) {
+		c.enqueue(req)
+		return
+	}
 	if errors.Is(err, errReplied) {
 		return
 	}
@@ -276,6 +331,34 @@ func (c *gconn) handle(data []byte) {
 	}
 	c.respond(id, result, nil)
 }
+
+// enqueue hands req to the connection's worker, at the head of its
+// queue: it was taken inline because nothing was queued.
+func (c *gconn) enqueue(req *request) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.queue = append([]*request{req}, c.queue...)
+	start := !c.working
+	c.working = true
+	c.mu.Unlock()
+	if start {
+		c.gw.wg.Add(1)
+		go c.work()
+	}
+}
+
+// call is what a handler knows of the request it serves besides params.
+type call struct {
+	id     json.RawMessage
+	inline bool // on the link's goroutine: return errWait rather than wait
+}
+
+// errWait tells dispatch that an inline call needs to wait (a database
+// read): it is queued for the worker and served there.
+var errWait = errors.New("needs the worker")
 
 // errReplied tells handle that the handler already sent its response
 // (binds answer under the session lock).
@@ -405,13 +488,9 @@ func (p params) integer(name string) (int64, bool, *rpcError) {
 	if c := p[name][0]; c != '-' && (c < '0' || c > '9') {
 		return 0, false, errorf(contract.CodeInvalidParams, "%s must be a non-negative integer", name)
 	}
-	var n json.Number
-	dec := json.NewDecoder(bytes.NewReader(p[name]))
-	dec.UseNumber()
-	if err := dec.Decode(&n); err != nil {
-		return 0, false, errorf(contract.CodeInvalidParams, "%s must be a non-negative integer", name)
-	}
-	v, err := n.Int64()
+	// The value is one JSON number token (params decoded it): an integer
+	// is digits with an optional minus, which is what ParseInt takes.
+	v, err := strconv.ParseInt(string(p[name]), 10, 64)
 	if err != nil || v < 0 {
 		return 0, false, errorf(contract.CodeInvalidParams, "%s must be a non-negative integer", name)
 	}
@@ -442,7 +521,7 @@ func (c *gconn) live(p params) (*record, error) {
 
 // handler answers one method. It returns the result, an error, or
 // errReplied when it has responded itself.
-type handler func(c *gconn, id json.RawMessage, p params) (any, error)
+type handler func(c *gconn, cl call, p params) (any, error)
 
 var methods map[string]handler
 
@@ -462,7 +541,7 @@ func init() {
 	}
 }
 
-func (c *gconn) create(id json.RawMessage, p params) (any, error) {
+func (c *gconn) create(cl call, p params) (any, error) {
 	title, err := p.str("title")
 	if err != nil {
 		return nil, err
@@ -479,11 +558,11 @@ func (c *gconn) create(id json.RawMessage, p params) (any, error) {
 		return nil, err
 	}
 	var late []*record
-	ferr := c.gw.table.Create(c.gw.ctx, c, CreateOptions{Title: title, CloseOnDisconnect: cod, Parent: parent, ForkCount: -1}, c.replyBind(id, &late))
+	ferr := c.gw.table.Create(c.gw.ctx, c, CreateOptions{Title: title, CloseOnDisconnect: cod, Parent: parent, ForkCount: -1}, c.replyBind(cl.id, &late))
 	return nil, c.bindDone(late, ferr)
 }
 
-func (c *gconn) branch(id json.RawMessage, p params) (any, error) {
+func (c *gconn) branch(cl call, p params) (any, error) {
 	sid, err := p.sessionID()
 	if err != nil {
 		return nil, err
@@ -511,11 +590,11 @@ func (c *gconn) branch(id json.RawMessage, p params) (any, error) {
 		rec.mu.Unlock()
 	}
 	var late []*record
-	ferr := c.gw.table.Create(c.gw.ctx, c, CreateOptions{Title: title, Parent: parent, ForkCount: fork}, c.replyBind(id, &late))
+	ferr := c.gw.table.Create(c.gw.ctx, c, CreateOptions{Title: title, Parent: parent, ForkCount: fork}, c.replyBind(cl.id, &late))
 	return nil, c.bindDone(late, ferr)
 }
 
-func (c *gconn) resume(id json.RawMessage, p params) (any, error) {
+func (c *gconn) resume(cl call, p params) (any, error) {
 	sid, err := p.sessionID()
 	if err != nil {
 		return nil, err
@@ -524,21 +603,21 @@ func (c *gconn) resume(id json.RawMessage, p params) (any, error) {
 		return nil, err
 	}
 	var late []*record
-	rerr := c.gw.table.Resume(c.gw.ctx, c, sid, c.replyBind(id, &late))
+	rerr := c.gw.table.Resume(c.gw.ctx, c, sid, c.replyBind(cl.id, &late))
 	return nil, c.bindDone(late, rerr)
 }
 
-func (c *gconn) activate(id json.RawMessage, p params) (any, error) {
+func (c *gconn) activate(cl call, p params) (any, error) {
 	sid, err := p.sessionID()
 	if err != nil {
 		return nil, err
 	}
 	var late []*record
-	aerr := c.gw.table.Activate(c, sid, c.replyBind(id, &late))
+	aerr := c.gw.table.Activate(c, sid, c.replyBind(cl.id, &late))
 	return nil, c.bindDone(late, aerr)
 }
 
-func (c *gconn) close(_ json.RawMessage, p params) (any, error) {
+func (c *gconn) close(cl call, p params) (any, error) {
 	sid, err := p.sessionID()
 	if err != nil {
 		return nil, err
@@ -550,7 +629,7 @@ func (c *gconn) close(_ json.RawMessage, p params) (any, error) {
 	return map[string]bool{"closed": closed}, nil
 }
 
-func (c *gconn) activeList(json.RawMessage, params) (any, error) {
+func (c *gconn) activeList(call, params) (any, error) {
 	return map[string]any{"sessions": c.gw.table.Active()}, nil
 }
 
@@ -564,7 +643,7 @@ type storedEntry struct {
 	MessageCount int    `json:"message_count"`
 }
 
-func (c *gconn) list(_ json.RawMessage, p params) (any, error) {
+func (c *gconn) list(cl call, p params) (any, error) {
 	limit, _, err := p.integer("limit")
 	if err != nil {
 		return nil, err
@@ -587,7 +666,7 @@ func (c *gconn) list(_ json.RawMessage, p params) (any, error) {
 	return map[string]any{"sessions": out}, nil
 }
 
-func (c *gconn) eventsSince(_ json.RawMessage, p params) (any, error) {
+func (c *gconn) eventsSince(cl call, p params) (any, error) {
 	sid, err := p.sessionID()
 	if err != nil {
 		return nil, err
@@ -603,16 +682,22 @@ func (c *gconn) eventsSince(_ json.RawMessage, p params) (any, error) {
 	if lerr != nil {
 		return nil, lerr
 	}
+	if r, ok := c.gw.table.eventsSinceLive(rec, uint64(last)); ok {
+		return r, nil
+	}
+	if cl.inline {
+		return nil, errWait // the database has the older events
+	}
 	ctx, cancel := context.WithTimeout(c.gw.ctx, 10*time.Second)
 	defer cancel()
-	events, latest, truncated, epoch, eerr := c.gw.table.eventsSince(ctx, rec, uint64(last))
+	r, eerr := c.gw.table.eventsSince(ctx, rec, uint64(last))
 	if eerr != nil {
 		return nil, fmt.Errorf("events since %d: %w", last, eerr)
 	}
-	return map[string]any{"events": events, "latest_seq": latest, "truncated": truncated, "epoch": epoch}, nil
+	return r, nil
 }
 
-func (c *gconn) submit(_ json.RawMessage, p params) (any, error) {
+func (c *gconn) submit(cl call, p params) (any, error) {
 	sid, err := p.sessionID()
 	if err != nil {
 		return nil, err
@@ -635,7 +720,7 @@ func (c *gconn) submit(_ json.RawMessage, p params) (any, error) {
 	return map[string]string{"status": "streaming", "run_id": runID}, nil
 }
 
-func (c *gconn) runs(_ json.RawMessage, p params) (any, error) {
+func (c *gconn) runs(cl call, p params) (any, error) {
 	rec, err := c.live(p)
 	if err != nil {
 		return nil, err
@@ -643,7 +728,7 @@ func (c *gconn) runs(_ json.RawMessage, p params) (any, error) {
 	return map[string]any{"runs": rec.runList()}, nil
 }
 
-func (c *gconn) interrupt(_ json.RawMessage, p params) (any, error) {
+func (c *gconn) interrupt(cl call, p params) (any, error) {
 	rec, err := c.live(p)
 	if err != nil {
 		return nil, err

@@ -6,13 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/store"
 )
 
 func TestToRPCError(t *testing.T) {
@@ -547,7 +551,12 @@ func TestGatewayBusy(t *testing.T) {
 	// onFrame starts no worker of its own.
 	c.mu.Lock()
 	for i := 0; i < maxPending; i++ {
-		c.queue = append(c.queue, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session.active_list"}`, i)))
+		req, rerr := decodeRequest([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session.active_list"}`, i)))
+		if rerr != nil {
+			c.mu.Unlock()
+			t.Fatalf("decodeRequest: %v", rerr)
+		}
+		c.queue = append(c.queue, req)
 	}
 	c.working = true
 	c.mu.Unlock()
@@ -566,5 +575,109 @@ func TestGatewayBusy(t *testing.T) {
 	gw.wg.Wait()
 	if got := len(out.frames()); got != maxPending+1 {
 		t.Errorf("after the worker ran: got %d frames, want %d", got, maxPending+1)
+	}
+}
+
+// notifyingSender is a recordingSender that signals every command.
+type notifyingSender struct {
+	recordingSender
+	sent chan struct{} // capacity 1
+}
+
+func (s *notifyingSender) send(cmd contract.Command) {
+	s.recordingSender.send(cmd)
+	select {
+	case s.sent <- struct{}{}:
+	default:
+	}
+}
+
+// waitFrame waits until a sent frame contains want and returns it.
+func (s *notifyingSender) waitFrame(t *testing.T, want string) []byte {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		for _, f := range s.frames() {
+			if bytes.Contains(f, []byte(want)) {
+				return f
+			}
+		}
+		select {
+		case <-s.sent:
+		case <-timeout:
+			t.Fatalf("no frame with %q; sent %q", want, s.frames())
+		}
+	}
+}
+
+// TestGatewayEventsSinceFromJournal checks the hand-over from the link's
+// goroutine to the worker: session.events.since is answered inline from
+// the ring, and from the journal (by the worker) when the ring no longer
+// reaches back far enough; both answers are complete and in order.
+func TestGatewayEventsSinceFromJournal(t *testing.T) {
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	tbl := NewTable(TableConfig{Store: st, Agents: agent.NewEchoFactory(0), RingSize: 2, Log: zerolog.Nop()})
+	gw := NewGateway(tbl, st, "test", zerolog.Nop(), tbl.metrics)
+	t.Cleanup(func() {
+		gw.Close()
+		if err := tbl.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		st.Close()
+	})
+	out := &notifyingSender{sent: make(chan struct{}, 1)}
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
+	defer c.onClosed()
+
+	c.onFrame([]byte(`{"jsonrpc":"2.0","id":1,"method":"session.create"}`), false)
+	var created struct {
+		Result Snapshot `json:"result"`
+	}
+	if err := json.Unmarshal(out.waitFrame(t, `"id":1`), &created); err != nil {
+		t.Fatalf("session.create answer: %v", err)
+	}
+	sid := created.Result.SessionID
+	c.onFrame([]byte(`{"jsonrpc":"2.0","id":2,"method":"prompt.submit","params":{"session_id":"`+sid+`","text":"one two three four"}}`), false)
+	out.waitFrame(t, `"message.complete"`)
+	gw.wg.Wait()
+
+	for _, tt := range []struct {
+		name     string
+		lastSeen int
+	}{
+		{"ring", 5}, // the ring holds the last two events
+		{"journal", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			id := fmt.Sprintf(`"since-%s"`, tt.name)
+			c.onFrame([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"session.events.since","params":{"session_id":%q,"last_seen":%d}}`, id, sid, tt.lastSeen)), false)
+			var got struct {
+				Result struct {
+					Events    []struct{ Seq uint64 } `json:"events"`
+					LatestSeq uint64                 `json:"latest_seq"`
+					Truncated bool                   `json:"truncated"`
+					Epoch     string                 `json:"epoch"`
+				} `json:"result"`
+				Error *rpcError `json:"error"`
+			}
+			if err := json.Unmarshal(out.waitFrame(t, `"id":`+id), &got); err != nil || got.Error != nil {
+				t.Fatalf("events.since(%d): got error %v %v, want a result", tt.lastSeen, err, got.Error)
+			}
+			r := got.Result
+			if r.Truncated || r.Epoch == "" || r.LatestSeq < 6 {
+				t.Fatalf("events.since(%d): got latest_seq %d truncated %v epoch %q, want all of at least 6 events", tt.lastSeen, r.LatestSeq, r.Truncated, r.Epoch)
+			}
+			if want := int(r.LatestSeq) - tt.lastSeen; len(r.Events) != want {
+				t.Fatalf("events.since(%d): got %d events, want %d", tt.lastSeen, len(r.Events), want)
+			}
+			for i, e := range r.Events {
+				if want := uint64(tt.lastSeen + 1 + i); e.Seq != want {
+					t.Errorf("events.since(%d): event %d has seq %d, want %d", tt.lastSeen, i, e.Seq, want)
+				}
+			}
+		})
 	}
 }

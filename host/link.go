@@ -27,8 +27,11 @@ type Link struct {
 	mu          sync.Mutex // guards the fields below
 	conns       map[uint64]linkConn
 	out         []contract.Command
-	queued      int64         // payload bytes in out and in the batch being sent
+	outBytes    int           // payload bytes in out
+	queued      int64         // cmdSize of everything in out and in the batch being sent
 	roomWait    chan struct{} // non-nil while someone waits for room; closed when queued drops to linkHighWater
+	sending     bool          // a goroutine is in Exec: it sends what is queued next
+	failed      bool          // an Exec failed: the stream is broken, nothing more is sent
 	ended       bool
 	draining    bool // stopping: new connections are closed with drainCode
 	drainCode   int
@@ -74,7 +77,7 @@ func (l *Link) Run(ctx context.Context) error {
 	l.ended = true
 	conns := l.conns
 	l.conns = make(map[uint64]linkConn)
-	l.out = nil
+	l.out, l.outBytes = nil, 0
 	l.releaseLocked(l.queued)
 	l.checkDrainedLocked()
 	l.mu.Unlock()
@@ -93,15 +96,22 @@ func (l *Link) send(cmd contract.Command) {
 		return
 	}
 	l.out = append(l.out, cmd)
+	l.outBytes += len(cmd.Data)
 	l.queued += cmdSize(cmd)
 	l.mu.Unlock()
+	l.wake()
+}
+
+// wake makes sendLoop look at the queue.
+func (l *Link) wake() {
 	select {
 	case l.notify <- struct{}{}:
 	default:
 	}
 }
 
-// sendLoop sends everything queued as one batch per wake-up.
+// sendLoop sends everything queued as one batch per wake-up, unless
+// another goroutine is sending already (see flush).
 func (l *Link) sendLoop(ctx context.Context) {
 	for {
 		select {
@@ -109,32 +119,70 @@ func (l *Link) sendLoop(ctx context.Context) {
 			return
 		case <-l.notify:
 		}
-		l.mu.Lock()
-		batch := l.out
-		l.out = nil
-		l.mu.Unlock()
-		if len(batch) == 0 {
-			continue
-		}
-		for len(batch) > 0 {
-			n := batchCut(batch, maxBatchBytes)
-			if err := l.tr.Exec(ctx, batch[:n]); err != nil {
-				if ctx.Err() == nil {
-					l.log.Warn().Err(err).Int("commands", n).Msg("sending commands to transport")
-				}
-				return
-			}
-			var sent int64
-			for i := range batch[:n] {
-				sent += cmdSize(batch[i])
-			}
-			l.mu.Lock()
-			l.releaseLocked(sent)
-			l.mu.Unlock()
-			batch = batch[n:]
+		for l.flush(ctx, 0) {
 		}
 	}
 }
+
+// flush sends what is queued, from the calling goroutine, unless another
+// one is sending (it then sends this too, in order) or, with a non-zero
+// limit, more than limit payload bytes are queued. It reports whether
+// something is left queued. The event handler calls it after each batch
+// of events with a small limit, so the answer to a request needs no
+// hand-off to sendLoop while bulk output still cannot hold up the events;
+// sendLoop calls it for everything else (workers, PTY output, timers).
+func (l *Link) flush(ctx context.Context, limit int) bool {
+	l.mu.Lock()
+	if l.sending || l.failed || len(l.out) == 0 {
+		l.mu.Unlock()
+		return false
+	}
+	if limit > 0 && l.outBytes > limit {
+		l.mu.Unlock()
+		return true
+	}
+	l.sending = true
+	batch := l.out
+	l.out, l.outBytes = nil, 0
+	l.mu.Unlock()
+	err := l.exec(ctx, batch)
+	l.mu.Lock()
+	l.sending = false
+	if err != nil {
+		l.failed = true
+		l.out, l.outBytes = nil, 0
+		l.releaseLocked(l.queued)
+	}
+	more := len(l.out) > 0
+	l.mu.Unlock()
+	return more
+}
+
+// exec sends batch to the transport in pieces of at most maxBatchBytes.
+func (l *Link) exec(ctx context.Context, batch []contract.Command) error {
+	for len(batch) > 0 {
+		n := batchCut(batch, maxBatchBytes)
+		if err := l.tr.Exec(ctx, batch[:n]); err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn().Err(err).Int("commands", n).Msg("sending commands to transport")
+			}
+			return err
+		}
+		var sent int64
+		for i := range batch[:n] {
+			sent += cmdSize(batch[i])
+		}
+		l.mu.Lock()
+		l.releaseLocked(sent)
+		l.mu.Unlock()
+		batch = batch[n:]
+	}
+	return nil
+}
+
+// inlineFlushBytes is the most queued payload the event handler sends
+// itself; more is left to sendLoop.
+const inlineFlushBytes = 64 << 10
 
 // maxBatchBytes bounds the payload of one Exec batch, well under the
 // plugins' gRPC message limit (contract.MaxMessageSize): a big replay or
@@ -203,8 +251,14 @@ func (l *Link) waitRoom(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// handle is the link's event sink.
-func (l *Link) handle(_ context.Context, events []contract.Event) error {
+// handle is the link's event sink. What its events made the host send
+// (admits, answers of inline requests) goes out before it returns.
+func (l *Link) handle(ctx context.Context, events []contract.Event) error {
+	defer func() {
+		if l.flush(ctx, inlineFlushBytes) {
+			l.wake() // left for sendLoop
+		}
+	}()
 	for i := range events {
 		ev := &events[i]
 		switch ev.Kind {

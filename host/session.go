@@ -178,62 +178,88 @@ func encodeNotification(params json.RawMessage) []byte {
 	return append(b, '}')
 }
 
+// eventsResult is the result of session.events.since (SPEC §4).
+// Truncated is true when events after last_seen are gone (pruned, or lost
+// with an earlier host) or last_seen is ahead of latest_seq. The fields
+// are in the order encoding/json gave the map it replaces.
+type eventsResult struct {
+	Epoch     string            `json:"epoch"`
+	Events    []json.RawMessage `json:"events"`
+	LatestSeq uint64            `json:"latest_seq"`
+	Truncated bool              `json:"truncated"`
+}
+
+// eventsSinceLive answers session.events.since from the record's
+// in-memory ring when that reaches back far enough (ok); otherwise the
+// journal in the database holds some of the events: call eventsSince.
+func (t *Table) eventsSinceLive(rec *record, lastSeen uint64) (eventsResult, bool) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.eventsSinceLocked(lastSeen)
+}
+
+func (r *record) eventsSinceLocked(lastSeen uint64) (eventsResult, bool) {
+	res := eventsResult{Epoch: r.epoch, Events: []json.RawMessage{}, LatestSeq: r.seq}
+	if lastSeen > r.seq {
+		res.Truncated = true
+		return res, true
+	}
+	if lastSeen+1 < r.ringStart {
+		return res, false
+	}
+	for _, e := range r.ring {
+		if e.seq > lastSeen {
+			res.Events = append(res.Events, e.params)
+		}
+	}
+	return res, true
+}
+
 // eventsSince answers session.events.since: from the in-memory ring when
 // it reaches back far enough, else from the journal (plus what the ring
-// has past the journal). truncated is true when events after lastSeen are
-// gone (pruned, or lost with an earlier host) or lastSeen is ahead of
-// latest.
-func (t *Table) eventsSince(ctx context.Context, rec *record, lastSeen uint64) (events []json.RawMessage, latest uint64, truncated bool, epoch string, err error) {
+// has past the journal).
+func (t *Table) eventsSince(ctx context.Context, rec *record, lastSeen uint64) (eventsResult, error) {
 	rec.mu.Lock()
-	latest, epoch = rec.seq, rec.epoch
-	events = []json.RawMessage{}
-	if lastSeen > rec.seq {
+	r, ok := rec.eventsSinceLocked(lastSeen)
+	if ok {
 		rec.mu.Unlock()
-		return events, latest, true, epoch, nil
-	}
-	if lastSeen+1 >= rec.ringStart {
-		for _, e := range rec.ring {
-			if e.seq > lastSeen {
-				events = append(events, e.params)
-			}
-		}
-		rec.mu.Unlock()
-		return events, latest, false, epoch, nil
+		return r, nil
 	}
 	ring := append([]eventFrame(nil), rec.ring...)
 	rec.mu.Unlock()
+	latest := r.LatestSeq
 
 	stored, first, _, err := t.store.EventsSince(ctx, rec.key, lastSeen, 0)
 	if err != nil {
-		return nil, 0, false, "", err
+		return eventsResult{}, err
 	}
 	next := lastSeen + 1
 	if first == 0 || first > next {
-		truncated = true
+		r.Truncated = true
 	}
 	for _, e := range stored {
 		if e.Seq > latest {
 			break
 		}
 		if e.Seq != next {
-			truncated = true
+			r.Truncated = true
 		}
-		events = append(events, e.Params)
+		r.Events = append(r.Events, e.Params)
 		next = e.Seq + 1
 	}
 	for _, e := range ring {
 		if e.seq >= next {
 			if e.seq != next {
-				truncated = true
+				r.Truncated = true
 			}
-			events = append(events, e.params)
+			r.Events = append(r.Events, e.params)
 			next = e.seq + 1
 		}
 	}
 	if next <= latest {
-		truncated = true
+		r.Truncated = true
 	}
-	return events, latest, truncated, epoch, nil
+	return r, nil
 }
 
 // submit starts a run answering text. It returns the run id, or

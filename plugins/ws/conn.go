@@ -1,10 +1,13 @@
 package ws
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -14,6 +17,16 @@ import (
 
 // maxBatch is the most queued messages one writev carries.
 const maxBatch = 32
+
+// maxWriteNow is the largest payload kick writes from the caller's
+// goroutine; a larger message goes to the writer goroutine.
+const maxWriteNow = 16 << 10
+
+// frameBufs holds buffers for frames written at once (see kick).
+var frameBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, maxHeaderSize+maxWriteNow)
+	return &b
+}}
 
 // outMsg is a queued data message.
 type outMsg struct {
@@ -28,9 +41,10 @@ type conn struct {
 	s        *Server
 	cfg      *config
 	nc       net.Conn
+	raw      syscall.RawConn // nc's descriptor, for kick's non-blocking write; nil: always the writer
 	openedAt time.Time
 	id       uint64 // set before the conn is published
-	prefix   []byte // reader goroutine only: bytes read past the handshake
+	prefix   []byte // read side only: bytes read ahead (past the handshake, by wait or readAhead)
 
 	mu          sync.Mutex // guards the fields below
 	admitted    bool
@@ -46,6 +60,7 @@ type conn struct {
 	closeReason string
 	closeBy     time.Time // zero, or the deadline of the close handshake
 	pong        []byte    // payload of the pong owed
+	partial     []byte    // the unwritten end of a frame kick began: written first
 	queue       []outMsg  // messages owed, from head
 	head        int
 	queued      int64 // payload bytes in queue[head:]
@@ -71,7 +86,9 @@ func (c *conn) wantsFrames() bool {
 	return c.admitted && !c.closing
 }
 
-// send queues a message, or closes c with 1013 if it does not fit.
+// send queues a message, or closes c with 1013 if it does not fit. data
+// must not be modified afterwards. The caller calls kick when it has
+// queued what it had.
 func (c *conn) send(binary bool, data []byte) {
 	op := ws.OpText
 	if binary {
@@ -83,14 +100,87 @@ func (c *conn) send(binary bool, data []byte) {
 		return
 	}
 	n := int64(len(data))
-	if c.queued+c.inflight+n > c.cfg.sendQueue {
+	if c.queued+c.inflight+int64(len(c.partial))+n > c.cfg.sendQueue {
 		c.s.log.Debug().Uint64("conn", c.id).Int64("queued", c.queued+c.inflight).Msg("send queue full")
 		c.closeLocked(contract.CloseTryAgainLater, "send queue full", false, time.Now().Add(c.cfg.closeGrace))
 		return
 	}
 	c.queue = append(c.queue, outMsg{op: op, data: data})
 	c.queued += n
-	c.ensureWriterLocked()
+}
+
+// kick gets what send queued moving. When the only thing owed is one
+// small message and no writer runs, it writes the frame at once with one
+// non-blocking write from the caller's goroutine (a request's answer then
+// needs no goroutine); whatever the socket does not take at once, and
+// everything else, goes to the writer goroutine.
+func (c *conn) kick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.writing || c.done || c.broken || c.closeSent || c.head == len(c.queue) {
+		return
+	}
+	m := c.queue[c.head]
+	if c.raw == nil || len(c.queue)-c.head != 1 || len(m.data) > maxWriteNow ||
+		c.closing || c.pingDue || c.pongDue || c.partial != nil {
+		c.ensureWriterLocked()
+		return
+	}
+	c.queue[c.head] = outMsg{}
+	c.queue, c.head = c.queue[:0], 0
+	n := int64(len(m.data))
+	c.queued -= n
+	c.inflight = n
+	c.writing = true // no other writer while this one writes
+	c.mu.Unlock()
+
+	bp := frameBufs.Get().(*[]byte)
+	frame := append(appendHeader((*bp)[:0], m.op, len(m.data)), m.data...)
+	written, err := c.writeNow(frame)
+	var rest []byte
+	if err == nil && written < len(frame) {
+		rest = append([]byte(nil), frame[written:]...)
+	}
+	*bp = frame[:0]
+	frameBufs.Put(bp)
+
+	c.mu.Lock()
+	c.inflight = 0
+	switch {
+	case err != nil:
+		c.broken = true
+		c.exitWriterLocked()
+		c.ensureReaderLocked() // a conn never admitted needs its teardown too
+		c.s.log.Debug().Uint64("conn", c.id).Err(err).Msg("write failed")
+		_ = c.nc.Close()
+	case rest != nil || c.pingDue || c.pongDue || c.head < len(c.queue) || (c.closing && !c.closeSent):
+		// Owed now: a writer takes over, writing still set (the
+		// reader may be waiting for it to send a close frame).
+		c.partial = rest
+		c.s.wg.Add(1)
+		go c.writeLoop()
+	default:
+		c.exitWriterLocked()
+	}
+}
+
+// writeNow writes as much of p as the socket takes without waiting.
+func (c *conn) writeNow(p []byte) (int, error) {
+	var n int
+	var werr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		n, werr = syscall.Write(int(fd), p)
+		return true // never wait: the writer goroutine does
+	})
+	switch {
+	case err != nil:
+		return 0, nil // closed or past a deadline: the writer finds out
+	case werr == syscall.EAGAIN || werr == syscall.EINTR:
+		return 0, nil
+	case werr != nil:
+		return 0, werr
+	}
+	return max(n, 0), nil
 }
 
 // hostClose closes c with the host's code after what is queued.
@@ -175,12 +265,19 @@ func (c *conn) dropQueueLocked() {
 	c.queue, c.head, c.queued = nil, 0, 0
 }
 
+// ensureReaderLocked starts the connection's read side: for an admitted
+// connection with nothing read ahead, a waiter (see wait); else readLoop.
 func (c *conn) ensureReaderLocked() {
 	if c.reading {
 		return
 	}
 	c.reading = true
 	c.s.wg.Add(1)
+	if c.admitted && !c.closing && !c.broken && len(c.prefix) == 0 {
+		_ = c.nc.SetReadDeadline(c.deadlineLocked(time.Now()))
+		go c.wait()
+		return
+	}
 	go c.readLoop()
 }
 
@@ -210,6 +307,94 @@ func (c *conn) Read(p []byte) (int, error) {
 	return c.nc.Read(p)
 }
 
+// readAheadSize bounds what readAhead reads at once: a small request's
+// whole frame, so that the msgReader's reads take no system call.
+const readAheadSize = 4 << 10
+
+// readBufs holds readAhead's buffers: a waiting connection holds none.
+var readBufs = sync.Pool{New: func() any {
+	b := make([]byte, readAheadSize)
+	return &b
+}}
+
+// awaitActive waits, between messages, until the peer sends something,
+// and keeps what it read in prefix for Read. It holds no buffer while it
+// waits. After cfg.lingerIdle of silence it returns errIdle, with the read
+// deadline set back to the liveness deadline counted from when it began
+// to wait; a closing connection waits up to its deadlines as Read does.
+func (c *conn) awaitActive() error {
+	if len(c.prefix) > 0 {
+		return nil
+	}
+	now := time.Now()
+	c.mu.Lock()
+	live := c.deadlineLocked(now)
+	linger := !c.closing && c.closeBy.IsZero() && now.Add(c.cfg.lingerIdle).Before(live)
+	if linger {
+		_ = c.nc.SetReadDeadline(now.Add(c.cfg.lingerIdle))
+	} else {
+		_ = c.nc.SetReadDeadline(live)
+	}
+	c.mu.Unlock()
+	err := c.readAhead()
+	if !linger || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || !c.closeBy.IsZero() {
+		return err // the close's deadline, set meanwhile
+	}
+	_ = c.nc.SetReadDeadline(live)
+	return errIdle
+}
+
+// readAhead reads what the peer has sent, up to readAheadSize bytes, into
+// prefix, waiting for it under the read deadline set.
+func (c *conn) readAhead() error {
+	if c.raw == nil {
+		var one [1]byte
+		n, err := c.nc.Read(one[:])
+		if n > 0 {
+			c.prefix = append(c.prefix, one[:n]...)
+			return nil
+		}
+		return err
+	}
+	var (
+		got  []byte
+		rerr error
+	)
+	err := c.raw.Read(func(fd uintptr) bool {
+		bp := readBufs.Get().(*[]byte)
+		defer readBufs.Put(bp)
+		for {
+			n, err := syscall.Read(int(fd), *bp)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return false // wait until readable
+			case err != nil:
+				rerr = err
+			case n == 0:
+				rerr = io.EOF
+			default:
+				got = bytes.Clone((*bp)[:n])
+			}
+			return true
+		}
+	})
+	switch {
+	case got != nil:
+		c.prefix = got
+		return nil
+	case err != nil:
+		return err
+	}
+	return rerr
+}
+
 // control handles a control frame from the peer.
 func (c *conn) control(op ws.OpCode, p []byte) error {
 	switch op {
@@ -237,11 +422,15 @@ func (c *conn) control(op ws.OpCode, p []byte) error {
 	return nil
 }
 
-// readLoop reads messages until the connection ends, then tears it down
-// and reports it closed.
+// readLoop reads messages while the peer is active. When the peer has
+// sent nothing for cfg.lingerIdle between messages (1 s, or a quarter of
+// a shorter peer timeout), it hands the connection to a new waiter
+// goroutine and exits; when the connection ends, it tears it down and
+// reports it closed.
 func (c *conn) readLoop() {
 	defer c.s.wg.Done()
 	m := newMsgReader(c, c.cfg.maxMessage, c.control)
+	m.await = c.awaitActive
 	var err error
 	for {
 		var op ws.OpCode
@@ -251,7 +440,39 @@ func (c *conn) readLoop() {
 		}
 		c.s.pushFrame(c, op == ws.OpBinary, data)
 	}
+	if errors.Is(err, errIdle) {
+		c.s.wg.Add(1)
+		go c.wait()
+		return
+	}
+	c.end(err)
+}
 
+// wait is an idle connection's goroutine. It only blocks in a one-byte
+// read (with the liveness deadline readLoop or admit set), so its stack
+// stays at the runtime's smallest (2 KiB): a goroutine that ran the
+// frame reader has grown to 4 KiB, and the runtime never shrinks a stack
+// that small. When the peer sends something, it hands the connection to
+// a new readLoop and exits.
+func (c *conn) wait() {
+	defer c.s.wg.Done()
+	var one [1]byte
+	n, err := c.nc.Read(one[:])
+	if n == 0 && err != nil {
+		c.end(err)
+		return
+	}
+	c.prefix = append(c.prefix, one[:n]...)
+	c.s.wg.Add(1)
+	go c.readLoop()
+}
+
+// errIdle ends a readLoop whose peer went quiet: a waiter takes over.
+var errIdle = errors.New("peer idle")
+
+// end tears the connection down after its read side ended with err, and
+// reports it closed.
+func (c *conn) end(err error) {
 	lost := ""
 	code, reason, failed := failCode(err)
 	switch {
@@ -334,6 +555,13 @@ func (c *conn) writeLoop() {
 			c.mu.Unlock()
 			return
 		}
+		var nb, pn int64
+		if c.partial != nil {
+			// The end of a frame kick began: nothing may come before it.
+			bufs = append(bufs, c.partial)
+			pn = int64(len(c.partial))
+			c.partial = nil
+		}
 		if c.pongDue {
 			n := copy(ctl[:ws.MaxControlFramePayloadSize], c.pong)
 			frame(ws.OpPong, ctl[:n])
@@ -343,7 +571,6 @@ func (c *conn) writeLoop() {
 			frame(ws.OpPing, nil)
 			c.pingDue = false
 		}
-		var nb int64
 		for k := 0; k < maxBatch && c.head < len(c.queue); k++ {
 			m := c.queue[c.head]
 			c.queue[c.head] = outMsg{}
@@ -355,7 +582,7 @@ func (c *conn) writeLoop() {
 			c.queue, c.head = c.queue[:0], 0
 		}
 		c.queued -= nb
-		c.inflight = nb
+		c.inflight = nb + pn
 		isClose := c.closing && len(c.queue) == 0
 		if isClose {
 			frame(ws.OpClose, closeBody(ctl[ws.MaxControlFramePayloadSize:], c.closeCode, c.closeReason))

@@ -1,5 +1,10 @@
 package ws
 
+import (
+	"errors"
+	"net"
+)
+
 // ConnClosing reports whether connection id has started closing (or is
 // gone). Tests use it to stop producing once a limit has tripped.
 func (s *Server) ConnClosing(id uint64) bool {
@@ -12,4 +17,16 @@ func (s *Server) ConnClosing(id uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closing || c.done
+}
+
+// SetConnWriteBuffer sets the kernel send buffer of connection id, so that
+// tests can fill its socket with little data.
+func (s *Server) SetConnWriteBuffer(id uint64, n int) error {
+	s.mu.Lock()
+	c := s.conns[id]
+	s.mu.Unlock()
+	if c == nil {
+		return errors.New("no such connection")
+	}
+	return c.nc.(*net.TCPConn).SetWriteBuffer(n)
 }

@@ -133,6 +133,7 @@ func failCode(err error) (code int, reason string, ok bool) {
 type msgReader struct {
 	rd      wsutil.Reader
 	control func(op ws.OpCode, payload []byte) error
+	await   func() error // if set, called before each frame between messages
 	ctl     [ws.MaxControlFramePayloadSize]byte
 }
 
@@ -172,6 +173,11 @@ func truncated(err error) error {
 // allocated. An error from control ends the read and is returned as is.
 func (m *msgReader) next() (op ws.OpCode, data []byte, err error) {
 	for {
+		if m.await != nil {
+			if err := m.await(); err != nil {
+				return 0, nil, err
+			}
+		}
 		h, err := m.rd.NextFrame()
 		if err != nil {
 			return 0, nil, err

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -35,11 +36,16 @@ const (
 // maxCloseGrace bounds how long a close handshake may take once started.
 const maxCloseGrace = time.Second
 
+// maxLingerIdle bounds how long a connection's reader goroutine waits for
+// the peer's next message before a smaller waiter goroutine takes over.
+const maxLingerIdle = time.Second
+
 // config is the settings of a started Server; constant after Start.
 type config struct {
 	pingInterval time.Duration
 	peerTimeout  time.Duration
 	closeGrace   time.Duration
+	lingerIdle   time.Duration // how long a reader waits for the next message before a waiter takes over
 	maxMessage   int64
 	sendQueue    int64
 }
@@ -197,6 +203,7 @@ func newConfig(req contract.StartRequest) (*config, error) {
 			cfg.peerTimeout, cfg.pingInterval, contract.ErrInvalidArgument)
 	}
 	cfg.closeGrace = min(maxCloseGrace, cfg.peerTimeout)
+	cfg.lingerIdle = min(maxLingerIdle, cfg.peerTimeout/4)
 	return cfg, nil
 }
 
@@ -224,6 +231,14 @@ func (s *Server) ExecOwned(_ context.Context, cmds []contract.Command) error {
 
 // exec applies cmds, copying the data of send commands when clone.
 func (s *Server) exec(cmds []contract.Command, clone bool) {
+	// Sends are queued first and set moving once per connection at the
+	// end, so that a burst for one socket goes out in one writev.
+	var kick []*conn
+	defer func() {
+		for _, c := range kick {
+			c.kick()
+		}
+	}()
 	for i := range cmds {
 		cmd := &cmds[i]
 		s.mu.Lock()
@@ -241,6 +256,9 @@ func (s *Server) exec(cmds []contract.Command, clone bool) {
 				data = bytes.Clone(data)
 			}
 			c.send(cmd.Binary, data)
+			if len(kick) == 0 || kick[len(kick)-1] != c {
+				kick = append(kick, c) // kicking twice is harmless
+			}
 		case contract.CommandClose:
 			c.hostClose(cmd.Code, cmd.Reason)
 		default:
@@ -397,6 +415,9 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &conn{s: s, cfg: cfg, nc: nc, openedAt: time.Now()}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	if n := rw.Reader.Buffered(); n > 0 {
 		p, _ := rw.Reader.Peek(n)
 		c.prefix = bytes.Clone(p)

@@ -655,6 +655,42 @@ func TestLiveness(t *testing.T) {
 	})
 }
 
+// TestQuietPeer checks the hand-over between a connection's reader and
+// its idle waiter: a peer that pauses longer than the reader lingers is
+// still read, and a silent one is still closed after the peer timeout,
+// counted from its last message.
+func TestQuietPeer(t *testing.T) {
+	const (
+		ping    = 300 * time.Millisecond
+		timeout = 800 * time.Millisecond // the reader lingers a quarter of it
+	)
+	s, addr := startServer(t, contract.StartRequest{PingInterval: ping, PeerTimeout: timeout})
+	r := link(t, s)
+	c := dial(t, addr, "/api/ws", nil)
+	id := r.opened(t, c).Conn
+	exec(t, s, admit(id))
+	from := 0
+	for i, msg := range []string{"first", "after a pause", "after another"} {
+		if i > 0 {
+			time.Sleep(timeout / 2) // not synchronisation: a pause past the reader's linger
+		}
+		c.mustWrite(gobws.OpText, []byte(msg))
+		e, at := r.waitIndex(t, "frame", from, isFrame(id))
+		if string(e.Data) != msg {
+			t.Fatalf("frame %d: got %q, want %q", i, e.Data, msg)
+		}
+		from = at + 1
+	}
+	last := time.Now()
+	e := r.closed(t, id)
+	if e.Code != contract.CloseAbnormalNoFrame || e.Reason != "peer timeout" {
+		t.Errorf("Closed: got %d %q, want 1006 %q", e.Code, e.Reason, "peer timeout")
+	}
+	if d := time.Since(last); d < timeout-ping {
+		t.Errorf("closed %v after the last message, want about the peer timeout %v", d, timeout)
+	}
+}
+
 func TestSendQueue(t *testing.T) {
 	const (
 		queue = 64 << 10
@@ -709,6 +745,57 @@ func TestSendQueue(t *testing.T) {
 		}
 		t.Logf("closed after %d messages of %d bytes", sent, size)
 	})
+}
+
+// TestSendOrderUnderBackpressure sends messages one Exec at a time to a
+// peer that reads nothing until all are sent, so that some go out at once
+// from Exec, some only in part (the socket full) and the rest through the
+// writer goroutine; the peer must then read every one, whole and in order,
+// and the close after them.
+func TestSendOrderUnderBackpressure(t *testing.T) {
+	s, addr := startServer(t, contract.StartRequest{})
+	r := link(t, s)
+	c := dial(t, addr, "/api/ws", nil)
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		// Small enough to fill, not below loopback's MSS: a window
+		// under one segment stalls TCP for its persist timer.
+		_ = tc.SetReadBuffer(256 << 10)
+	}
+	id := r.opened(t, c).Conn
+	if err := s.SetConnWriteBuffer(id, 8<<10); err != nil {
+		t.Fatalf("SetConnWriteBuffer: %v", err)
+	}
+	exec(t, s, admit(id))
+	// First only messages small enough to go out from Exec, until the
+	// socket is full (one goes out in part), then also bigger ones.
+	small := []int{0, 1, 125, 126, 4000, 16<<10 - 7, 9000, 300}
+	sizes := []int{0, 1, 125, 126, 4000, 16 << 10, 16<<10 + 1, 70000, 9000, 300}
+	var want [][]byte
+	for i := range 400 {
+		n := small[i%len(small)]
+		if i >= 200 {
+			n = sizes[i%len(sizes)]
+		}
+		msg := []byte(fmt.Sprintf("%06d:", i))
+		msg = append(msg, bytes.Repeat([]byte{byte('a' + i%26)}, n)...)
+		want = append(want, msg)
+		exec(t, s, contract.Command{Kind: contract.CommandSend, Conn: id, Binary: i%2 == 1, Data: msg})
+	}
+	exec(t, s, contract.Command{Kind: contract.CommandClose, Conn: id, Code: 4321, Reason: "done"})
+	_ = s.SetConnWriteBuffer(id, 1<<20) // only to read faster
+	for i, w := range want {
+		op, got := c.readMessage()
+		wantOp := gobws.OpText
+		if i%2 == 1 {
+			wantOp = gobws.OpBinary
+		}
+		if op != wantOp || !bytes.Equal(got, w) {
+			t.Fatalf("message %d: got %v %.12q (%d bytes), want %v %.12q (%d bytes)", i, op, got, len(got), wantOp, w, len(w))
+		}
+	}
+	if code, reason := c.mustReadClose(); code != 4321 || reason != "done" {
+		t.Errorf("close: got %d %q, want 4321 \"done\"", code, reason)
+	}
 }
 
 func TestStop(t *testing.T) {
