@@ -195,13 +195,7 @@ func (c *gconn) onFrame(data []byte, binary bool) {
 		return
 	}
 	c.queue = append(c.queue, req)
-	start := !c.working
-	c.working = true
-	c.mu.Unlock()
-	if start {
-		c.gw.wg.Add(1)
-		go c.work()
-	}
+	c.startWorkerLocked()
 }
 
 // decodeRequest parses a text frame in one pass: invalid JSON is -32700,
@@ -341,6 +335,12 @@ func (c *gconn) enqueue(req *request) {
 		return
 	}
 	c.queue = append([]*request{req}, c.queue...)
+	c.startWorkerLocked()
+}
+
+// startWorkerLocked starts the connection's worker unless it runs, and
+// unlocks c.mu.
+func (c *gconn) startWorkerLocked() {
 	start := !c.working
 	c.working = true
 	c.mu.Unlock()

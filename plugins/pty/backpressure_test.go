@@ -48,18 +48,7 @@ func TestDrainWaitsForStream(t *testing.T) {
 	want := letters(1 << 20)
 	path := writeFile(t, want)
 
-	b := New(testLogger(t))
-	waiting := make(chan struct{}, 1)
-	b.testHookDrainWait = func() {
-		select {
-		case waiting <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := b.Start(context.Background(), contract.BackendConfig{Buffer: ringSize}); err != nil {
-		t.Fatalf("Start: got error %v, want nil", err)
-	}
-	t.Cleanup(b.Shutdown)
+	b, waiting := startWaitingBackend(t, ringSize)
 
 	c := &collector{streams: make(map[string]*streamLog), changed: make(chan struct{})}
 	first := make(chan struct{})
@@ -91,7 +80,7 @@ func TestDrainWaitsForStream(t *testing.T) {
 
 	resp := attach(t, b, contract.AttachRequest{Token: token("bp"), Viewer: viewer(1), Argv: []string{"cat", path}})
 	timeout := time.After(waitTimeout)
-	for _, ch := range []chan struct{}{first, waiting} {
+	for _, ch := range []<-chan struct{}{first, waiting} {
 		select {
 		case <-ch:
 		case <-timeout:
@@ -181,18 +170,7 @@ func TestDrainReleasedOnUnlink(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := New(testLogger(t))
-	waiting := make(chan struct{}, 1)
-	b.testHookDrainWait = func() {
-		select {
-		case waiting <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := b.Start(context.Background(), contract.BackendConfig{Buffer: ringSize}); err != nil {
-		t.Fatalf("Start: got error %v, want nil", err)
-	}
-	t.Cleanup(b.Shutdown)
+	b, waiting := startWaitingBackend(t, ringSize)
 	up := make(chan struct{})
 	b.testHookStream = func() { close(up) }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -238,4 +216,23 @@ func TestDrainReleasedOnUnlink(t *testing.T) {
 		unblock()
 		t.Fatal("the child never finished writing after the stream ended: the drain still waits")
 	}
+}
+
+// startWaitingBackend starts a backend with a ring of ringSize bytes whose
+// drain signals waiting (without blocking) each time it waits for room.
+func startWaitingBackend(t *testing.T, ringSize int64) (*Backend, <-chan struct{}) {
+	t.Helper()
+	b := New(testLogger(t))
+	waiting := make(chan struct{}, 1)
+	b.testHookDrainWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := b.Start(context.Background(), contract.BackendConfig{Buffer: ringSize}); err != nil {
+		t.Fatalf("Start: got error %v, want nil", err)
+	}
+	t.Cleanup(b.Shutdown)
+	return b, waiting
 }
