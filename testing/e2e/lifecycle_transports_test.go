@@ -13,6 +13,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host"
 	"github.com/tether-agent/tether/testing/e2e"
+	"github.com/tether-agent/tether/testing/ptyclient"
 )
 
 // fakeTransportEnv makes the test binary serve a fake transport plugin
@@ -225,5 +226,62 @@ func TestLifecycleTransportLoadRefused(t *testing.T) {
 	}
 	if _, errOut, code := e2e.Tether(t, "plugins", "unload", "web2", "--state-dir", s.StateDir); code != 0 {
 		t.Errorf("unload web2: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestLifecycleTransportUnloadKeepsPTY: a PTY attached through an added
+// transport (a second WebSocket transport, loaded at runtime on its own
+// port) is not lost when that transport is unloaded: the socket gets 1012,
+// the PTY keeps running, and the client reattaches through ws with its
+// offset and sees every byte once. The added transport's port is let go.
+func TestLifecycleTransportUnloadKeepsPTY(t *testing.T) {
+	checkNoLeaks(t)
+	bin := e2e.Build(t)
+	script := filepath.Join(t.TempDir(), "ws.sh")
+	if err := os.WriteFile(script, []byte(fmt.Sprintf("#!/bin/sh\nexec %s plugin ws \"$@\"\n", bin)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", counter}})
+	if _, errOut, code := e2e.Tether(t, "plugins", "load", "transport:web2="+script, "--listen", "127.0.0.1:0", "--state-dir", s.StateDir); code != 0 {
+		t.Fatalf("load web2: exit %d\n%s", code, errOut)
+	}
+	addr := pluginsJSON(t, s.StateDir)["web2"].Addr
+	if addr == "" || addr == s.Addr {
+		t.Fatalf("web2 serves %q, want an address of its own", addr)
+	}
+
+	tok := attachToken(t)
+	c, err := ptyclient.Dial(ctxT(t, 10*time.Second), "ws://"+addr+"/api/pty?attach="+tok+"&token="+s.Token)
+	if err != nil {
+		t.Fatalf("dial /api/pty on web2: %v", err)
+	}
+	t.Cleanup(c.Drop)
+	epoch := replayOf(t, c).Epoch
+	if err := c.WaitOutput(ctxT(t, 10*time.Second), func(b []byte) bool { return lastNumber(b) >= 10 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := e2e.Tether(t, "plugins", "unload", "web2", "--state-dir", s.StateDir); code != 0 {
+		t.Fatalf("unload web2: exit %d\n%s", code, errOut)
+	}
+	if code := closeCode(t, c); code != 1012 {
+		t.Errorf("the PTY socket on web2 after the unload: %d, want 1012", code)
+	}
+	stream := c.Output()
+
+	c2 := ptyDial(t, s, fmt.Sprintf("attach=%s&offset=%d&epoch=%s", tok, len(stream), epoch))
+	if r := replayOf(t, c2); r.Reset || r.Reason != "resume" || r.Epoch != epoch {
+		t.Fatalf("reattach through ws: %+v, want a resume of epoch %s (the PTY survived)", r, epoch)
+	}
+	target := lastNumber(stream) + 20
+	if err := c2.WaitOutput(ctxT(t, 10*time.Second), func(b []byte) bool {
+		return lastNumber(append(stream[:len(stream):len(stream)], b...)) >= target
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c2.Drop()
+	sequenceOK(t, append(stream, c2.Output()...))
+
+	if _, err := ptyclient.Dial(ctxT(t, 5*time.Second), "ws://"+addr+"/api/pty?attach="+tok+"&token="+s.Token); err == nil {
+		t.Errorf("web2's port %s still answers after the unload", addr)
 	}
 }
