@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/tether-agent/tether/host"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/ptyclient"
+	"github.com/tether-agent/tether/testing/wsclient"
 )
 
 // fakeTransportEnv makes the test binary serve a fake transport plugin
@@ -283,5 +285,79 @@ func TestLifecycleTransportUnloadKeepsPTY(t *testing.T) {
 
 	if _, err := ptyclient.Dial(ctxT(t, 5*time.Second), "ws://"+addr+"/api/pty?attach="+tok+"&token="+s.Token); err == nil {
 		t.Errorf("web2's port %s still answers after the unload", addr)
+	}
+}
+
+// TestLifecycleTransportsFromFlagsAndSIGHUP: transports added with
+// --plugin transport:NAME=PATH and --transport-listen start with the host,
+// serve sessions beside ws (one session seen from both), and SIGHUP swaps
+// every transport for a fresh process: their clients get 1012, and the
+// session is resumed on either.
+func TestLifecycleTransportsFromFlagsAndSIGHUP(t *testing.T) {
+	checkNoLeaks(t)
+	bin := e2e.Build(t)
+	script := filepath.Join(t.TempDir(), "ws.sh")
+	if err := os.WriteFile(script, []byte(fmt.Sprintf("#!/bin/sh\nexec %s plugin ws \"$@\"\n", bin)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := e2e.Start(t, e2e.Config{Args: []string{
+		"--plugin", "transport:web2=" + script + "#" + fileSum(t, script),
+		"--transport-listen", "web2=127.0.0.1:0",
+	}})
+	before := pluginsJSON(t, s.StateDir)
+	w2 := before["web2"]
+	if w2.State != "running" || w2.Addr == "" || w2.Addr == s.Addr {
+		t.Fatalf("web2 at start: %+v, want running on an address of its own", w2)
+	}
+	ctx := context.Background()
+	c1 := s.Dial(t)
+	c2, err := wsclient.Dial(ctxT(t, 10*time.Second), "ws://"+w2.Addr+"/api/ws", wsclient.Options{Token: s.Token})
+	if err != nil {
+		t.Fatalf("dial web2: %v", err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	var snap struct {
+		SessionID  string `json:"session_id"`
+		SessionKey string `json:"session_key"`
+	}
+	if err := c1.Call(ctx, "session.create", map[string]any{}, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Call(ctx, "session.activate", map[string]any{"session_id": snap.SessionID}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []*wsclient.Client{c1, c2} {
+		select {
+		case <-c.Closed():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("client %d still open 10 s after SIGHUP", i)
+		}
+		if code, _ := c.CloseCode(); code != 1012 {
+			t.Errorf("client %d closed with %d at SIGHUP, want 1012", i, code)
+		}
+	}
+	after := pluginsJSON(t, s.StateDir)
+	for _, name := range []string{"ws", "web2"} {
+		if after[name].Pid == before[name].Pid || after[name].State != "running" {
+			t.Errorf("%s after SIGHUP: %+v, want a fresh running process (was pid %d)", name, after[name], before[name].Pid)
+		}
+	}
+	if after["web2"].Addr != w2.Addr {
+		t.Errorf("web2 moved from %s to %s across the swap", w2.Addr, after["web2"].Addr)
+	}
+	c3, err := wsclient.Dial(ctxT(t, 10*time.Second), "ws://"+w2.Addr+"/api/ws", wsclient.Options{Token: s.Token})
+	if err != nil {
+		t.Fatalf("dial web2 after SIGHUP: %v", err)
+	}
+	t.Cleanup(func() { c3.Close() })
+	var res struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := c3.Call(ctx, "session.resume", map[string]any{"session_id": snap.SessionKey}, &res); err != nil || res.SessionID != snap.SessionID {
+		t.Errorf("resume on web2 after SIGHUP: %+v, %v; want the parked session %s", res, err, snap.SessionID)
 	}
 }
