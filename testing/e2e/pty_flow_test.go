@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -56,7 +57,12 @@ func TestPTYSlowViewerCut(t *testing.T) {
 	if err := os.WriteFile(path, want, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", `sh -c 'stty -echo; read f; exec cat "$f"'`}})
+	// The child writes the payload in 64 KiB pieces with a short pause
+	// after each (at most ~12 MiB/s): a reading client keeps up even on a
+	// loaded machine, so only the viewer that reads nothing overflows its
+	// 8 MiB send queue.
+	paced := `sh -c 'stty -echo; read f; i=0; while [ $i -lt ` + fmt.Sprint(size>>16) + ` ]; do dd if="$f" bs=65536 skip=$i count=1 2>/dev/null; sleep 0.005; i=$((i+1)); done'`
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", paced}})
 	tok := attachToken(t)
 	w := ptyDial(t, s, "attach="+tok)
 	replayOf(t, w)
