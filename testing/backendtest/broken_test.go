@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
-	"regexp"
-	"slices"
-	"sort"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -15,6 +11,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/pty"
 	"github.com/tether-agent/tether/testing/backendtest"
+	"github.com/tether-agent/tether/testing/internal/kitcheck"
 )
 
 // brokenEnv names the broken backend TestBrokenHelper runs the kit on.
@@ -56,50 +53,12 @@ func TestBrokenHelper(t *testing.T) {
 // backend in the checks named, running it in a child process (the kit
 // takes a *testing.T, so a failing run must be a failing test).
 func TestKitFailsBrokenBackends(t *testing.T) {
-	tests := []struct {
-		broken   string
-		wantFail []string // subtests of TestBrokenHelper that must fail; nil: it must pass
-	}{
-		{"none", nil},
-		{"no-cas", []string{"Supersede"}},
-		{"view-writes", []string{"View", "TTL"}},
-		{"no-resume", []string{"Replay", "ExactlyOnce"}},
-	}
-	failLine := regexp.MustCompile(`(?m)^\s*--- FAIL: TestBrokenHelper/([^/\s]+)`)
-	for _, tt := range tests {
-		t.Run(tt.broken, func(t *testing.T) {
-			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenHelper$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+tt.broken)
-			out, err := cmd.CombinedOutput()
-			var failed []string
-			for _, m := range failLine.FindAllStringSubmatch(string(out), -1) {
-				if !slices.Contains(failed, m[1]) {
-					failed = append(failed, m[1])
-				}
-			}
-			sort.Strings(failed)
-			if tt.wantFail == nil {
-				if err != nil || len(failed) > 0 {
-					t.Fatalf("kit on an intact backend: got %v, failed checks %q, want a pass\n%s", err, failed, out)
-				}
-				return
-			}
-			if _, ok := err.(*exec.ExitError); !ok {
-				t.Fatalf("kit on %s: got %v, want the test process to fail\n%s", tt.broken, err, out)
-			}
-			for _, name := range tt.wantFail {
-				if !slices.Contains(failed, name) {
-					t.Errorf("kit on %s: check %s passed, want it to fail (failed: %q)", tt.broken, name, failed)
-				}
-			}
-			if t.Failed() {
-				t.Logf("output:\n%s", out)
-			} else {
-				t.Logf("failed checks: %q", failed)
-			}
-		})
-	}
+	kitcheck.RunBroken(t, brokenEnv, "backend", []kitcheck.Broken{
+		{Name: "none"},
+		{Name: "no-cas", WantFail: []string{"Supersede"}},
+		{Name: "view-writes", WantFail: []string{"View", "TTL"}},
+		{Name: "no-resume", WantFail: []string{"Replay", "ExactlyOnce"}},
+	})
 }
 
 // noCAS lets anyone detach or write as the current writer.

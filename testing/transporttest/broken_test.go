@@ -3,10 +3,7 @@ package transporttest_test
 import (
 	"context"
 	"os"
-	"os/exec"
-	"regexp"
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 
@@ -14,6 +11,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/ws"
+	"github.com/tether-agent/tether/testing/internal/kitcheck"
 	"github.com/tether-agent/tether/testing/transporttest"
 )
 
@@ -60,50 +58,12 @@ func TestBrokenHelper(t *testing.T) {
 // transport in the checks named, running it in a child process (the kit
 // takes a *testing.T, so a failing run must be a failing test).
 func TestKitFailsBrokenTransports(t *testing.T) {
-	tests := []struct {
-		broken   string
-		wantFail []string // subtests of TestBrokenHelper that must fail; nil: it must pass
-	}{
-		{"none", nil},
-		{"reused-ids", []string{"ConnIDs"}},
-		{"early-frames", []string{"NoFrameBeforeAdmit"}},
-		{"lost-close-code", []string{"RefuseBeforeAdmit", "CloseAfterSend", "Drop", "Stop"}},
-	}
-	failLine := regexp.MustCompile(`(?m)^\s*--- FAIL: TestBrokenHelper/([^/\s]+)`)
-	for _, tt := range tests {
-		t.Run(tt.broken, func(t *testing.T) {
-			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenHelper$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+tt.broken)
-			out, err := cmd.CombinedOutput()
-			var failed []string
-			for _, m := range failLine.FindAllStringSubmatch(string(out), -1) {
-				if !slices.Contains(failed, m[1]) {
-					failed = append(failed, m[1])
-				}
-			}
-			sort.Strings(failed)
-			if tt.wantFail == nil {
-				if err != nil || len(failed) > 0 {
-					t.Fatalf("kit on an intact transport: got %v, failed checks %q, want a pass\n%s", err, failed, out)
-				}
-				return
-			}
-			if _, ok := err.(*exec.ExitError); !ok {
-				t.Fatalf("kit on %s: got %v, want the test process to fail\n%s", tt.broken, err, out)
-			}
-			for _, name := range tt.wantFail {
-				if !slices.Contains(failed, name) {
-					t.Errorf("kit on %s: check %s passed, want it to fail (failed: %q)", tt.broken, name, failed)
-				}
-			}
-			if t.Failed() {
-				t.Logf("output:\n%s", out)
-			} else {
-				t.Logf("failed checks: %q", failed)
-			}
-		})
-	}
+	kitcheck.RunBroken(t, brokenEnv, "transport", []kitcheck.Broken{
+		{Name: "none"},
+		{Name: "reused-ids", WantFail: []string{"ConnIDs"}},
+		{Name: "early-frames", WantFail: []string{"NoFrameBeforeAdmit"}},
+		{Name: "lost-close-code", WantFail: []string{"RefuseBeforeAdmit", "CloseAfterSend", "Drop", "Stop"}},
+	})
 }
 
 // lowestFreeID renumbers connections with the lowest id not in use.
