@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -97,24 +96,14 @@ func pluginsCmd(args []string) int {
 		}
 		req := host.ControlRequest{Op: host.OpReload, Name: words[1]}
 		if *pluginPath != "" {
-			path, sum, _ := strings.Cut(*pluginPath, "#")
-			abs, err := filepath.Abs(path)
-			if err == nil {
-				_, err = os.Stat(abs)
-			}
+			spec, err := pluginFile(*pluginPath)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "tether plugins: --plugin-path %q: %v\n", *pluginPath, err)
 				return 2
 			}
-			req.Path, req.SHA256 = abs, strings.ToLower(sum)
+			req.Path, req.SHA256 = spec.Path, spec.SHA256
 		}
-		resp, err := host.Control(ctx, *stateDir, req)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "tether plugins: reload %s: %v\n", words[1], err)
-			return 1
-		}
-		printPlugins(os.Stdout, resp.Plugins, time.Now())
-		return 0
+		return control(ctx, *stateDir, req)
 	case "load":
 		if len(words) != 2 {
 			break
@@ -124,41 +113,35 @@ func pluginsCmd(args []string) int {
 			fmt.Fprintln(os.Stderr, "tether plugins: load:", err)
 			return 2
 		}
-		resp, err := host.Control(ctx, *stateDir, req)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "tether plugins: load %s: %v\n", req.Name, err)
-			return 1
-		}
-		printPlugins(os.Stdout, resp.Plugins, time.Now())
-		return 0
+		return control(ctx, *stateDir, req)
 	case "unload":
 		if len(words) != 2 {
 			break
 		}
-		resp, err := host.Control(ctx, *stateDir, host.ControlRequest{Op: host.OpUnload, Name: words[1]})
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "tether plugins: unload %s: %v\n", words[1], err)
-			return 1
-		}
-		printPlugins(os.Stdout, resp.Plugins, time.Now())
-		return 0
+		return control(ctx, *stateDir, host.ControlRequest{Op: host.OpUnload, Name: words[1]})
 	case "stop":
 		if len(words) != 2 {
 			break
 		}
-		resp, err := host.Control(ctx, *stateDir, host.ControlRequest{Op: host.OpStop, Name: words[1]})
-		if errors.Is(err, host.ErrNoHost) {
-			return stopWithoutHost(ctx, *stateDir, words[1])
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "tether plugins: stop %s: %v\n", words[1], err)
-			return 1
-		}
-		printPlugins(os.Stdout, resp.Plugins, time.Now())
-		return 0
+		return control(ctx, *stateDir, host.ControlRequest{Op: host.OpStop, Name: words[1]})
 	}
 	fmt.Fprint(os.Stderr, pluginsUsage)
 	return 2
+}
+
+// control sends req to the host on stateDir and prints the plugins it
+// answers with. A stop with no host running goes by the plugin's record.
+func control(ctx context.Context, stateDir string, req host.ControlRequest) int {
+	resp, err := host.Control(ctx, stateDir, req)
+	if req.Op == host.OpStop && errors.Is(err, host.ErrNoHost) {
+		return stopWithoutHost(ctx, stateDir, req.Name)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tether plugins: %s %s: %v\n", req.Op, req.Name, err)
+		return 1
+	}
+	printPlugins(os.Stdout, resp.Plugins, time.Now())
+	return 0
 }
 
 // loadRequest parses transport:NAME=PATH[#sha256] into a load request
@@ -175,15 +158,11 @@ func loadRequest(arg, listen string) (host.ControlRequest, error) {
 	if err := host.CheckTransportName(name); err != nil {
 		return host.ControlRequest{}, err
 	}
-	path, sum, _ := strings.Cut(rest, "#")
-	abs, err := filepath.Abs(path)
-	if err == nil {
-		_, err = os.Stat(abs)
-	}
+	spec, err := pluginFile(rest)
 	if err != nil {
 		return host.ControlRequest{}, fmt.Errorf("%q: %w", arg, err)
 	}
-	return host.ControlRequest{Op: host.OpLoad, Kind: kind, Name: name, Path: abs, SHA256: strings.ToLower(sum), Listen: listen}, nil
+	return host.ControlRequest{Op: host.OpLoad, Kind: kind, Name: name, Path: spec.Path, SHA256: spec.SHA256, Listen: listen}, nil
 }
 
 // stopWithoutHost stops a plugin a host left running on stateDir when no

@@ -252,15 +252,26 @@ func parsePluginFlag(s string) (string, host.PluginSpec, error) {
 	if !ok || kind == "" || rest == "" {
 		return "", host.PluginSpec{}, fmt.Errorf("--plugin %q: want KIND=PATH[#sha256]", s)
 	}
-	path, sum, _ := strings.Cut(rest, "#")
-	abs, err := filepath.Abs(path)
+	spec, err := pluginFile(rest)
 	if err != nil {
 		return "", host.PluginSpec{}, fmt.Errorf("--plugin %q: %w", s, err)
 	}
-	if _, err := os.Stat(abs); err != nil {
-		return "", host.PluginSpec{}, fmt.Errorf("--plugin %q: %w", s, err)
+	return kind, spec, nil
+}
+
+// pluginFile parses PATH[#sha256]: the path made absolute (so the host
+// runs the same file whatever its working directory) and checked to
+// exist, the checksum lower-cased.
+func pluginFile(s string) (host.PluginSpec, error) {
+	path, sum, _ := strings.Cut(s, "#")
+	abs, err := filepath.Abs(path)
+	if err == nil {
+		_, err = os.Stat(abs)
 	}
-	return kind, host.PluginSpec{Path: abs, SHA256: strings.ToLower(sum)}, nil
+	if err != nil {
+		return host.PluginSpec{}, err
+	}
+	return host.PluginSpec{Path: abs, SHA256: strings.ToLower(sum)}, nil
 }
 
 // newLogger builds the root logger on stderr.
