@@ -44,6 +44,19 @@ func TestRuntimeLoadSharedSession(t *testing.T) {
 	}
 	load()
 	sock := filepath.Join(s.StateDir, "unix.sock") // the default address of an added transport
+
+	// Access is the host's on a loaded transport too: a wrong token is 4401.
+	bad, err := net.DialTimeout("unix", sock, 10*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", sock, err)
+	}
+	defer bad.Close()
+	_ = bad.SetDeadline(time.Now().Add(30 * time.Second))
+	refused := &lineClient{t: t, nc: bad, r: bufio.NewReader(bad)}
+	refused.writeLine("TETHER token=wrong")
+	if m := refused.readMessage(); m["close"] != float64(4401) {
+		t.Errorf("wrong token on the loaded transport: got %v, want the close line with 4401", m)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
