@@ -12,6 +12,9 @@ var (
 	ErrRegistryFull = errors.New("registry full")
 	// ErrExited: the PTY's process has exited.
 	ErrExited = errors.New("pty process exited")
+	// ErrNoSuchTerminal: a view attach named a token that has no live
+	// PTY (a view never spawns one; the host closes it with 4411).
+	ErrNoSuchTerminal = errors.New("no such terminal")
 )
 
 // Replay reasons reported in the pty.replay control frame (SPEC §6.1).
@@ -32,8 +35,12 @@ type BackendConfig struct {
 	TTL time.Duration
 	// MaxSessions caps the live PTYs (SPEC --pty-max-sessions).
 	MaxSessions int
-	// Buffer is the replay ring size per PTY in bytes (SPEC --pty-buffer).
+	// Buffer is the replay ring size per PTY in bytes (--pty-buffer).
 	Buffer int64
+	// Scrollback is how many lines scrolled off the screen each PTY's
+	// screen model keeps and a snapshot sends (--pty-scrollback; 0 takes
+	// the backend's default).
+	Scrollback int
 	// Instance is the plugin instance id the host assigned (for logs).
 	Instance string
 }
@@ -45,7 +52,7 @@ type BackendInfo struct {
 }
 
 // AttachRequest attaches a viewer to the PTY of Token, spawning it when
-// there is none.
+// there is none (a view attach never spawns: ErrNoSuchTerminal).
 type AttachRequest struct {
 	// Token is the attach token (SPEC §6: 16–128 of [A-Za-z0-9_-]).
 	Token string
@@ -75,6 +82,13 @@ type AttachRequest struct {
 }
 
 // AttachResponse is what the host needs to send pty.replay and the replay.
+//
+// A reset attach (Reset true: a reason other than resume) is answered
+// with a snapshot (Snapshot true): Replay is an escape-sequence stream
+// that, written to a fresh terminal of Cols×Rows, reproduces the screen
+// model at ReplayEnd — scrollback, screen, alternate screen, cursor,
+// modes, title — and holds no sequence a terminal answers; StartOffset
+// equals ReplayEnd. An attach that resumes gets the raw bytes.
 type AttachResponse struct {
 	Epoch       string
 	StartOffset int64
@@ -83,8 +97,17 @@ type AttachResponse struct {
 	ReplayEnd int64
 	Reset     bool
 	Reason    string
-	// Replay holds the bytes [ReplayEnd-len(Replay), ReplayEnd).
+	// Replay holds the bytes [ReplayEnd-len(Replay), ReplayEnd), or the
+	// snapshot.
 	Replay []byte
+	// Snapshot says Replay is a snapshot of the screen at ReplayEnd, not
+	// raw output.
+	Snapshot bool
+	// SnapshotBytes is the snapshot's length, also when the replay is
+	// streamed (OnHeader sees it before the bytes).
+	SnapshotBytes int64
+	// Cols and Rows are the snapshot's terminal size.
+	Cols, Rows int
 	// Superseded is the previous writer, which the host closes with 4409
 	// (zero when there was none or the attach is a view).
 	Superseded TransportID
@@ -105,6 +128,12 @@ type PTYInfo struct {
 	Exited      bool
 	Created     time.Time
 	Detached    time.Time // zero while a writer is attached
+	// Cols and Rows are the terminal's size.
+	Cols, Rows int
+	// ScreenRebuilds counts the times the PTY's screen model fell
+	// further behind its output than the ring holds and was rebuilt from
+	// the ring (losing what came before).
+	ScreenRebuilds int64
 }
 
 // Output is a piece of one PTY's output stream, or its end.

@@ -29,6 +29,7 @@ var errClasses = []struct {
 	{ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
 	{ErrRegistryFull, codes.ResourceExhausted, "REGISTRY_FULL"},
 	{ErrExited, codes.FailedPrecondition, "EXITED"},
+	{ErrNoSuchTerminal, codes.NotFound, "NO_SUCH_TERMINAL"},
 }
 
 // ToGRPC converts err into a gRPC status error that FromGRPC turns back into

@@ -13,8 +13,8 @@ import (
 	"github.com/tether-agent/tether/contract"
 )
 
-// sentinels lists every error class in errors.go with the gRPC code it
-// travels as.
+// sentinels lists every error class in errors.go and backend.go with the
+// gRPC code it travels as.
 var sentinels = []struct {
 	name string
 	err  error
@@ -28,6 +28,9 @@ var sentinels = []struct {
 	{"StaleTransport", contract.ErrStaleTransport, codes.Aborted},
 	{"PluginExited", contract.ErrPluginExited, codes.Unavailable},
 	{"Unavailable", contract.ErrUnavailable, codes.Unavailable},
+	{"RegistryFull", contract.ErrRegistryFull, codes.ResourceExhausted},
+	{"Exited", contract.ErrExited, codes.FailedPrecondition},
+	{"NoSuchTerminal", contract.ErrNoSuchTerminal, codes.NotFound},
 }
 
 func TestErrorClassesSurviveGRPC(t *testing.T) {

@@ -64,6 +64,7 @@ func (c *BackendGRPCClient) Start(ctx context.Context, cfg BackendConfig) (Backe
 		MaxSessions: int32(cfg.MaxSessions),
 		Buffer:      cfg.Buffer,
 		Instance:    cfg.Instance,
+		Scrollback:  int32(cfg.Scrollback),
 	})
 	if err != nil {
 		return BackendInfo{}, FromGRPC(err)
@@ -137,15 +138,19 @@ func (c *BackendGRPCClient) attachStream(ctx context.Context, preq *tetherv1.Att
 
 func attachFromProto(resp *tetherv1.AttachResponse) AttachResponse {
 	return AttachResponse{
-		Epoch:       resp.GetEpoch(),
-		StartOffset: resp.GetStartOffset(),
-		ReplayEnd:   resp.GetReplayEnd(),
-		Reset:       resp.GetReset_(),
-		Reason:      resp.GetReason(),
-		Replay:      resp.GetReplay(),
-		Superseded:  viewerFromProto(resp.GetSuperseded()),
-		Spawned:     resp.GetSpawned(),
-		Pid:         int(resp.GetPid()),
+		Epoch:         resp.GetEpoch(),
+		StartOffset:   resp.GetStartOffset(),
+		ReplayEnd:     resp.GetReplayEnd(),
+		Reset:         resp.GetReset_(),
+		Reason:        resp.GetReason(),
+		Replay:        resp.GetReplay(),
+		Snapshot:      resp.GetSnapshot(),
+		SnapshotBytes: resp.GetSnapshotBytes(),
+		Cols:          int(resp.GetCols()),
+		Rows:          int(resp.GetRows()),
+		Superseded:    viewerFromProto(resp.GetSuperseded()),
+		Spawned:       resp.GetSpawned(),
+		Pid:           int(resp.GetPid()),
 	}
 }
 
@@ -192,6 +197,10 @@ func (c *BackendGRPCClient) List(ctx context.Context) ([]PTYInfo, error) {
 			Exited:      p.GetExited(),
 			Created:     msToTime(p.GetCreatedUnixMs()),
 			Detached:    msToTime(p.GetDetachedUnixMs()),
+			Cols:        int(p.GetCols()),
+			Rows:        int(p.GetRows()),
+
+			ScreenRebuilds: p.GetScreenRebuilds(),
 		})
 	}
 	return out, nil
@@ -247,6 +256,7 @@ func (s *BackendGRPCServer) Start(ctx context.Context, req *tetherv1.BackendConf
 		MaxSessions: int(req.GetMaxSessions()),
 		Buffer:      req.GetBuffer(),
 		Instance:    req.GetInstance(),
+		Scrollback:  int(req.GetScrollback()),
 	})
 	if err != nil {
 		return nil, ToGRPC(err)
@@ -310,15 +320,19 @@ func (s *BackendGRPCServer) attach(ctx context.Context, req *tetherv1.AttachRequ
 
 func attachToProto(resp AttachResponse) *tetherv1.AttachResponse {
 	return &tetherv1.AttachResponse{
-		Epoch:       resp.Epoch,
-		StartOffset: resp.StartOffset,
-		ReplayEnd:   resp.ReplayEnd,
-		Reset_:      resp.Reset,
-		Reason:      resp.Reason,
-		Replay:      resp.Replay,
-		Superseded:  viewerToProto(resp.Superseded),
-		Spawned:     resp.Spawned,
-		Pid:         int32(resp.Pid),
+		Epoch:         resp.Epoch,
+		StartOffset:   resp.StartOffset,
+		ReplayEnd:     resp.ReplayEnd,
+		Reset_:        resp.Reset,
+		Reason:        resp.Reason,
+		Replay:        resp.Replay,
+		Snapshot:      resp.Snapshot,
+		SnapshotBytes: resp.SnapshotBytes,
+		Cols:          int32(resp.Cols),
+		Rows:          int32(resp.Rows),
+		Superseded:    viewerToProto(resp.Superseded),
+		Spawned:       resp.Spawned,
+		Pid:           int32(resp.Pid),
 	}
 }
 
@@ -373,6 +387,9 @@ func (s *BackendGRPCServer) List(ctx context.Context, _ *tetherv1.Empty) (*tethe
 			Exited:         p.Exited,
 			CreatedUnixMs:  timeToMS(p.Created),
 			DetachedUnixMs: timeToMS(p.Detached),
+			Cols:           int32(p.Cols),
+			Rows:           int32(p.Rows),
+			ScreenRebuilds: p.ScreenRebuilds,
 		})
 	}
 	return out, nil

@@ -68,8 +68,9 @@ func TestAttachStream(t *testing.T) {
 	for i := range replay {
 		replay[i] = byte(i * 7)
 	}
-	want := contract.AttachResponse{Epoch: "e1", StartOffset: 5, ReplayEnd: 5 + int64(len(replay)), Reset: true,
-		Reason: contract.ReasonInitial, Replay: replay, Pid: 42, Superseded: contract.TransportID{Instance: "ws", Conn: 3}}
+	want := contract.AttachResponse{Epoch: "e1", StartOffset: 5, ReplayEnd: 5, Reset: true,
+		Reason: contract.ReasonInitial, Replay: replay, Pid: 42, Superseded: contract.TransportID{Instance: "ws", Conn: 3},
+		Snapshot: true, SnapshotBytes: int64(len(replay)), Cols: 120, Rows: 40}
 	impl := &contract.BackendGRPCServer{Impl: &replayBackend{resp: want}}
 	tests := []struct {
 		name       string
@@ -109,16 +110,19 @@ func TestAttachStream(t *testing.T) {
 					t.Fatalf("got header %v, %d pieces, %d bytes in the response; want a header, then several pieces", header != nil, len(pieces), len(resp.Replay))
 				}
 				got.Replay = bytes.Join(pieces, nil)
-				if h := *header; h.Epoch != want.Epoch || h.ReplayEnd != want.ReplayEnd || h.Superseded != want.Superseded {
-					t.Errorf("header %+v, want the response's fields", h)
+				if h := *header; h.Epoch != want.Epoch || h.ReplayEnd != want.ReplayEnd || h.Superseded != want.Superseded ||
+					!h.Snapshot || h.SnapshotBytes != want.SnapshotBytes || h.Cols != want.Cols || h.Rows != want.Rows {
+					t.Errorf("header %+v, want the response's fields, snapshot_bytes before the bytes", h)
 				}
 			} else if header != nil || pieces != nil {
 				t.Fatal("a plugin without AttachStream: callbacks called, want the whole replay in the response")
 			}
 			if !bytes.Equal(got.Replay, want.Replay) || got.Epoch != want.Epoch || got.StartOffset != want.StartOffset ||
 				got.ReplayEnd != want.ReplayEnd || got.Reset != want.Reset || got.Reason != want.Reason ||
-				got.Pid != want.Pid || got.Superseded != want.Superseded {
-				t.Fatalf("got %+v (replay %d bytes), want %+v", got.Epoch, len(got.Replay), want.Epoch)
+				got.Pid != want.Pid || got.Superseded != want.Superseded || got.Snapshot != want.Snapshot ||
+				got.SnapshotBytes != want.SnapshotBytes || got.Cols != want.Cols || got.Rows != want.Rows {
+				got.Replay = nil
+				t.Fatalf("got %+v (replay %d bytes), want the fields of %+v", got, len(resp.Replay), want.Epoch)
 			}
 		})
 	}
@@ -140,5 +144,42 @@ func TestAttachStreamError(t *testing.T) {
 	}
 	if called {
 		t.Error("a callback was called for a failed attach")
+	}
+}
+
+// fieldsBackend records the configuration it was started with and lists
+// one PTY.
+type fieldsBackend struct {
+	contract.Backend
+	cfg  contract.BackendConfig
+	info contract.PTYInfo
+}
+
+func (b *fieldsBackend) Start(_ context.Context, cfg contract.BackendConfig) (contract.BackendInfo, error) {
+	b.cfg = cfg
+	return contract.BackendInfo{Version: "v", Pid: 1}, nil
+}
+
+func (b *fieldsBackend) List(context.Context) ([]contract.PTYInfo, error) {
+	return []contract.PTYInfo{b.info}, nil
+}
+
+// TestBackendFieldsCrossGRPC: the scrollback setting and a PTY's size and
+// screen rebuilds survive the gRPC shims.
+func TestBackendFieldsCrossGRPC(t *testing.T) {
+	impl := &fieldsBackend{info: contract.PTYInfo{Token: "tok", Epoch: "e", Pid: 7, Cols: 132, Rows: 43, ScreenRebuilds: 3}}
+	c := backendConn(t, &contract.BackendGRPCServer{Impl: impl})
+	if _, err := c.Start(context.Background(), contract.BackendConfig{Scrollback: 2500, Buffer: 64}); err != nil {
+		t.Fatalf("Start: got error %v, want nil", err)
+	}
+	if impl.cfg.Scrollback != 2500 || impl.cfg.Buffer != 64 {
+		t.Errorf("Start: backend got scrollback %d buffer %d, want 2500 64", impl.cfg.Scrollback, impl.cfg.Buffer)
+	}
+	infos, err := c.List(context.Background())
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("List: got %d PTYs (error %v), want 1", len(infos), err)
+	}
+	if got := infos[0]; got.Cols != 132 || got.Rows != 43 || got.ScreenRebuilds != 3 || got.Pid != 7 {
+		t.Errorf("List: got %+v, want size 132x43, 3 rebuilds, pid 7", got)
 	}
 }

@@ -118,6 +118,7 @@ type BackendConfig struct {
 	MaxSessions   int32                  `protobuf:"varint,3,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"`
 	Buffer        int64                  `protobuf:"varint,4,opt,name=buffer,proto3" json:"buffer,omitempty"`
 	Instance      string                 `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
+	Scrollback    int32                  `protobuf:"varint,6,opt,name=scrollback,proto3" json:"scrollback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -185,6 +186,13 @@ func (x *BackendConfig) GetInstance() string {
 		return x.Instance
 	}
 	return ""
+}
+
+func (x *BackendConfig) GetScrollback() int32 {
+	if x != nil {
+		return x.Scrollback
+	}
+	return 0
 }
 
 type BackendInfo struct {
@@ -348,16 +356,22 @@ func (x *AttachRequest) GetArgv() []string {
 }
 
 type AttachResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         string                 `protobuf:"bytes,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	StartOffset   int64                  `protobuf:"varint,2,opt,name=start_offset,json=startOffset,proto3" json:"start_offset,omitempty"`
-	ReplayEnd     int64                  `protobuf:"varint,3,opt,name=replay_end,json=replayEnd,proto3" json:"replay_end,omitempty"`
-	Reset_        bool                   `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	Replay        []byte                 `protobuf:"bytes,6,opt,name=replay,proto3" json:"replay,omitempty"`
-	Superseded    *Viewer                `protobuf:"bytes,7,opt,name=superseded,proto3" json:"superseded,omitempty"`
-	Spawned       bool                   `protobuf:"varint,8,opt,name=spawned,proto3" json:"spawned,omitempty"`
-	Pid           int32                  `protobuf:"varint,9,opt,name=pid,proto3" json:"pid,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Epoch       string                 `protobuf:"bytes,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	StartOffset int64                  `protobuf:"varint,2,opt,name=start_offset,json=startOffset,proto3" json:"start_offset,omitempty"`
+	ReplayEnd   int64                  `protobuf:"varint,3,opt,name=replay_end,json=replayEnd,proto3" json:"replay_end,omitempty"`
+	Reset_      bool                   `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
+	Reason      string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Replay      []byte                 `protobuf:"bytes,6,opt,name=replay,proto3" json:"replay,omitempty"`
+	Superseded  *Viewer                `protobuf:"bytes,7,opt,name=superseded,proto3" json:"superseded,omitempty"`
+	Spawned     bool                   `protobuf:"varint,8,opt,name=spawned,proto3" json:"spawned,omitempty"`
+	Pid         int32                  `protobuf:"varint,9,opt,name=pid,proto3" json:"pid,omitempty"`
+	// snapshot: replay is a screen snapshot of cols x rows, snapshot_bytes
+	// long, not raw output.
+	Snapshot      bool  `protobuf:"varint,10,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	SnapshotBytes int64 `protobuf:"varint,11,opt,name=snapshot_bytes,json=snapshotBytes,proto3" json:"snapshot_bytes,omitempty"`
+	Cols          int32 `protobuf:"varint,12,opt,name=cols,proto3" json:"cols,omitempty"`
+	Rows          int32 `protobuf:"varint,13,opt,name=rows,proto3" json:"rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +465,34 @@ func (x *AttachResponse) GetSpawned() bool {
 func (x *AttachResponse) GetPid() int32 {
 	if x != nil {
 		return x.Pid
+	}
+	return 0
+}
+
+func (x *AttachResponse) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
+func (x *AttachResponse) GetSnapshotBytes() int64 {
+	if x != nil {
+		return x.SnapshotBytes
+	}
+	return 0
+}
+
+func (x *AttachResponse) GetCols() int32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *AttachResponse) GetRows() int32 {
+	if x != nil {
+		return x.Rows
 	}
 	return 0
 }
@@ -745,6 +787,9 @@ type PTYInfo struct {
 	Exited         bool                   `protobuf:"varint,8,opt,name=exited,proto3" json:"exited,omitempty"`
 	CreatedUnixMs  int64                  `protobuf:"varint,9,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
 	DetachedUnixMs int64                  `protobuf:"varint,10,opt,name=detached_unix_ms,json=detachedUnixMs,proto3" json:"detached_unix_ms,omitempty"`
+	Cols           int32                  `protobuf:"varint,11,opt,name=cols,proto3" json:"cols,omitempty"`
+	Rows           int32                  `protobuf:"varint,12,opt,name=rows,proto3" json:"rows,omitempty"`
+	ScreenRebuilds int64                  `protobuf:"varint,13,opt,name=screen_rebuilds,json=screenRebuilds,proto3" json:"screen_rebuilds,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -845,6 +890,27 @@ func (x *PTYInfo) GetCreatedUnixMs() int64 {
 func (x *PTYInfo) GetDetachedUnixMs() int64 {
 	if x != nil {
 		return x.DetachedUnixMs
+	}
+	return 0
+}
+
+func (x *PTYInfo) GetCols() int32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *PTYInfo) GetRows() int32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *PTYInfo) GetScreenRebuilds() int64 {
+	if x != nil {
+		return x.ScreenRebuilds
 	}
 	return 0
 }
@@ -1029,13 +1095,16 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"\x05Empty\"8\n" +
 	"\x06Viewer\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x12\n" +
-	"\x04conn\x18\x02 \x01(\x04R\x04conn\"\x91\x01\n" +
+	"\x04conn\x18\x02 \x01(\x04R\x04conn\"\xb1\x01\n" +
 	"\rBackendConfig\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12!\n" +
 	"\fmax_sessions\x18\x03 \x01(\x05R\vmaxSessions\x12\x16\n" +
 	"\x06buffer\x18\x04 \x01(\x03R\x06buffer\x12\x1a\n" +
-	"\binstance\x18\x05 \x01(\tR\binstance\"9\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\x12\x1e\n" +
+	"\n" +
+	"scrollback\x18\x06 \x01(\x05R\n" +
+	"scrollback\"9\n" +
 	"\vBackendInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\"\xed\x01\n" +
@@ -1049,7 +1118,7 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"\x05epoch\x18\x06 \x01(\tR\x05epoch\x12\x12\n" +
 	"\x04cols\x18\a \x01(\x05R\x04cols\x12\x12\n" +
 	"\x04rows\x18\b \x01(\x05R\x04rows\x12\x12\n" +
-	"\x04argv\x18\t \x03(\tR\x04argv\"\x8d\x02\n" +
+	"\x04argv\x18\t \x03(\tR\x04argv\"\xf8\x02\n" +
 	"\x0eAttachResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\tR\x05epoch\x12!\n" +
 	"\fstart_offset\x18\x02 \x01(\x03R\vstartOffset\x12\x1d\n" +
@@ -1062,7 +1131,12 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"superseded\x18\a \x01(\v2\x11.tether.v1.ViewerR\n" +
 	"superseded\x12\x18\n" +
 	"\aspawned\x18\b \x01(\bR\aspawned\x12\x10\n" +
-	"\x03pid\x18\t \x01(\x05R\x03pid\"X\n" +
+	"\x03pid\x18\t \x01(\x05R\x03pid\x12\x1a\n" +
+	"\bsnapshot\x18\n" +
+	" \x01(\bR\bsnapshot\x12%\n" +
+	"\x0esnapshot_bytes\x18\v \x01(\x03R\rsnapshotBytes\x12\x12\n" +
+	"\x04cols\x18\f \x01(\x05R\x04cols\x12\x12\n" +
+	"\x04rows\x18\r \x01(\x05R\x04rows\"X\n" +
 	"\vAttachPiece\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.tether.v1.AttachResponseR\x06header\x12\x16\n" +
 	"\x06replay\x18\x02 \x01(\fR\x06replay\"P\n" +
@@ -1079,7 +1153,7 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"\x04cols\x18\x03 \x01(\x05R\x04cols\x12\x12\n" +
 	"\x04rows\x18\x04 \x01(\x05R\x04rows\"$\n" +
 	"\fCloseRequest\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\tR\x05token\"\xb8\x02\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\"\x89\x03\n" +
 	"\aPTYInfo\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\tR\x05epoch\x12\x10\n" +
@@ -1092,7 +1166,10 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"\x06exited\x18\b \x01(\bR\x06exited\x12&\n" +
 	"\x0fcreated_unix_ms\x18\t \x01(\x03R\rcreatedUnixMs\x12(\n" +
 	"\x10detached_unix_ms\x18\n" +
-	" \x01(\x03R\x0edetachedUnixMs\"1\n" +
+	" \x01(\x03R\x0edetachedUnixMs\x12\x12\n" +
+	"\x04cols\x18\v \x01(\x05R\x04cols\x12\x12\n" +
+	"\x04rows\x18\f \x01(\x05R\x04rows\x12'\n" +
+	"\x0fscreen_rebuilds\x18\r \x01(\x03R\x0escreenRebuilds\"1\n" +
 	"\aPTYList\x12&\n" +
 	"\x04ptys\x18\x01 \x03(\v2\x12.tether.v1.PTYInfoR\x04ptys\"\x95\x01\n" +
 	"\x06Output\x12\x14\n" +
