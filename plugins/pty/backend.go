@@ -23,6 +23,7 @@ const (
 	DefaultTTL         = 30 * time.Minute
 	DefaultMaxSessions = 16
 	DefaultBuffer      = 1 << 20
+	DefaultScrollback  = 1000
 )
 
 // Size of a new PTY when the attach gives none.
@@ -33,6 +34,9 @@ const (
 
 // maxBuffer bounds BackendConfig.Buffer.
 const maxBuffer = 1 << 30
+
+// maxScrollback bounds BackendConfig.Scrollback.
+const maxScrollback = 1 << 20
 
 // Backend is the PTY keep-alive backend (SPEC §6). The zero value is not
 // usable; call New.
@@ -49,6 +53,9 @@ type Backend struct {
 	// testHookDrainWait, when set before PTYs are spawned, is called each
 	// time a drain waits for the Output stream.
 	testHookDrainWait func()
+	// testNoFeed, when set before PTYs are spawned, leaves their screen
+	// models unfed until a snapshot (the benchmarks' baseline).
+	testNoFeed bool
 
 	mu         sync.Mutex // guards the fields below
 	cfg        contract.BackendConfig
@@ -79,13 +86,16 @@ func New(log zerolog.Logger) *Backend {
 // Start implements contract.Backend. Zero fields of cfg take the package
 // defaults; an empty Argv runs $SHELL, else /bin/sh. A later Start replaces
 // the configuration: TTL and MaxSessions apply at once, Argv and Buffer to
-// PTYs spawned after it. The first Start starts the reaper.
+// PTYs spawned after it, and so does Scrollback. The first Start starts
+// the reaper.
 func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract.BackendInfo, error) {
 	switch {
-	case cfg.TTL < 0, cfg.MaxSessions < 0, cfg.Buffer < 0:
+	case cfg.TTL < 0, cfg.MaxSessions < 0, cfg.Buffer < 0, cfg.Scrollback < 0:
 		return contract.BackendInfo{}, fmt.Errorf("start: negative setting: %w", contract.ErrInvalidArgument)
 	case cfg.Buffer > maxBuffer:
 		return contract.BackendInfo{}, fmt.Errorf("start: buffer %d over %d: %w", cfg.Buffer, maxBuffer, contract.ErrInvalidArgument)
+	case cfg.Scrollback > maxScrollback:
+		return contract.BackendInfo{}, fmt.Errorf("start: scrollback %d over %d: %w", cfg.Scrollback, maxScrollback, contract.ErrInvalidArgument)
 	}
 	cfg.Argv = slices.Clone(cfg.Argv)
 	if len(cfg.Argv) == 0 {
@@ -94,6 +104,7 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	cfg.MaxSessions = cmp.Or(cfg.MaxSessions, DefaultMaxSessions)
 	cfg.Buffer = cmp.Or(cfg.Buffer, DefaultBuffer)
+	cfg.Scrollback = cmp.Or(cfg.Scrollback, DefaultScrollback)
 
 	b.mu.Lock()
 	if b.stopped {
@@ -109,7 +120,7 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 	b.mu.Unlock()
 	wake(b.reapWake)
 	b.log.Info().Str("instance", cfg.Instance).Strs("argv", cfg.Argv).Dur("ttl", cfg.TTL).
-		Int("max_sessions", cfg.MaxSessions).Int64("buffer", cfg.Buffer).Msg("pty backend started")
+		Int("max_sessions", cfg.MaxSessions).Int64("buffer", cfg.Buffer).Int("scrollback", cfg.Scrollback).Msg("pty backend started")
 	return contract.BackendInfo{Version: Version, Pid: os.Getpid()}, nil
 }
 
@@ -117,15 +128,34 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 // there is none, outside the registry lock; concurrent attaches of a new
 // token wait for the one spawn. At the session cap it evicts the PTY
 // detached the longest, or fails with contract.ErrRegistryFull when every
-// PTY has a writer.
+// PTY has a writer. A view attach never spawns or evicts: with no live
+// PTY it fails with contract.ErrNoSuchTerminal. A reset attach gets a
+// snapshot of the screen model, taken after the registry lock is let go.
 func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	resp, rec, err := b.attach(ctx, req)
+	if err != nil || !resp.Reset {
+		return resp, err
+	}
+	// Every byte at or past the offset the attach bound the viewer at
+	// reaches the Output stream after it; the snapshot stands at that
+	// offset or later, so live output from ReplayEnd on is all there.
+	snap, off, cols, rows := rec.snapshot()
+	resp.Replay, resp.StartOffset, resp.ReplayEnd = snap, off, off
+	resp.Snapshot, resp.SnapshotBytes, resp.Cols, resp.Rows = true, int64(len(snap)), cols, rows
+	rec.log.Debug().Stringer("viewer", req.Viewer).Int64("replay_end", off).Int("snapshot", len(snap)).Msg("pty snapshot")
+	return resp, nil
+}
+
+// attach binds req.Viewer to the PTY of req.Token, spawning it if need be,
+// and returns the response with the raw replay (none when reset).
+func (b *Backend) attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, *ptyRec, error) {
 	switch {
 	case !validToken(req.Token):
-		return contract.AttachResponse{}, fmt.Errorf("attach: malformed token: %w", contract.ErrInvalidArgument)
+		return contract.AttachResponse{}, nil, fmt.Errorf("attach: malformed token: %w", contract.ErrInvalidArgument)
 	case req.Viewer.IsZero():
-		return contract.AttachResponse{}, fmt.Errorf("attach: no viewer: %w", contract.ErrInvalidArgument)
+		return contract.AttachResponse{}, nil, fmt.Errorf("attach: no viewer: %w", contract.ErrInvalidArgument)
 	case !validSize(req.Cols, true), !validSize(req.Rows, true):
-		return contract.AttachResponse{}, fmt.Errorf("attach: size %dx%d: %w", req.Cols, req.Rows, contract.ErrInvalidArgument)
+		return contract.AttachResponse{}, nil, fmt.Errorf("attach: size %dx%d: %w", req.Cols, req.Rows, contract.ErrInvalidArgument)
 	}
 
 	b.mu.Lock()
@@ -133,17 +163,21 @@ func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contr
 		switch {
 		case b.stopped:
 			b.mu.Unlock()
-			return contract.AttachResponse{}, fmt.Errorf("attach: %w", contract.ErrStopped)
+			return contract.AttachResponse{}, nil, fmt.Errorf("attach: %w", contract.ErrStopped)
 		case !b.started:
 			b.mu.Unlock()
-			return contract.AttachResponse{}, fmt.Errorf("attach: %w", contract.ErrNotStarted)
+			return contract.AttachResponse{}, nil, fmt.Errorf("attach: %w", contract.ErrNotStarted)
 		}
 		if rec := b.ptys[req.Token]; rec != nil {
 			resp := b.attachLocked(rec, req, false)
 			b.mu.Unlock()
-			return resp, nil
+			return resp, rec, nil
 		}
 		spawned := b.spawning[req.Token]
+		if spawned == nil && req.View {
+			b.mu.Unlock()
+			return contract.AttachResponse{}, nil, fmt.Errorf("attach: view of %s: %w", req.Token, contract.ErrNoSuchTerminal)
+		}
 		if spawned == nil {
 			break
 		}
@@ -151,7 +185,7 @@ func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contr
 		select {
 		case <-spawned:
 		case <-ctx.Done():
-			return contract.AttachResponse{}, fmt.Errorf("attach: %w", ctx.Err())
+			return contract.AttachResponse{}, nil, fmt.Errorf("attach: %w", ctx.Err())
 		}
 		b.mu.Lock()
 	}
@@ -159,7 +193,7 @@ func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contr
 	victims, err := b.makeRoomLocked()
 	if err != nil {
 		b.mu.Unlock()
-		return contract.AttachResponse{}, err
+		return contract.AttachResponse{}, nil, err
 	}
 	done := make(chan struct{})
 	b.spawning[req.Token] = done
@@ -179,12 +213,12 @@ func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contr
 	close(done)
 	if err != nil {
 		b.mu.Unlock()
-		return contract.AttachResponse{}, fmt.Errorf("attach: %w", err)
+		return contract.AttachResponse{}, nil, fmt.Errorf("attach: %w", err)
 	}
 	if b.stopped {
 		b.mu.Unlock()
 		rec.abort()
-		return contract.AttachResponse{}, fmt.Errorf("attach: %w", contract.ErrStopped)
+		return contract.AttachResponse{}, nil, fmt.Errorf("attach: %w", contract.ErrStopped)
 	}
 	b.ptys[req.Token] = rec
 	b.all[rec] = struct{}{}
@@ -193,13 +227,14 @@ func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contr
 		rec.linkLocked(true, 0) // the stream's cursor for a PTY spawned after it started
 		rec.mu.Unlock()
 	}
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go b.drain(rec)
 	go b.waitExit(rec)
+	go b.feed(rec)
 	resp := b.attachLocked(rec, req, true)
 	b.mu.Unlock()
 	rec.log.Debug().Strs("argv", rec.cmd.Args).Msg("pty spawned")
-	return resp, nil
+	return resp, rec, nil
 }
 
 // makeRoomLocked makes room for one more PTY under the session cap: it
@@ -235,10 +270,11 @@ func (b *Backend) makeRoomLocked() ([]*ptyRec, error) {
 	return victims, nil
 }
 
-// attachLocked binds req.Viewer to rec and answers with the replay. The
-// replay and ReplayEnd are taken under rec.mu, the lock the drain appends
-// under, so every byte at or past ReplayEnd reaches the Output stream after
-// this moment.
+// attachLocked binds req.Viewer to rec and answers with the raw replay of
+// a resume (none when reset: Attach adds the snapshot). The replay and
+// ReplayEnd are taken under rec.mu, the lock the drain appends under, so
+// every byte at or past ReplayEnd reaches the Output stream after this
+// moment.
 func (b *Backend) attachLocked(rec *ptyRec, req contract.AttachRequest, spawned bool) contract.AttachResponse {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -260,11 +296,10 @@ func (b *Backend) attachLocked(rec *ptyRec, req contract.AttachRequest, spawned 
 	}
 	start, end := rec.ring.StartOffset(), rec.ring.EndOffset()
 	reason := replayReason(req.HasCursor, req.Offset, req.Epoch, rec.epoch, start, end)
-	from := start
+	var replay []byte
 	if reason == contract.ReasonResume {
-		from = req.Offset
+		replay, _, _ = rec.ring.Read(req.Offset)
 	}
-	replay, _, _ := rec.ring.Read(from)
 	rec.log.Debug().Stringer("viewer", req.Viewer).Bool("view", req.View).Str("reason", reason).
 		Int64("replay_end", end).Int("replay", len(replay)).Msg("pty attached")
 	return contract.AttachResponse{

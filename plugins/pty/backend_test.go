@@ -82,19 +82,19 @@ func TestAttachReplay(t *testing.T) {
 		epoch      string
 		offset     int64
 		wantReason string
-		wantReplay string
+		wantReplay string // the raw replay of a resume, or text the snapshot shows
 		wantStart  int64
 		wantEnd    int64
 	}{
-		{"initial", "hello", false, "", 0, contract.ReasonInitial, "hello", 0, 5},
+		{"initial", "hello", false, "", 0, contract.ReasonInitial, "hello", 5, 5},
 		{"resume from start", "hello", true, hello, 0, contract.ReasonResume, "hello", 0, 5},
 		{"resume inside", "hello", true, hello, 2, contract.ReasonResume, "llo", 0, 5},
 		{"resume at end", "hello", true, hello, 5, contract.ReasonResume, "", 0, 5},
-		{"epoch mismatch", "hello", true, "0123456789abcdef", 2, contract.ReasonEpochMismatch, "hello", 0, 5},
-		{"offset ahead", "hello", true, hello, 6, contract.ReasonOffsetAhead, "hello", 0, 5},
-		{"negative offset", "hello", true, hello, -1, contract.ReasonInvalidCursor, "hello", 0, 5},
-		{"empty epoch", "hello", true, "", 2, contract.ReasonInvalidCursor, "hello", 0, 5},
-		{"offset rolled out", "long", true, long.Epoch, 10, contract.ReasonOffsetRolledOut, zeros[36:], 36, 100},
+		{"epoch mismatch", "hello", true, "0123456789abcdef", 2, contract.ReasonEpochMismatch, "hello", 5, 5},
+		{"offset ahead", "hello", true, hello, 6, contract.ReasonOffsetAhead, "hello", 5, 5},
+		{"negative offset", "hello", true, hello, -1, contract.ReasonInvalidCursor, "hello", 5, 5},
+		{"empty epoch", "hello", true, "", 2, contract.ReasonInvalidCursor, "hello", 5, 5},
+		{"offset rolled out", "long", true, long.Epoch, 10, contract.ReasonOffsetRolledOut, zeros[36:], 100, 100},
 		{"resume in a wrapped ring", "long", true, long.Epoch, 90, contract.ReasonResume, zeros[90:], 36, 100},
 	}
 	for i, tt := range tests {
@@ -107,14 +107,23 @@ func TestAttachReplay(t *testing.T) {
 			if resp.Reason != tt.wantReason {
 				t.Errorf("reason: got %q, want %q", resp.Reason, tt.wantReason)
 			}
-			if wantReset := tt.wantReason != contract.ReasonResume; resp.Reset != wantReset {
-				t.Errorf("reset: got %v, want %v", resp.Reset, wantReset)
-			}
-			if string(resp.Replay) != tt.wantReplay {
-				t.Errorf("replay: got %q, want %q", resp.Replay, tt.wantReplay)
+			reset := tt.wantReason != contract.ReasonResume
+			if resp.Reset != reset || resp.Snapshot != reset {
+				t.Errorf("reset, snapshot: got %v %v, want %v %v", resp.Reset, resp.Snapshot, reset, reset)
 			}
 			if resp.StartOffset != tt.wantStart || resp.ReplayEnd != tt.wantEnd {
 				t.Errorf("window: got [%d, %d), want [%d, %d)", resp.StartOffset, resp.ReplayEnd, tt.wantStart, tt.wantEnd)
+			}
+			if !reset {
+				if string(resp.Replay) != tt.wantReplay {
+					t.Errorf("replay: got %q, want %q", resp.Replay, tt.wantReplay)
+				}
+				return
+			}
+			if !bytes.Contains(resp.Replay, []byte(tt.wantReplay)) || resp.SnapshotBytes != int64(len(resp.Replay)) ||
+				resp.Cols != DefaultCols || resp.Rows != DefaultRows {
+				t.Errorf("snapshot: got %q (%d bytes said, %dx%d), want it to show %q, %dx%d",
+					resp.Replay, resp.SnapshotBytes, resp.Cols, resp.Rows, tt.wantReplay, DefaultCols, DefaultRows)
 			}
 		})
 	}
@@ -219,13 +228,38 @@ func TestViewAttach(t *testing.T) {
 	}
 	wantErr(t, "second viewer Detach", b.Detach(ctx, tok, watcher), contract.ErrStaleTransport)
 
-	// A view attach spawns a PTY without a writer.
-	r := attach(t, b, contract.AttachRequest{Token: token("viewonly"), Viewer: watcher, View: true})
-	if !r.Spawned || !r.Superseded.IsZero() {
-		t.Errorf("spawning view attach: got spawned=%v superseded=%v, want true none", r.Spawned, r.Superseded)
+}
+
+// TestViewNeverSpawnsOrEvicts: a view attach of a token with no live PTY
+// fails with ErrNoSuchTerminal, spawns nothing and evicts nothing, even at
+// the session cap with a PTY to evict; a token whose PTY exited is no
+// live PTY either.
+func TestViewNeverSpawnsOrEvicts(t *testing.T) {
+	ctx := context.Background()
+	b, out := newBackend(t, contract.BackendConfig{Argv: sh("exec sleep 30"), MaxSessions: 1})
+	old := attach(t, b, contract.AttachRequest{Token: token("old"), Viewer: viewer(1)})
+	if err := b.Detach(ctx, token("old"), viewer(1)); err != nil {
+		t.Fatalf("Detach: got error %v, want nil", err)
 	}
-	if info, _ := listed(t, b, token("viewonly")); !info.Writer.IsZero() || info.Detached.IsZero() {
-		t.Errorf("view-only PTY: got writer %v detached %v, want none and set", info.Writer, info.Detached)
+	_, err := b.Attach(ctx, contract.AttachRequest{Token: token("unknown"), Viewer: viewer(2), View: true})
+	wantErr(t, "view attach of an unknown token", err, contract.ErrNoSuchTerminal)
+	if _, ok := listed(t, b, token("unknown")); ok {
+		t.Error("a view attach spawned a PTY")
+	}
+	if info, ok := listed(t, b, token("old")); !ok || info.Pid != old.Pid || processGone(old.Pid) {
+		t.Errorf("the detached PTY: got listed=%v, want it alive: a view evicts nothing", ok)
+	}
+
+	exited := attach(t, b, contract.AttachRequest{Token: token("old"), Viewer: viewer(3)})
+	if err := b.Close(ctx, token("old")); err != nil {
+		t.Fatalf("Close: got error %v, want nil", err)
+	}
+	out.waitExit(t, exited.Epoch)
+	_, err = b.Attach(ctx, contract.AttachRequest{Token: token("old"), Viewer: viewer(4), View: true,
+		HasCursor: true, Epoch: exited.Epoch, Offset: 0})
+	wantErr(t, "view attach of a closed PTY's token", err, contract.ErrNoSuchTerminal)
+	if infos, _ := b.List(ctx); len(infos) != 0 {
+		t.Errorf("List: got %d PTYs, want none", len(infos))
 	}
 }
 
@@ -296,7 +330,8 @@ func TestTTLReap(t *testing.T) {
 	b, out := newBackend(t, contract.BackendConfig{Argv: sh("exec sleep 30"), TTL: 200 * time.Millisecond})
 	detached := attach(t, b, contract.AttachRequest{Token: token("detached"), Viewer: viewer(1)})
 	attached := attach(t, b, contract.AttachRequest{Token: token("attached"), Viewer: viewer(2)})
-	watched := attach(t, b, contract.AttachRequest{Token: token("watched"), Viewer: viewer(3), View: true})
+	watched := attach(t, b, contract.AttachRequest{Token: token("watched"), Viewer: viewer(3)})
+	attach(t, b, contract.AttachRequest{Token: token("watched"), Viewer: viewer(3), View: true}) // the writer turns viewer
 	if err := b.Detach(ctx, token("detached"), viewer(1)); err != nil {
 		t.Fatalf("Detach: got error %v, want nil", err)
 	}
@@ -530,13 +565,16 @@ func TestOutputConcurrentPTYs(t *testing.T) {
 	}
 }
 
-// TestReplayMatchesStream attaches while a child writes: each replay must
-// be exactly the streamed bytes just before its ReplayEnd, so a host that
-// sends the replay and then the live output from ReplayEnd on sends every
-// byte once.
+// TestReplayMatchesStream attaches while a child writes: each resume's
+// replay must be exactly the streamed bytes just before its ReplayEnd, so
+// a host that sends the replay and then the live output from ReplayEnd on
+// sends every byte once; each reset attach gets a snapshot at an offset
+// the stream reaches, no earlier than the previous attach's.
 func TestReplayMatchesStream(t *testing.T) {
 	ctx := context.Background()
-	b, out := newBackend(t, contract.BackendConfig{Buffer: 4 << 20})
+	// A short scrollback: a snapshot of a model that fell out of the ring
+	// rebuilds it from as many lines, which is slow under the race detector.
+	b, out := newBackend(t, contract.BackendConfig{Buffer: 4 << 20, Scrollback: 10})
 	tok, w := token("busy"), viewer(1)
 	// The child writes without end (the stream paces it); a viewer
 	// attaches after every kilobyte or so.
@@ -552,9 +590,20 @@ func TestReplayMatchesStream(t *testing.T) {
 		t.Fatalf("Close: got error %v, want nil", err)
 	}
 	s := out.waitExit(t, first.Epoch)
+	last := int64(0)
 	for i, r := range resps {
-		from := r.ReplayEnd - int64(len(r.Replay))
-		if r.Epoch != first.Epoch || r.ReplayEnd > int64(len(s.data)) || !bytes.Equal(s.data[from:r.ReplayEnd], r.Replay) {
+		if r.Epoch != first.Epoch || r.ReplayEnd > int64(len(s.data)) || r.ReplayEnd < last {
+			t.Errorf("attach %d: ReplayEnd %d, want it in the stream's %d bytes and past %d", i, r.ReplayEnd, len(s.data), last)
+			continue
+		}
+		last = r.ReplayEnd
+		if r.Snapshot {
+			if r.StartOffset != r.ReplayEnd || !r.Reset {
+				t.Errorf("attach %d: snapshot from %d to %d, reason %q; want one offset, a reset", i, r.StartOffset, r.ReplayEnd, r.Reason)
+			}
+			continue
+		}
+		if from := r.ReplayEnd - int64(len(r.Replay)); !bytes.Equal(s.data[from:r.ReplayEnd], r.Replay) {
 			t.Errorf("attach %d: replay of %d bytes ending at %d differs from the stream", i, len(r.Replay), r.ReplayEnd)
 		}
 	}

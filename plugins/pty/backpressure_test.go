@@ -153,7 +153,8 @@ func TestDrainRunsFreeUnlinked(t *testing.T) {
 		<-read
 		t.Fatal("the child never finished writing with no stream linked: the drain waited")
 	}
-	again := attach(t, b, contract.AttachRequest{Token: token("free"), Viewer: viewer(1), HasCursor: true, Epoch: resp.Epoch})
+	info, _ := listed(t, b, token("free"))
+	again := attach(t, b, contract.AttachRequest{Token: token("free"), Viewer: viewer(1), HasCursor: true, Epoch: resp.Epoch, Offset: info.StartOffset})
 	end := int(again.ReplayEnd)
 	if again.StartOffset != again.ReplayEnd-ringSize || !bytes.Equal(again.Replay, want[end-ringSize:end]) {
 		t.Errorf("replay [%d, %d) (%d bytes), want the ring full of the child's bytes", again.StartOffset, again.ReplayEnd, len(again.Replay))

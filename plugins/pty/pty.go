@@ -39,13 +39,18 @@ type ptyRec struct {
 	exited  chan struct{} // closed once the child has exited (not yet reaped)
 	log     zerolog.Logger
 	room    sync.Cond // on mu: broadcast when the stream's cursor advances or the stream unlinks
+	screen  *screen   // the screen model, fed by its own goroutine
 
 	// testHookWait, when set, is called (under mu) each time the drain
 	// waits for the stream.
 	testHookWait func()
+	noFeed       bool // see Backend.testNoFeed
 
 	mu       sync.Mutex // guards the fields below
 	ring     *ring
+	sizes    []sizeAt // terminal sizes by offset, from the one in effect at the ring's start on
+	cols     int      // the terminal's size now
+	rows     int
 	linked   bool  // an Output stream is linked and holds a cursor for this PTY
 	cursor   int64 // the linked stream's cursor: the bytes before it are sent
 	writer   contract.TransportID
@@ -84,11 +89,16 @@ func (b *Backend) spawn(cfg contract.BackendConfig, req contract.AttachRequest) 
 		cmd:      cmd,
 		exited:   make(chan struct{}),
 		ring:     newRing(int(cfg.Buffer)),
+		sizes:    []sizeAt{{0, cols, rows}},
+		cols:     cols,
+		rows:     rows,
+		screen:   newScreen(cols, rows, cfg.Scrollback),
 		viewers:  make(map[contract.TransportID]struct{}),
 		detached: time.Now(),
 	}
 	rec.room.L = &rec.mu
 	rec.testHookWait = b.testHookDrainWait
+	rec.noFeed = b.testNoFeed
 	rec.log = b.log.With().Str("epoch", rec.epoch).Int("pid", rec.pid).Logger()
 	rec.master, err = pollable(f)
 	if err != nil {
@@ -252,10 +262,15 @@ func (rec *ptyRec) linkLocked(linked bool, cursor int64) {
 	rec.room.Broadcast()
 }
 
+// append adds p to the ring and wakes the screen model's feeder, which
+// takes it from the ring on its own time.
 func (rec *ptyRec) append(p []byte) {
 	rec.mu.Lock()
 	rec.ring.Append(p)
 	rec.mu.Unlock()
+	if !rec.noFeed {
+		wake(rec.screen.wake)
+	}
 }
 
 // waitExit waits for the child to exit without reaping it, so its pid and
@@ -302,6 +317,7 @@ func (b *Backend) finish(rec *ptyRec) {
 	_ = rec.cmd.Wait() // a non-zero status is an ExitError; the state is what we need
 	code := exitCode(rec.cmd.ProcessState)
 	_ = rec.master.Close()
+	rec.screen.close()
 
 	b.mu.Lock()
 	rec.mu.Lock()
@@ -368,10 +384,17 @@ func (rec *ptyRec) setSize(cols, rows int) error {
 		return err
 	}
 	var ioErr error
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
 	if err := rc.Control(func(fd uintptr) {
 		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: uint16(rows)})
 	}); err != nil {
 		return err
+	}
+	if ioErr == nil && (cols != rec.cols || rows != rec.rows) {
+		// Under rec.mu, as the drain appends: the bytes after this
+		// offset are the child's answer to the new size.
+		rec.resizedLocked(cols, rows)
 	}
 	return ioErr
 }
@@ -381,16 +404,19 @@ func (rec *ptyRec) info() contract.PTYInfo {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	return contract.PTYInfo{
-		Token:       rec.token,
-		Epoch:       rec.epoch,
-		Pid:         rec.pid,
-		StartOffset: rec.ring.StartOffset(),
-		EndOffset:   rec.ring.EndOffset(),
-		Writer:      rec.writer,
-		Viewers:     len(rec.viewers),
-		Exited:      rec.done,
-		Created:     rec.created,
-		Detached:    rec.detached,
+		Token:          rec.token,
+		Epoch:          rec.epoch,
+		Pid:            rec.pid,
+		StartOffset:    rec.ring.StartOffset(),
+		EndOffset:      rec.ring.EndOffset(),
+		Writer:         rec.writer,
+		Viewers:        len(rec.viewers),
+		Exited:         rec.done,
+		Created:        rec.created,
+		Detached:       rec.detached,
+		Cols:           rec.cols,
+		Rows:           rec.rows,
+		ScreenRebuilds: rec.screen.rebuilds.Load(),
 	}
 }
 

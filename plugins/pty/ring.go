@@ -1,5 +1,7 @@
 package pty
 
+import "bytes"
+
 // ring is a byte ring buffer that numbers bytes by absolute offset: the
 // n-th byte ever appended (counting from 0) has offset n. It keeps the last
 // size bytes, the window [StartOffset, EndOffset). Its memory grows with
@@ -91,4 +93,37 @@ func (r *ring) ReadN(from int64, limit int) (p []byte, start, end int64) {
 func (r *ring) Discard() {
 	r.buf = nil
 	r.head = 0
+}
+
+// LineStart returns the offset just after the newline that begins the
+// last lines lines held, looking back at most limit bytes from the end;
+// the start of what it looked at when fewer newlines are there.
+func (r *ring) LineStart(lines, limit int) int64 {
+	start := max(r.StartOffset(), r.end-int64(limit))
+	if start == r.end {
+		return start
+	}
+	// [start, end) is at most two runs of buf: first [i, i+n1), then
+	// [0, n-n1). Search the newer one first.
+	n := int(r.end - start)
+	i := (r.head + int(start-r.StartOffset())) % len(r.buf)
+	n1 := min(n, len(r.buf)-i)
+	runs := []struct {
+		p   []byte
+		off int64 // offset of p[0]
+	}{{r.buf[:n-n1], start + int64(n1)}, {r.buf[i : i+n1], start}}
+	for _, run := range runs {
+		p := run.p
+		for {
+			j := bytes.LastIndexByte(p, '\n')
+			if j < 0 {
+				break
+			}
+			if lines--; lines < 0 {
+				return run.off + int64(j) + 1
+			}
+			p = p[:j]
+		}
+	}
+	return start
 }

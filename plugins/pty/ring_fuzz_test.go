@@ -189,7 +189,8 @@ func FuzzReplayCursor(f *testing.F) {
 			t.Fatalf("cursor (%v, %d, %q) on [%d, %d): reason %q reset %v, want %q reset %v",
 				hasCursor, offset, cursorEpoch, start, end, resp.Reason, resp.Reset, want, want != contract.ReasonResume)
 		}
-		from := start
+		// A reset gets no raw bytes here: Attach adds the snapshot.
+		from := end
 		if !resp.Reset {
 			from = offset
 		}

@@ -1,0 +1,245 @@
+package pty
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// feedChunk bounds the bytes the screen model takes from the ring at a
+// time, so that it notices soon when it has fallen out of the ring.
+const feedChunk = 16 << 10
+
+// maxCatchUp bounds the bytes a snapshot feeds the model, and a rebuild
+// takes from the ring (x/vt takes a few MB/s: docs/TERMINAL.md). A
+// snapshot also never feeds more lines than the screen and its
+// scrollback hold: a model further behind is rebuilt from the ring's
+// tail instead (what scrolled out of the scrollback is not worth the
+// emulation).
+const maxCatchUp = 256 << 10
+
+// feedShare is the share of a CPU the feeder takes at most while it
+// catches up: after each chunk it pauses (1/feedShare - 1) times as long as
+// the chunk took, so a flood of output leaves the pump and the Output
+// stream the CPU they need (a snapshot catches up at full speed).
+const feedShare = 0.2
+
+// quietPeriod is how long output must pause before a model that fell out
+// of the ring is rebuilt from it in the background (a snapshot rebuilds it
+// at once).
+const quietPeriod = 50 * time.Millisecond
+
+// sizeAt records that the bytes from offset on were written for a terminal
+// of cols×rows.
+type sizeAt struct {
+	offset     int64
+	cols, rows int
+}
+
+// screen is the screen model of one PTY: a terminal emulator fed with the
+// PTY's output, off the drain's path. The drain only appends to the ring
+// and wakes the feeder; the feeder copies from the ring what the model has
+// not seen yet and feeds it outside rec.mu, so the model may lag behind
+// the ring. A snapshot first catches the model up to the ring's end. A
+// model that fell further behind than the ring's start has lost output:
+// it is rebuilt from what the ring holds (counted in rebuilds) — at once
+// for a snapshot, else once the output pauses for quietPeriod, so that a
+// flood of output costs no emulation it would throw away.
+type screen struct {
+	scrollback int
+	wake       chan struct{} // capacity 1: the drain has appended output
+	stop       chan struct{} // closed by finish: the feeder returns
+	rebuilds   atomic.Int64  // times the model was rebuilt from the ring
+
+	mu    sync.Mutex // guards the fields below; taken before rec.mu
+	t     *term      // nil once the PTY is done
+	off   int64      // offset of the next byte the model takes
+	stale bool       // fell out of the ring; waits for a pause or a snapshot
+}
+
+func newScreen(cols, rows, scrollback int) *screen {
+	return &screen{
+		scrollback: scrollback,
+		wake:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		t:          newTerm(cols, rows, scrollback),
+	}
+}
+
+// feed is the screen model's feeder goroutine: it catches the model up
+// with the ring whenever the drain wakes it, until the PTY is finished,
+// taking at most feedShare of a CPU. It lets go of m.mu after every chunk,
+// so a snapshot never waits for more than one.
+func (b *Backend) feed(rec *ptyRec) {
+	defer b.wg.Done()
+	m := rec.screen
+	quiet := time.NewTimer(time.Hour)
+	quiet.Stop()
+	defer quiet.Stop()
+	pause := time.NewTimer(time.Hour)
+	pause.Stop()
+	defer pause.Stop()
+	for {
+		rebuild := false
+		select {
+		case <-m.wake:
+		case <-quiet.C:
+			rebuild = true
+		case <-m.stop:
+			return
+		}
+		target := int64(-1)
+		for {
+			t0 := time.Now()
+			m.mu.Lock()
+			more := rec.step(rebuild, false, &target)
+			stale := m.stale
+			m.mu.Unlock()
+			if stale {
+				// Each wake during a flood moves the rebuild later.
+				quiet.Reset(quietPeriod)
+			}
+			if !more {
+				break
+			}
+			pause.Reset(time.Duration(float64(time.Since(t0)) * (1/feedShare - 1)))
+			select {
+			case <-pause.C:
+			case <-m.stop:
+				return
+			}
+		}
+	}
+}
+
+// catchUp feeds the model what it has not seen up to the ring's end, see
+// step; m.mu is held.
+func (rec *ptyRec) catchUp(rebuild, bounded bool) {
+	target := int64(-1)
+	for rec.step(rebuild, bounded, &target) {
+	}
+}
+
+// step feeds the model one chunk of what it has not seen, up to *target
+// (set to the ring's end on the first step, so that it does not chase
+// output that keeps coming), and reports whether there is more to do. A
+// model that fell out of the ring, is stale, or (bounded, for a snapshot)
+// lags by more than the ring's tail (see maxCatchUp), is rebuilt from
+// that tail when rebuild is set, else marked stale: the bytes before the
+// tail are lost to it, modes and the alternate screen included. m.mu is
+// held.
+func (rec *ptyRec) step(rebuild, bounded bool, target *int64) bool {
+	m := rec.screen
+	if m.t == nil || m.stale && !rebuild {
+		return false
+	}
+	rec.mu.Lock()
+	start, end := rec.ring.StartOffset(), rec.ring.EndOffset()
+	if *target < 0 {
+		*target = end
+	}
+	tail := int64(-1)
+	if bounded && *target-m.off > 0 {
+		tail = rec.ring.LineStart(m.scrollback+rec.sizeLocked(end).rows, maxCatchUp)
+	}
+	if m.off < start || m.stale || m.off < tail {
+		if !rebuild {
+			rec.mu.Unlock()
+			m.stale = true
+			return false
+		}
+		from := rec.ring.LineStart(m.scrollback+rec.sizeLocked(end).rows, maxCatchUp)
+		size := rec.sizeLocked(from)
+		rec.mu.Unlock()
+		rec.log.Debug().Int64("model", m.off).Int64("from", from).Int64("to", end).Msg("pty screen model rebuilt from the ring")
+		m.t = newTerm(size.cols, size.rows, m.scrollback)
+		m.off, m.stale = from, false
+		m.rebuilds.Add(1)
+		return true
+	}
+	if m.off >= *target {
+		rec.mu.Unlock()
+		return false
+	}
+	size := rec.sizeLocked(m.off)
+	n := min(*target-m.off, feedChunk)
+	if next, ok := rec.nextSizeLocked(m.off); ok && next < m.off+n {
+		n = next - m.off
+	}
+	data, _, _ := rec.ring.ReadN(m.off, int(n))
+	rec.mu.Unlock()
+
+	m.t.resize(size.cols, size.rows)
+	m.t.write(data)
+	m.off += int64(len(data))
+	return m.off < *target
+}
+
+// snapshot catches the model up with the ring's end, rebuilding it if it
+// fell out of the ring, and returns its snapshot, the offset it stands at
+// and its size.
+func (rec *ptyRec) snapshot() (data []byte, off int64, cols, rows int) {
+	m := rec.screen
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec.catchUp(true, true)
+	if m.t == nil {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		size := rec.sizeLocked(rec.ring.EndOffset())
+		return nil, rec.ring.EndOffset(), size.cols, size.rows
+	}
+	// A size change recorded at the model's offset applies before the
+	// next byte, and to the snapshot too.
+	rec.mu.Lock()
+	size := rec.sizeLocked(m.off)
+	rec.mu.Unlock()
+	m.t.resize(size.cols, size.rows)
+	return m.t.snapshot(nil), m.off, m.t.emu.Width(), m.t.emu.Height()
+}
+
+// close stops the feeder and drops the model: the PTY is done.
+func (m *screen) close() {
+	close(m.stop)
+	m.mu.Lock()
+	m.t = nil
+	m.mu.Unlock()
+}
+
+// sizeLocked is the terminal size the bytes at off were written for;
+// rec.mu is held.
+func (rec *ptyRec) sizeLocked(off int64) sizeAt {
+	s := rec.sizes[0]
+	for _, e := range rec.sizes[1:] {
+		if e.offset > off {
+			break
+		}
+		s = e
+	}
+	return s
+}
+
+// nextSizeLocked is the offset of the first size change after off;
+// rec.mu is held.
+func (rec *ptyRec) nextSizeLocked(off int64) (int64, bool) {
+	for _, e := range rec.sizes {
+		if e.offset > off {
+			return e.offset, true
+		}
+	}
+	return 0, false
+}
+
+// resizedLocked records a size change at the ring's end and forgets the
+// changes the ring no longer needs; rec.mu is held.
+func (rec *ptyRec) resizedLocked(cols, rows int) {
+	rec.cols, rec.rows = cols, rows
+	end, start := rec.ring.EndOffset(), rec.ring.StartOffset()
+	keep := 0 // the last change at or before start stays: it sizes a rebuild
+	for i, e := range rec.sizes {
+		if e.offset <= start {
+			keep = i
+		}
+	}
+	rec.sizes = append(rec.sizes[keep:], sizeAt{end, cols, rows})
+}
