@@ -41,10 +41,11 @@ var defaultArgv = sh("exec cat")
 // The checks:
 //
 //   - Replay: the first attach spawns (reason initial, reset); attaches
-//     with cursors replay exactly [offset, end) (resume) or the whole ring
-//     with reset and the reason: epoch_mismatch, offset_ahead,
-//     invalid_cursor (negative offset, empty epoch), offset_rolled_out
-//     (ring of 64 bytes); the ring never holds more than Buffer bytes.
+//     with cursors replay exactly [offset, end) (resume) or, with reset
+//     and the reason — epoch_mismatch, offset_ahead, invalid_cursor
+//     (negative offset, empty epoch), offset_rolled_out (ring of 64
+//     bytes) — a snapshot that shows what the ring holds; a resume
+//     never replays more than Buffer bytes.
 //   - ExactlyOnce: a client that keeps the bytes of its attach's replay
 //     and of the stream from ReplayEnd on, detaches, and reattaches with
 //     its offset and epoch while another writer came and went, has every
@@ -52,8 +53,19 @@ var defaultArgv = sh("exec cat")
 //   - Supersede: a second writer's attach returns the first as
 //     Superseded; the first's Write, Resize and Detach fail with
 //     contract.ErrStaleTransport and change nothing.
-//   - View: a view attach never supersedes, writes or resizes, and a
-//     view attach of a new token spawns a PTY without a writer.
+//   - View: a view attach never supersedes, writes or resizes; a view
+//     attach of a token with no PTY fails with
+//     contract.ErrNoSuchTerminal and spawns nothing; the writer's own
+//     view attach turns it into a viewer.
+//   - Snapshot: every reset attach (initial, epoch_mismatch,
+//     offset_ahead, invalid_cursor) answers a snapshot: Snapshot set,
+//     StartOffset = ReplayEnd at or past the output seen before the
+//     attach, SnapshotBytes its length, Cols×Rows the PTY's size (also
+//     after a Resize), showing the text and title printed and bracketed
+//     paste mode, and holding no terminal query (wire/vtquery finds
+//     none) although the program asked many; live output follows from
+//     ReplayEnd on; an attach with a valid cursor still gets the raw
+//     bytes.
 //   - Exit: every byte, then Output{Exited} with the exit code at the
 //     end offset; then the PTY is not listed, its process is gone, and
 //     its token spawns a new PTY with a new epoch.

@@ -29,6 +29,11 @@ var broken = map[string]func(inner contract.Backend) contract.Backend{
 	"view-writes": func(inner contract.Backend) contract.Backend { return &viewWrites{inner} },
 	// The cursor is ignored: every attach replays the whole ring.
 	"no-resume": func(inner contract.Backend) contract.Backend { return &noResume{inner} },
+	// A reset attach gets the raw ring, queries and all, as before
+	// snapshots.
+	"raw-reset": func(inner contract.Backend) contract.Backend { return &rawReset{inner} },
+	// A view attach of an unknown token spawns a PTY.
+	"view-spawns": func(inner contract.Backend) contract.Backend { return &viewSpawns{inner} },
 }
 
 // TestBrokenHelper is not a test: TestKitFailsBrokenBackends runs it in a
@@ -57,7 +62,9 @@ func TestKitFailsBrokenBackends(t *testing.T) {
 		{Name: "none"},
 		{Name: "no-cas", WantFail: []string{"Supersede"}},
 		{Name: "view-writes", WantFail: []string{"View", "TTL"}},
-		{Name: "no-resume", WantFail: []string{"Replay", "ExactlyOnce"}},
+		{Name: "no-resume", WantFail: []string{"Replay", "ExactlyOnce", "Snapshot"}},
+		{Name: "raw-reset", WantFail: []string{"Replay", "Snapshot"}},
+		{Name: "view-spawns", WantFail: []string{"View"}},
 	})
 }
 
@@ -112,4 +119,48 @@ type noResume struct{ contract.Backend }
 func (n *noResume) Attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
 	req.HasCursor, req.Offset, req.Epoch = false, 0, ""
 	return n.Backend.Attach(ctx, req)
+}
+
+// rawReset answers a reset attach with the raw bytes of the ring.
+type rawReset struct{ contract.Backend }
+
+func (r *rawReset) Attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	req.OnHeader, req.OnReplay = nil, nil
+	resp, err := r.Backend.Attach(ctx, req)
+	if err != nil || !resp.Reset {
+		return resp, err
+	}
+	infos, err := r.List(ctx)
+	if err != nil {
+		return resp, err
+	}
+	for _, info := range infos {
+		if info.Token != req.Token {
+			continue
+		}
+		raw, err := r.Backend.Attach(ctx, contract.AttachRequest{Token: req.Token, Viewer: req.Viewer, View: req.View,
+			HasCursor: true, Epoch: resp.Epoch, Offset: info.StartOffset})
+		if err != nil {
+			return resp, err
+		}
+		raw.Reset, raw.Reason, raw.StartOffset = true, resp.Reason, info.StartOffset
+		raw.Spawned, raw.Superseded = resp.Spawned, resp.Superseded
+		return raw, nil
+	}
+	return resp, nil
+}
+
+// viewSpawns turns a view attach of an unknown token into a spawn.
+type viewSpawns struct{ contract.Backend }
+
+func (v *viewSpawns) Attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	resp, err := v.Backend.Attach(ctx, req)
+	if errors.Is(err, contract.ErrNoSuchTerminal) {
+		req.View = false
+		if resp, err = v.Backend.Attach(ctx, req); err == nil {
+			req.View = true
+			return v.Backend.Attach(ctx, req)
+		}
+	}
+	return resp, err
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire/vtquery"
 )
 
 // checks are Run's subtests, in order.
@@ -22,6 +23,7 @@ var checks = []check{
 	{"ExactlyOnce", checkExactlyOnce},
 	{"Supersede", checkSupersede},
 	{"View", checkView},
+	{"Snapshot", checkSnapshot},
 	{"Exit", checkExit},
 	{"Close", checkClose},
 	{"TTL", checkTTL},
@@ -40,9 +42,12 @@ func checkReplay(t *testing.T, nb newBackendFunc) {
 
 	hello := h.attach(t, contract.AttachRequest{Token: h.token("hello"), Viewer: h.viewer(),
 		Argv: sh("printf hello; exec sleep 60")})
-	if !hello.Spawned || hello.Reason != contract.ReasonInitial || !hello.Reset || !hello.Superseded.IsZero() || hello.StartOffset != 0 {
-		t.Errorf("first attach: got spawned=%v reason=%q reset=%v superseded=%v start=%d, want true %q true none 0",
-			hello.Spawned, hello.Reason, hello.Reset, hello.Superseded, hello.StartOffset, contract.ReasonInitial)
+	// Its snapshot stands where the screen model is: at 0, or past what
+	// the child printed meanwhile.
+	if !hello.Spawned || hello.Reason != contract.ReasonInitial || !hello.Reset || !hello.Superseded.IsZero() ||
+		hello.StartOffset != hello.ReplayEnd || hello.ReplayEnd < 0 || hello.ReplayEnd > 5 {
+		t.Errorf("first attach: got spawned=%v reason=%q reset=%v superseded=%v window [%d, %d), want true %q true none, a snapshot in [0, 5]",
+			hello.Spawned, hello.Reason, hello.Reset, hello.Superseded, hello.StartOffset, hello.ReplayEnd, contract.ReasonInitial)
 	}
 	if hello.Pid <= 0 {
 		t.Errorf("first attach: got Pid %d, want the child's", hello.Pid)
@@ -72,7 +77,7 @@ func checkReplay(t *testing.T, nb newBackendFunc) {
 		cursor     bool
 		offset     int64
 		wantReason string
-		wantFrom   int64 // replay [from, end); -1: the window's start
+		wantFrom   int64 // a resume's replay is [from, end)
 		wantEnd    int64
 	}{
 		{"initial", "hello", "", false, 0, contract.ReasonInitial, 0, 5},
@@ -102,21 +107,29 @@ func checkReplay(t *testing.T, nb newBackendFunc) {
 			if r.ReplayEnd != tt.wantEnd {
 				t.Errorf("ReplayEnd: got %d, want %d", r.ReplayEnd, tt.wantEnd)
 			}
-			if n := r.ReplayEnd - r.StartOffset; n > buffer || r.StartOffset < 0 {
-				t.Errorf("window: got [%d, %d), want at most the %d bytes of the ring", r.StartOffset, r.ReplayEnd, buffer)
-			}
-			from := tt.wantFrom
-			if from < 0 {
-				from = r.StartOffset
-				if from <= tt.offset {
-					t.Errorf("window: got start %d, want the cursor %d rolled out", r.StartOffset, tt.offset)
-				}
-			}
 			content := "hello"
 			if tt.token == "long" {
 				content = zeros
 			}
-			if want := content[min(from, int64(len(content))):tt.wantEnd]; string(r.Replay) != want {
+			if r.Reset {
+				// A snapshot of the screen at the end, which shows the
+				// content (of the ring at least).
+				if !r.Snapshot || r.StartOffset != r.ReplayEnd || r.SnapshotBytes != int64(len(r.Replay)) {
+					t.Errorf("reset attach: got snapshot=%v [%d, %d) with %d bytes (%d said), want a snapshot at one offset",
+						r.Snapshot, r.StartOffset, r.ReplayEnd, len(r.Replay), r.SnapshotBytes)
+				}
+				if want := content[len(content)-min(len(content), buffer):]; !bytes.Contains(r.Replay, []byte(want)) {
+					t.Errorf("snapshot %q: want it to show %q", r.Replay, want)
+				}
+				return
+			}
+			if n := r.ReplayEnd - r.StartOffset; n > buffer || r.StartOffset < 0 {
+				t.Errorf("window: got [%d, %d), want at most the %d bytes of the ring", r.StartOffset, r.ReplayEnd, buffer)
+			}
+			if r.Snapshot {
+				t.Error("resume: got a snapshot, want the raw bytes")
+			}
+			if want := content[tt.wantFrom:tt.wantEnd]; string(r.Replay) != want {
 				t.Errorf("replay: got %q, want %q", r.Replay, want)
 			}
 		})
@@ -130,7 +143,12 @@ type follower struct {
 	at  int64 // offset of the next byte it expects
 }
 
+// follow starts a follower at an attach: a snapshot holds no output
+// bytes, the follower has the stream's from ReplayEnd on.
 func follow(r contract.AttachResponse) *follower {
+	if r.Snapshot {
+		return &follower{at: r.ReplayEnd}
+	}
 	return &follower{got: bytes.Clone(r.Replay), at: r.ReplayEnd}
 }
 
@@ -200,8 +218,8 @@ func checkExactlyOnce(t *testing.T, nb newBackendFunc) {
 	first.take(t, s, end)
 	view.take(t, s, end)
 	all := s.bytes(t, 0, end)
-	if !bytes.Equal(first.got, all) {
-		t.Errorf("writer that detached and reattached: got %q, want every byte once: %q", first.got, all)
+	if !bytes.Equal(first.got, all[r1.ReplayEnd:]) {
+		t.Errorf("writer that detached and reattached: got %q, want every byte from %d once: %q", first.got, r1.ReplayEnd, all[r1.ReplayEnd:])
 	}
 	if !bytes.Equal(view.got, all[viewFrom:]) {
 		t.Errorf("viewer: got %q, want every byte from %d once: %q", view.got, viewFrom, all[viewFrom:])
@@ -274,16 +292,23 @@ func checkView(t *testing.T, nb newBackendFunc) {
 	}
 	wantErr(t, "second Detach of the viewer", h.b.Detach(ctx, tok, watcher), contract.ErrStaleTransport)
 
-	// A view attach of a new token spawns a PTY nobody writes to.
+	// A view attach of a token with no PTY spawns nothing, with a cursor
+	// or without.
 	only := h.token("viewonly")
-	if r := h.attach(t, contract.AttachRequest{Token: only, Viewer: watcher, View: true}); !r.Spawned || !r.Superseded.IsZero() {
-		t.Errorf("view attach of a new token: got spawned=%v superseded %v, want true none", r.Spawned, r.Superseded)
+	for _, cursor := range []bool{false, true} {
+		_, err := h.b.Attach(ctx, contract.AttachRequest{Token: only, Viewer: watcher, View: true, HasCursor: cursor, Epoch: "0123456789abcdef"})
+		wantErr(t, fmt.Sprintf("view attach of a token with no PTY (cursor %v)", cursor), err, contract.ErrNoSuchTerminal)
 	}
-	if info, _ := h.listed(t, only); !info.Writer.IsZero() || info.Viewers != 1 {
-		t.Errorf("view-only PTY: got writer %v viewers %d, want none 1", info.Writer, info.Viewers)
+	if _, ok := h.listed(t, only); ok {
+		t.Error("a view attach spawned a PTY")
 	}
-	if r := h.attach(t, contract.AttachRequest{Token: only, Viewer: h.viewer()}); !r.Superseded.IsZero() {
-		t.Errorf("a writer after a viewer: got Superseded %v, want none", r.Superseded)
+	// The writer's PTY turned over to a viewer: the writer's own view
+	// attach makes it one, and the PTY stays.
+	if r := h.attach(t, contract.AttachRequest{Token: tok, Viewer: writer, View: true}); r.Spawned || !r.Superseded.IsZero() {
+		t.Errorf("the writer's view attach: got spawned=%v superseded %v, want neither", r.Spawned, r.Superseded)
+	}
+	if info, _ := h.listed(t, tok); !info.Writer.IsZero() || info.Viewers != 1 {
+		t.Errorf("after the writer's view attach: got writer %v viewers %d, want none 1", info.Writer, info.Viewers)
 	}
 }
 
@@ -364,8 +389,10 @@ func checkTTL(t *testing.T, nb newBackendFunc) {
 	h := start(t, nb, contract.BackendConfig{Argv: sh("exec sleep 60"), TTL: ttl})
 	w1, w2 := h.viewer(), h.viewer()
 
+	watcher := h.viewer()
+	watched := h.attach(t, contract.AttachRequest{Token: h.token("watched"), Viewer: watcher})
 	watchedAt := time.Now()
-	watched := h.attach(t, contract.AttachRequest{Token: h.token("watched"), Viewer: h.viewer(), View: true})
+	h.attach(t, contract.AttachRequest{Token: h.token("watched"), Viewer: watcher, View: true}) // the writer turns viewer
 	attached := h.attach(t, contract.AttachRequest{Token: h.token("attached"), Viewer: w2})
 	detached := h.attach(t, contract.AttachRequest{Token: h.token("detached"), Viewer: w1})
 	detachedAt := time.Now()
@@ -543,5 +570,105 @@ func checkInvalidRequests(t *testing.T, nb newBackendFunc) {
 	wantErr(t, "Close of an unknown token", h.b.Close(ctx, unknown), contract.ErrNotFound)
 	if infos, err := h.b.List(ctx); err != nil || len(infos) != 0 {
 		t.Errorf("List: got %d PTYs (error %v), want none", len(infos), err)
+	}
+}
+
+// snapshotScript asks the terminal every kind of question, then prints in
+// colour, sets a title and input modes, and echoes its input.
+const snapshotScript = `printf '\033[c\033[>c\033[6n\033[5n\033]10;?\007\033]11;?\033\\\033[?2004$p\033[>q\033P$qm\033\\\033[?u\033[18t'
+printf '\033[1;31mRED\033[m plain \033]2;kit-title\007\033[?2004h\033[?1h SNAPMARK\n'
+exec cat`
+
+// bracketedPaste matches a DECSET that turns on bracketed paste mode.
+var bracketedPaste = regexp.MustCompile(`\x1b\[\?(?:[0-9]+;)*2004(?:;[0-9]+)*h`)
+
+func checkSnapshot(t *testing.T, nb newBackendFunc) {
+	ctx := context.Background()
+	h := start(t, nb, contract.BackendConfig{})
+	tok, w := h.token("snap"), h.viewer()
+
+	first := h.attach(t, contract.AttachRequest{Token: tok, Viewer: w, Cols: 100, Rows: 30, Argv: sh(snapshotScript)})
+	wantSnapshot(t, "the spawning attach", first, 100, 30)
+	seen := h.out.waitOutput(t, first.Epoch, "SNAPMARK\r\n").end()
+
+	snap := h.attach(t, contract.AttachRequest{Token: tok, Viewer: h.viewer(), View: true})
+	wantSnapshot(t, "a view attach without a cursor", snap, 100, 30)
+	if snap.ReplayEnd < seen {
+		t.Errorf("snapshot at offset %d, want it at %d or later: the output before the attach is in it", snap.ReplayEnd, seen)
+	}
+	for _, want := range []string{"RED", "plain", "SNAPMARK", "kit-title"} {
+		if !bytes.Contains(snap.Replay, []byte(want)) {
+			t.Errorf("snapshot %q: want it to show %q", snap.Replay, want)
+		}
+	}
+	if !bracketedPaste.Match(snap.Replay) {
+		t.Errorf("snapshot %q: want bracketed paste mode (?2004h) restored", snap.Replay)
+	}
+
+	// Live output after the snapshot is every byte from ReplayEnd on.
+	fol := follow(snap)
+	h.write(t, tok, w, "after\n")
+	s := h.out.waitOutput(t, first.Epoch, "after\r\nafter\r\n")
+	fol.take(t, s, s.end())
+	if !bytes.Contains(fol.got, []byte("after\r\nafter\r\n")) {
+		t.Errorf("output after the snapshot: got %q, want the echo of the input", fol.got)
+	}
+
+	// A valid cursor still gets the raw bytes.
+	resume := h.attach(t, contract.AttachRequest{Token: tok, Viewer: h.viewer(), View: true, HasCursor: true, Epoch: snap.Epoch, Offset: snap.ReplayEnd})
+	if resume.Reset || resume.Snapshot || resume.Reason != contract.ReasonResume {
+		t.Errorf("attach with a valid cursor: got reset=%v snapshot=%v reason %q, want the raw bytes (%q)", resume.Reset, resume.Snapshot, resume.Reason, contract.ReasonResume)
+	} else if want := s.bytes(t, snap.ReplayEnd, resume.ReplayEnd); !bytes.Equal(resume.Replay, want) {
+		t.Errorf("resume from %d: got %q, want the raw bytes %q", snap.ReplayEnd, resume.Replay, want)
+	}
+
+	// Every reset reason gets a snapshot, of the size the PTY has now.
+	if err := h.b.Resize(ctx, tok, w, 120, 40); err != nil {
+		t.Fatalf("Resize: got error %v, want nil", err)
+	}
+	h.write(t, tok, w, "resized\n")
+	end := h.out.waitOutput(t, first.Epoch, "resized\r\nresized\r\n").end()
+	for _, c := range []struct {
+		name   string
+		req    contract.AttachRequest
+		reason string
+	}{
+		{"epoch mismatch", contract.AttachRequest{HasCursor: true, Epoch: "0123456789abcdef", Offset: 1}, contract.ReasonEpochMismatch},
+		{"offset ahead", contract.AttachRequest{HasCursor: true, Epoch: snap.Epoch, Offset: end + 1000}, contract.ReasonOffsetAhead},
+		{"invalid cursor", contract.AttachRequest{HasCursor: true, Epoch: snap.Epoch, Offset: -5}, contract.ReasonInvalidCursor},
+		{"initial", contract.AttachRequest{}, contract.ReasonInitial},
+	} {
+		c.req.Token, c.req.Viewer, c.req.View = tok, h.viewer(), true
+		r := h.attach(t, c.req)
+		if r.Reason != c.reason {
+			t.Errorf("%s: got reason %q, want %q", c.name, r.Reason, c.reason)
+		}
+		wantSnapshot(t, c.name, r, 120, 40)
+		if r.ReplayEnd < end || !bytes.Contains(r.Replay, []byte("resized")) {
+			t.Errorf("%s: snapshot at %d %q, want it at %d or later, showing %q", c.name, r.ReplayEnd, r.Replay, end, "resized")
+		}
+	}
+}
+
+// wantSnapshot checks the fields of a reset attach's snapshot, and that it
+// holds no terminal query.
+func wantSnapshot(t *testing.T, what string, r contract.AttachResponse, cols, rows int) {
+	t.Helper()
+	if !r.Reset || !r.Snapshot {
+		t.Errorf("%s: got reset=%v snapshot=%v, want a snapshot", what, r.Reset, r.Snapshot)
+		return
+	}
+	if r.StartOffset != r.ReplayEnd || r.ReplayEnd < 0 {
+		t.Errorf("%s: snapshot window [%d, %d), want StartOffset = ReplayEnd", what, r.StartOffset, r.ReplayEnd)
+	}
+	if r.SnapshotBytes != int64(len(r.Replay)) {
+		t.Errorf("%s: SnapshotBytes %d, want the %d bytes of the snapshot", what, r.SnapshotBytes, len(r.Replay))
+	}
+	if r.Cols != cols || r.Rows != rows {
+		t.Errorf("%s: snapshot of %dx%d, want %dx%d", what, r.Cols, r.Rows, cols, rows)
+	}
+	f := vtquery.New()
+	if out := f.Flush(f.Append(nil, r.Replay)); f.Dropped() != 0 || !bytes.Equal(out, r.Replay) {
+		t.Errorf("%s: snapshot %q holds %d terminal queries, want none", what, r.Replay, f.Dropped())
 	}
 }
