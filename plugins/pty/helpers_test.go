@@ -32,7 +32,17 @@ func testLogger(t testing.TB) zerolog.Logger {
 // down.
 func newBackend(t testing.TB, cfg contract.BackendConfig) (*Backend, *collector) {
 	t.Helper()
+	return newBackendWith(t, cfg, nil)
+}
+
+// newBackendWith is newBackend with setup called on the Backend first
+// (to set test hooks).
+func newBackendWith(t testing.TB, cfg contract.BackendConfig, setup func(*Backend)) (*Backend, *collector) {
+	t.Helper()
 	b := New(testLogger(t))
+	if setup != nil {
+		setup(b)
+	}
 	if _, err := b.Start(context.Background(), cfg); err != nil {
 		t.Fatalf("Start: got error %v, want nil", err)
 	}

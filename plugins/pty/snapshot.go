@@ -145,8 +145,10 @@ func appendCells(b []byte, pen *uv.Style, link *uv.Link, width int, cell func(x 
 		if c == nil {
 			c = &uv.EmptyCell
 		}
-		if d := uv.StyleDiff(pen, &c.Style); d != "" {
-			b = append(b, d...)
+		if c.Style != *pen { // cheap test first: most cells share their neighbour's style
+			if d := uv.StyleDiff(pen, &c.Style); d != "" {
+				b = append(b, d...)
+			}
 			*pen = c.Style
 		}
 		if c.Link != *link {

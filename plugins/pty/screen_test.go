@@ -1,0 +1,107 @@
+package pty
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire/vtquery"
+)
+
+// noQueries fails t if p holds a terminal query.
+func noQueries(t *testing.T, what string, p []byte) {
+	t.Helper()
+	f := vtquery.New()
+	if f.Flush(f.Append(nil, p)); f.Dropped() != 0 {
+		t.Errorf("%s %q holds %d terminal queries, want none", what, p, f.Dropped())
+	}
+}
+
+// TestTermQueries: the emulator takes every query without waiting for
+// anyone to read its answer, and a snapshot holds none of them.
+func TestTermQueries(t *testing.T) {
+	tm := newTerm(80, 24, 100)
+	tm.write([]byte("\x1b[c\x1b[>c\x1b[6n\x1b[5n\x1b]10;?\a\x1b]11;?\x1b\\\x1b[?2004$p\x1b[>q\x1bP$qm\x1b\\\x1b[?u\x1b[18t\x1b[?2048hdone"))
+	tm.resize(100, 30) // in-band resize reports go nowhere too
+	snap := tm.snapshot(nil)
+	if !bytes.Contains(snap, []byte("done")) {
+		t.Errorf("snapshot %q: want it to show %q", snap, "done")
+	}
+	noQueries(t, "snapshot", snap)
+}
+
+// TestSnapshotAlternateScreen: the primary screen and its scrollback come
+// first, then ?1049h and the alternate screen, then the modes, title,
+// cursor.
+func TestSnapshotAlternateScreen(t *testing.T) {
+	tm := newTerm(40, 5, 100)
+	for i := range 8 {
+		tm.write([]byte("primary " + strings.Repeat("x", i) + "\r\n"))
+	}
+	tm.write([]byte("$ vim\x1b[?1049h\x1b[H\x1b[2Jalt text\x1b[?2004h\x1b[?1000h\x1b[?1006h\x1b[?1h\x1b=\x1b]2;vim\a\x1b[?25l\x1b[3;7H"))
+	if !tm.emu.IsAltScreen() {
+		t.Fatal("the emulator is not on the alternate screen")
+	}
+	snap := string(tm.snapshot(nil))
+	alt := strings.Index(snap, "\x1b[?1049h")
+	if alt < 0 || !strings.Contains(snap[:alt], "primary xxxxxxx") || !strings.Contains(snap[:alt], "$ vim") ||
+		!strings.Contains(snap[alt:], "alt text") {
+		t.Fatalf("snapshot %q: want the primary screen and scrollback, then ?1049h and the alternate screen", snap)
+	}
+	for _, want := range []string{"\x1b[?2004h", "\x1b[?1000h", "\x1b[?1006h", "\x1b[?1h", "\x1b=", "\x1b]2;vim\a", "\x1b[?25l", "\x1b[3;7H"} {
+		if !strings.Contains(snap[alt:], want) {
+			t.Errorf("snapshot %q: want %q after the alternate screen", snap, want)
+		}
+	}
+	if !strings.HasSuffix(snap, "\x1b[3;7H") {
+		t.Errorf("snapshot %q: want the cursor position last", snap)
+	}
+	noQueries(t, "snapshot", []byte(snap))
+}
+
+func TestCleanTitle(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":               "plain",
+		"a\x1b[cb":            "a[cb",
+		"bell\ahere":          "bellhere",
+		"c1 \u009b6n end":     "c1 6n end",
+		"日本 ✓":                "日本 ✓",
+		"tab\tnew\nline\rret": "tabnewlineret",
+	} {
+		if got := cleanTitle(in); got != want {
+			t.Errorf("cleanTitle(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestScreenRebuilt: a model that fell further behind than the ring
+// holds is rebuilt from the ring's tail for the snapshot, which counts in
+// PTYInfo.ScreenRebuilds; a model that kept up is not.
+func TestScreenRebuilt(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		noFeed bool
+		want   int64
+	}{{"fed", false, 0}, {"left behind", true, 1}} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, out := newBackendWith(t, contract.BackendConfig{Buffer: 4 << 10, Scrollback: 10}, func(b *Backend) { b.testNoFeed = tt.noFeed })
+			r := attach(t, b, contract.AttachRequest{Token: token("behind"), Viewer: viewer(1),
+				Argv: sh("i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done; echo LAST; exec sleep 30")})
+			out.waitOutput(t, r.Epoch, "LAST\r\n")
+			snap := attach(t, b, contract.AttachRequest{Token: token("behind"), Viewer: viewer(2), View: true})
+			if !snap.Snapshot || !bytes.Contains(snap.Replay, []byte("line1999\r\nLAST")) {
+				t.Errorf("snapshot %q: want it to end with the last lines", snap.Replay)
+			}
+			info, _ := listed(t, b, token("behind"))
+			if tt.noFeed && info.ScreenRebuilds != tt.want || !tt.noFeed && info.ScreenRebuilds > 1 {
+				t.Errorf("ScreenRebuilds: got %d, want %d", info.ScreenRebuilds, tt.want)
+			}
+			if err := b.Close(context.Background(), token("behind")); err != nil {
+				t.Fatal(err)
+			}
+			out.waitExit(t, r.Epoch)
+		})
+	}
+}
