@@ -24,13 +24,52 @@
 // Every byte the PTY outputs has an absolute offset from its start; the
 // ring keeps the last BackendConfig.Buffer bytes, [start, end). An attach
 // with a cursor (epoch, offset) that lies in the window replays
-// [offset, end) ("resume"); otherwise it replays the whole window with
-// Reset set and the reason why. ReplayEnd is end at the moment of the
+// [offset, end) ("resume"), with ReplayEnd the end at the moment of the
 // attach, taken under the PTY's lock that the drain appends under, so
 // every byte at or past ReplayEnd reaches the Output stream after the
 // attach: a host that buffers a viewer's live output from the moment it
 // calls Attach and drops what lies before ReplayEnd sends each byte once.
+// Any other attach is Reset, with the reason why, and gets a snapshot of
+// the screen model instead (below): StartOffset = ReplayEnd = the model's
+// offset, at or past that end, so the same host logic holds.
 //
+// # Screen model
+//
+// Each PTY has a terminal emulator, github.com/charmbracelet/x/vt, fed
+// with its output by a feeder goroutine off the drain's path: the drain
+// appends to the ring and wakes the feeder, which copies from the ring
+// what the model has not seen (16 KiB at a time) and feeds it, taking at
+// most a fifth of a CPU, so the model may lag. A snapshot catches it up
+// with the ring's end first. A model that fell further behind than the
+// ring's start (a flood of output) stops until the output pauses for
+// 50 ms or a snapshot asks, and is then rebuilt from the ring's tail — the
+// last lines enough for a screen and its scrollback, at most 256 KiB —
+// which loses what came before (modes, the alternate screen) and counts in
+// PTYInfo.ScreenRebuilds. A snapshot never feeds more than that tail
+// either: it rebuilds instead. Terminal sizes are recorded at the ring
+// offset of each Resize, so the model resizes where the output did.
+//
+// The snapshot (snapshot.go) is text with SGR colours and attributes and
+// hyperlinks, line by line: the scrollback (up to BackendConfig.Scrollback
+// lines, default 1000), the primary screen, and when it is shown the
+// alternate screen after ?1049h; then the scroll region, the input modes
+// (DECCKM, DECKPAM, autowrap, insert, newline, mouse reporting 9, 1000,
+// 1002, 1003 with encodings 1005, 1006, 1015, focus events 1004,
+// bracketed paste 2004), the title (control characters removed), the
+// cursor's style, pen, visibility and position. It holds no query.
+//
+// Why x/vt, with figures against xterm.js, and what it gets wrong (and the
+// glue in vt.go fixes): docs/TERMINAL.md. In short: of the Go emulators on
+// the module proxy only x/vt keeps scrollback, wide characters, 24-bit
+// colour and the input modes. Against xterm.js it matched 12 of 23
+// evaluation streams cell for cell as it comes and 16 with the glue, and
+// every stream of the fidelity test (testing/termfidelity);
+// hinshun/vt10x matched 14, having no scrollback at all, no wide
+// characters, and bold turning colours bright. x/vt is slow — 1.8 MB/s of
+// scrolling coloured lines at 80x24, 0.5 MB/s at 200x60, 7 MB/s of
+// full-screen redraws (vt10x: 6-8 MB/s) — hence the feeder's lag and
+// rebuilds; PTY throughput with the model on stays at 0.94x or more of the
+// model off.
 // # Writer and viewers
 //
 // A non-view attach makes its viewer the one writer and returns the
@@ -78,8 +117,11 @@
 // # Goroutines and cost
 //
 // Per PTY: one drain goroutine (parked in the runtime poller: the master
-// is switched to non-blocking mode) and one exit waiter (blocked in
-// waitid(2), so it holds an OS thread). Per backend: the reaper and,
+// is switched to non-blocking mode), one exit waiter (blocked in
+// waitid(2), so it holds an OS thread) and the screen model's feeder. The
+// model costs memory: up to Scrollback lines of cells (about 110 bytes a
+// cell: 9 MB for 1,000 full lines of 80 columns, less for real output,
+// whose lines are stored trimmed). Per backend: the reaper and,
 // while Output runs, the caller's goroutine. Shutdown kills every PTY and
 // waits for all of them.
 //
@@ -87,7 +129,9 @@
 //
 // Lock order: Backend.mu (registry, configuration, stream registration)
 // before ptyRec.mu (ring, writer, viewers, detach time, exit state, the
-// stream's cursor). The drain takes only ptyRec.mu, and waits for room on
+// stream's cursor, the size log); screen.mu (the emulator) before
+// ptyRec.mu and never under Backend.mu — the feeder and a snapshot hold it
+// while they emulate, taking ptyRec.mu only to copy from the ring. The drain takes only ptyRec.mu, and waits for room on
 // ptyRec.room, a condition on it that the stream broadcasts after each
 // batch its sink took and when it ends. No lock is held across a read or write of a
 // master, a wait for a child, a channel send that can block or a call to
