@@ -288,8 +288,12 @@ func (h *harness) attach(t *testing.T, req contract.AttachRequest) contract.Atta
 			t.Errorf("Attach(%s): streamed, yet the response or header holds %d+%d replay bytes", req.Token, len(resp.Replay), len(header.Replay))
 		}
 		if h := *header; h.Epoch != resp.Epoch || h.StartOffset != resp.StartOffset || h.ReplayEnd != resp.ReplayEnd ||
-			h.Reset != resp.Reset || h.Reason != resp.Reason || h.Superseded != resp.Superseded || h.Pid != resp.Pid {
+			h.Reset != resp.Reset || h.Reason != resp.Reason || h.Superseded != resp.Superseded || h.Pid != resp.Pid ||
+			h.Snapshot != resp.Snapshot || h.SnapshotBytes != resp.SnapshotBytes || h.Cols != resp.Cols || h.Rows != resp.Rows {
 			t.Errorf("Attach(%s): header %+v differs from the response %+v", req.Token, h, resp)
+		}
+		if header.Snapshot && header.SnapshotBytes != int64(len(pieces)) {
+			t.Errorf("Attach(%s): header says a snapshot of %d bytes, %d streamed", req.Token, header.SnapshotBytes, len(pieces))
 		}
 		resp.Replay = pieces
 	} else if pieces != nil {
