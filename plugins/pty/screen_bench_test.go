@@ -23,13 +23,21 @@ func fullScreen(cols, rows, lines int) []byte {
 }
 
 // BenchmarkSnapshot builds the snapshot of a full screen of 80×24 and of
-// 200×60 with 1,000 lines of scrollback, every cell coloured (the worst
-// case for its size), and reports its size.
+// 200×60 with 1,000 lines of scrollback: every cell coloured, a new colour
+// every 10 columns (full), and shell output (shell), and reports its size.
 func BenchmarkSnapshot(b *testing.B) {
-	for _, size := range [][2]int{{80, 24}, {200, 60}} {
-		b.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(b *testing.B) {
-			tm := newTerm(size[0], size[1], DefaultScrollback)
-			tm.write(fullScreen(size[0], size[1], DefaultScrollback))
+	for _, tc := range []struct {
+		name       string
+		cols, rows int
+		shell      bool
+	}{{"full/80x24", 80, 24, false}, {"full/200x60", 200, 60, false}, {"shell/80x24", 80, 24, true}, {"shell/200x60", 200, 60, true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			tm := newTerm(tc.cols, tc.rows, DefaultScrollback)
+			if tc.shell {
+				tm.write(shellOutput())
+			} else {
+				tm.write(fullScreen(tc.cols, tc.rows, DefaultScrollback))
+			}
 			var snap []byte
 			for b.Loop() {
 				snap = tm.snapshot(snap[:0])
