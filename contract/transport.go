@@ -46,12 +46,14 @@ func ParseTransportID(s string) (TransportID, error) {
 
 // NewInstanceID returns a random plugin instance id (16 lower-case hex
 // characters). The host gives each plugin process it starts a new one.
-func NewInstanceID() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("contract: crypto/rand failed: %v", err))
-	}
-	return hex.EncodeToString(b[:])
+func NewInstanceID() string { return RandomHex(8) }
+
+// RandomHex returns n bytes from crypto/rand as 2n lower-case hex
+// characters: the one source of tether's random ids, epochs and tokens.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails: crypto/rand crashes the program instead
+	return hex.EncodeToString(b)
 }
 
 // EventKind says what happened to a transport connection.

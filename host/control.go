@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/host/internal/supervise"
 )
 
 // ControlSocket is the name of the host's control socket in its state dir.
@@ -76,33 +78,7 @@ type ControlResponse struct {
 }
 
 // PluginStatus describes one plugin of the running host.
-type PluginStatus struct {
-	Name string `json:"name"`
-	Kind string `json:"kind"` // transport or backend
-	// State is starting, running, restarting (died; the next attempt is
-	// due), failed (a transport that failed RestartLimit times in a row;
-	// reload it to try again) or stopped.
-	State string `json:"state"`
-	// Addr is the address a transport serves.
-	Addr string `json:"addr,omitempty"`
-	// Pid, Version and Started describe the running process (zero when
-	// none runs).
-	Pid     int       `json:"pid,omitempty"`
-	Version string    `json:"version,omitempty"`
-	Started time.Time `json:"started,omitzero"`
-	// Restarts counts the times the supervisor restarted it after it
-	// died; LastError is why it last died or failed to start.
-	Restarts  int    `json:"restarts"`
-	LastError string `json:"last_error,omitempty"`
-	// Connections is the sockets it carries (transport) or the sockets
-	// attached to its PTYs (backend).
-	Connections int `json:"connections"`
-	// PTYs is the backend's live PTYs; Reattached says the host
-	// reattached to it (it was started by an earlier host).
-	PTYs       int    `json:"ptys,omitempty"`
-	Reattached bool   `json:"reattached,omitempty"`
-	Path       string `json:"path,omitempty"`
-}
+type PluginStatus = supervise.PluginStatus
 
 // Control sends req to the host running on stateDir and returns its
 // answer. It fails with ErrNoHost when nothing listens on the control
@@ -155,8 +131,8 @@ type controlServer struct {
 // database and fight over the PTY plugin.
 func listenControl(stateDir string) (*net.UnixListener, error) {
 	path := filepath.Join(stateDir, ControlSocket)
-	if len(path) > maxSocketPath {
-		return nil, fmt.Errorf("control socket %s: path longer than %d bytes; use a shorter --state-dir", path, maxSocketPath)
+	if len(path) > supervise.MaxSocketPath {
+		return nil, fmt.Errorf("control socket %s: path longer than %d bytes; use a shorter --state-dir", path, supervise.MaxSocketPath)
 	}
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()

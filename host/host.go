@@ -18,8 +18,47 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/ptyroute"
+	"github.com/tether-agent/tether/host/internal/rpc"
+	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/host/internal/supervise"
 	"github.com/tether-agent/tether/host/store"
 )
+
+// PluginSpec says how to run a plugin process: its name, executable,
+// arguments and optional expected sha256.
+type PluginSpec = supervise.PluginSpec
+
+// TransportSpec is one transport plugin the host runs, under its name,
+// and the address it serves.
+type TransportSpec = supervise.TransportSpec
+
+// PrimaryTransport is the name of the transport that serves --listen.
+const PrimaryTransport = supervise.PrimaryTransport
+
+// EnvPluginStateDir names the environment variable through which the host
+// tells the plugins it starts its state directory.
+const EnvPluginStateDir = supervise.EnvPluginStateDir
+
+// Plugin start errors; test for them with errors.Is.
+var (
+	// ErrChecksum: the plugin binary's checksum did not match.
+	ErrChecksum = supervise.ErrChecksum
+	// ErrHandshake: the binary did not answer a tether plugin's handshake.
+	ErrHandshake = supervise.ErrHandshake
+)
+
+// CheckTransportName reports whether name may name an added transport.
+func CheckTransportName(name string) error { return supervise.CheckTransportName(name) }
+
+// StopRecordedPlugin stops the plugin named name that a host left running
+// on stateDir, when no host runs there to do it (see supervise).
+func StopRecordedPlugin(ctx context.Context, stateDir, name string, log zerolog.Logger) (pid int, stopped bool, err error) {
+	return supervise.StopRecordedPlugin(ctx, stateDir, name, log)
+}
 
 // Config configures a host.
 type Config struct {
@@ -29,7 +68,8 @@ type Config struct {
 	Token string
 	// StateDir holds state.db (created with mode 0700).
 	StateDir string
-	// OrphanGrace: see TableConfig.
+	// OrphanGrace is how long a session with no viewer stays parked before
+	// it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
 	// SessionTTL: a parked, idle live session older than this is
 	// persisted and released (0 = never).
@@ -43,7 +83,7 @@ type Config struct {
 	// AllowOrigins are extra accepted Origins.
 	AllowOrigins []string
 	// Agents builds each live session's agent.
-	Agents contract.AgentFactory
+	Agents agent.Factory
 	// Transport is the primary transport plugin, built-in or external,
 	// serving Listen under the name PrimaryTransport.
 	Transport PluginSpec
@@ -61,7 +101,7 @@ type Config struct {
 	// Spec.Path switches /api/pty off (4404).
 	PTY PTYConfig
 	// StopPTYs stops the PTY plugin (and its PTYs) at shutdown instead
-	// of leaving it running for the next host (SPEC §6.3).
+	// of leaving it running for the next host, see the README).
 	StopPTYs bool
 	// Reload, when it delivers, swaps every transport plugin for a fresh
 	// process, like `tether plugins reload NAME` (tether serve sends
@@ -85,13 +125,19 @@ type PTYConfig struct {
 	contract.BackendConfig
 }
 
-// shutdownBudget is how long a shutdown may take in all (SPEC §2: exit
+// shutdownBudget is how long a shutdown may take in all (the host exits
 // within 5 s).
 const shutdownBudget = 4 * time.Second
 
 // Run starts the host and serves until ctx is done, then shuts down:
 // clients are closed with 1001, sessions are persisted with reason
-// shutdown, and plugins are stopped.
+// shutdown, and plugins are stopped (the PTY plugin is left running for
+// the next host unless StopPTYs).
+//
+// Start order: the state dir and its control socket (refusing a second
+// host), the database, the table and the gateway, the public listener,
+// the PTY backend, the transports, the control server, then the admin
+// listener; shutdown runs in reverse.
 func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -112,26 +158,27 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer st.Close()
 
-	metrics := NewMetrics()
-	table := NewTable(TableConfig{
+	m := metrics.New()
+	table := session.NewTable(session.Config{
 		Store:       st,
 		Agents:      cfg.Agents,
 		OrphanGrace: cfg.OrphanGrace,
 		Log:         cfg.Log,
-		Metrics:     metrics,
+		Metrics:     m,
 		SessionTTL:  cfg.SessionTTL,
 		MaxLive:     cfg.MaxLiveSessions,
 		Retention:   store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal},
 	})
-	gw := NewGateway(table, st, cfg.Version, cfg.Log, metrics)
+	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
 	defer gw.Close()
+	endpoints := map[string]link.Endpoint{"/api/ws": gw}
 
 	// A TCP public listener is the host's own: every transport plugin
-	// process inherits it (see supervisor), so it stays bound across
-	// plugin crashes and swaps. Bound first: a taken port fails the
-	// start before any plugin is touched.
+	// process inherits it, so it stays bound across plugin crashes and
+	// swaps. Bound first: a taken port fails the start before any plugin
+	// is touched.
 	var ln *net.TCPListener
-	if hostListens(cfg.Listen) {
+	if supervise.HostListens(cfg.Listen) {
 		l, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -140,16 +187,29 @@ func Run(ctx context.Context, cfg Config) error {
 		ln = l.(*net.TCPListener)
 	}
 
-	var router *PTYRouter
-	var bsup *backendSupervisor
+	opts := supervise.Options{
+		StateDir:     cfg.StateDir,
+		Token:        cfg.Token,
+		AllowOrigins: cfg.AllowOrigins,
+		Endpoints:    endpoints,
+		RestartLimit: cfg.RestartLimit,
+		StartTimeout: cfg.PluginStartTimeout,
+		PingInterval: cfg.PingInterval,
+		PeerTimeout:  cfg.PeerTimeout,
+		Metrics:      m,
+		Log:          cfg.Log,
+	}
+	var router *ptyroute.Router
+	var backend *supervise.Backend
 	serving := false // the listening line is out
 	if cfg.PTY.Spec.Path != "" {
-		router = NewPTYRouter(cfg.Log, metrics)
-		bsup = newBackendSupervisor(cfg, router, metrics)
-		if err := bsup.start(ctx); err != nil {
+		router = ptyroute.New(cfg.Log, m)
+		endpoints["/api/pty"] = router
+		backend = supervise.NewBackend(opts, cfg.PTY.Spec, cfg.PTY.BackendConfig, router)
+		if err := backend.Start(ctx); err != nil {
 			return err
 		}
-		metrics.SetPTYSource(bsup.ptyCount)
+		m.SetPTYSource(backend.PTYCount)
 		defer func() {
 			// The sockets are closed by now; let their detaches reach
 			// the plugin before letting go of it. A host that failed to
@@ -157,84 +217,40 @@ func Run(ctx context.Context, cfg Config) error {
 			router.Wait()
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget/2)
 			defer cancel()
-			bsup.stop(sctx, !cfg.StopPTYs && (serving || bsup.reattachedNow()))
+			backend.Stop(sctx, !cfg.StopPTYs && (serving || backend.ReattachedNow()))
 		}()
 	}
-	ts := newTransports(cfg, gw, router, metrics)
+	ts := supervise.NewTransports(opts)
 	primary := cfg.Transport
 	primary.Name = PrimaryTransport
-	sup, err := ts.load(ctx, TransportSpec{PluginSpec: primary, Listen: cfg.Listen}, ln)
+	sup, err := ts.Load(ctx, TransportSpec{PluginSpec: primary, Listen: cfg.Listen}, ln)
 	if err != nil {
 		return err
 	}
 	for _, t := range cfg.Transports {
-		if _, err := ts.load(ctx, t, nil); err != nil {
-			ts.stop(context.Background())
+		if _, err := ts.Load(ctx, t, nil); err != nil {
+			ts.Stop(context.Background())
 			return err
 		}
 	}
-	addr := sup.addr
-	ctl := newControlServer(ctlLn, controlHandler(cfg, ts, bsup), cfg.Log)
+	ctl := newControlServer(ctlLn, controlHandler(ts, backend), cfg.Log)
 	defer ctl.Close()
-	var reloads sync.WaitGroup
-	reloadCtx, stopReloads := context.WithCancel(context.WithoutCancel(ctx))
-	defer func() {
-		stopReloads()
-		reloads.Wait()
-	}()
-	if cfg.Reload != nil {
-		reloads.Add(1)
-		go func() {
-			defer reloads.Done()
-			for {
-				select {
-				case <-reloadCtx.Done():
-					return
-				case <-cfg.Reload:
-				}
-				for _, sup := range ts.list() {
-					cfg.Log.Info().Str("plugin", sup.name).Msg("reload requested (SIGHUP)")
-					if _, err := sup.reload(reloadCtx, nil); err != nil {
-						cfg.Log.Error().Err(err).Str("plugin", sup.name).Msg("reload failed; the running plugin keeps serving")
-					}
-				}
-			}
-		}()
-	}
-	var admin *http.Server
-	var adminDone chan struct{}
+	stopReloads := reloadOnSignal(ctx, cfg, ts)
+	defer stopReloads()
 	if cfg.AdminListen != "" {
-		ln, err := net.Listen("tcp", cfg.AdminListen)
+		stopAdmin, addr, err := serveAdmin(cfg, m)
 		if err != nil {
-			ts.stop(context.Background())
-			return fmt.Errorf("admin listener: %w", err)
+			ts.Stop(context.Background())
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		adminDone = make(chan struct{})
-		go func() {
-			defer close(adminDone)
-			if err := admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				cfg.Log.Error().Err(err).Msg("admin listener")
-			}
-		}()
-		defer func() {
-			_ = admin.Close()
-			<-adminDone
-		}()
-		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", addr, cfg.Token)
-		fmt.Fprintf(cfg.Stdout, "tether admin on http://%s\n", ln.Addr())
+		defer stopAdmin()
+		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", sup.Addr(), cfg.Token)
+		fmt.Fprintf(cfg.Stdout, "tether admin on http://%s\n", addr)
 	} else {
-		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", addr, cfg.Token)
+		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", sup.Addr(), cfg.Token)
 	}
 	serving = true
-	cfg.Log.Info().Str("addr", addr).Msg("tether serving")
+	cfg.Log.Info().Str("addr", sup.Addr()).Msg("tether serving")
 
 	<-ctx.Done()
 	cfg.Log.Info().Msg("shutting down")
@@ -243,21 +259,77 @@ func Run(ctx context.Context, cfg Config) error {
 	// No more control requests or reloads; stop accepting; interrupt
 	// runs while their viewers are still connected (they get
 	// message.complete "interrupted") and persist; then close every
-	// socket with 1001 and stop the transport plugin. The PTY plugin is
+	// socket with 1001 and stop the transport plugins. The PTY plugin is
 	// let go (or stopped) last, by the deferred calls.
 	ctl.Close()
 	stopReloads()
-	reloads.Wait()
-	ts.drain()
+	ts.Drain()
 	if err := table.Shutdown(sctx); err != nil {
 		cfg.Log.Error().Err(err).Msg("sessions did not all persist in time")
 	}
-	ts.stop(sctx)
+	ts.Stop(sctx)
 	return nil
 }
 
+// reloadOnSignal swaps every transport for a fresh process each time
+// cfg.Reload delivers (SIGHUP), until the returned stop is called (it
+// waits for a reload in flight; calling it again is a no-op).
+func reloadOnSignal(ctx context.Context, cfg Config, ts *supervise.Transports) (stop func()) {
+	if cfg.Reload == nil {
+		return func() {}
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-cfg.Reload:
+			}
+			for _, sup := range ts.List() {
+				cfg.Log.Info().Str("plugin", sup.Name()).Msg("reload requested (SIGHUP)")
+				if _, err := sup.Reload(rctx, nil); err != nil {
+					cfg.Log.Error().Err(err).Str("plugin", sup.Name()).Msg("reload failed; the running plugin keeps serving")
+				}
+			}
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// serveAdmin serves /metrics and /debug/pprof on cfg.AdminListen.
+func serveAdmin(cfg Config, m *metrics.Metrics) (stop func(), addr string, err error) {
+	ln, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return nil, "", fmt.Errorf("admin listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Log.Error().Err(err).Msg("admin listener")
+		}
+	}()
+	return func() {
+		_ = srv.Close()
+		<-done
+	}, ln.Addr().String(), nil
+}
+
 // controlHandler answers the control socket's requests.
-func controlHandler(cfg Config, ts *transports, bsup *backendSupervisor) func(context.Context, ControlRequest) (ControlResponse, error) {
+func controlHandler(ts *supervise.Transports, backend *supervise.Backend) func(context.Context, ControlRequest) (ControlResponse, error) {
 	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
 		var spec *PluginSpec
 		if req.Path != "" {
@@ -266,27 +338,27 @@ func controlHandler(cfg Config, ts *transports, bsup *backendSupervisor) func(co
 			}
 			spec = &PluginSpec{Name: req.Name, Path: req.Path, SHA256: req.SHA256}
 		}
-		isPTY := bsup != nil && req.Name == bsup.spec.Name
+		isPTY := backend != nil && req.Name == backend.Name()
 		var err error
 		switch req.Op {
 		case OpList:
 		case OpReload:
-			switch sup := ts.get(req.Name); {
+			switch sup := ts.Get(req.Name); {
 			case sup != nil:
-				_, err = sup.reload(ctx, spec)
+				_, err = sup.Reload(ctx, spec)
 			case isPTY:
-				_, err = bsup.reload(ctx, spec)
+				_, err = backend.Reload(ctx, spec)
 			default:
-				err = noPlugin(req.Name, ts, bsup)
+				err = noPlugin(req.Name, ts, backend)
 			}
 		case OpStop:
 			switch {
 			case isPTY:
-				_, err = bsup.stopPTYs(ctx)
-			case ts.get(req.Name) != nil:
+				_, err = backend.StopPTYs(ctx)
+			case ts.Get(req.Name) != nil:
 				err = fmt.Errorf("plugin %s is a transport: it is not stopped on its own; unload it (an added transport) or reload it to swap it for a fresh process", req.Name)
 			default:
-				err = noPlugin(req.Name, ts, bsup)
+				err = noPlugin(req.Name, ts, backend)
 			}
 		case OpLoad:
 			switch {
@@ -296,14 +368,14 @@ func controlHandler(cfg Config, ts *transports, bsup *backendSupervisor) func(co
 				err = fmt.Errorf("load %s: a plugin path is required", req.Name)
 			default:
 				if err = CheckTransportName(req.Name); err == nil {
-					_, err = ts.load(ctx, TransportSpec{PluginSpec: *spec, Listen: req.Listen}, nil)
+					_, err = ts.Load(ctx, TransportSpec{PluginSpec: *spec, Listen: req.Listen}, nil)
 				}
 			}
 		case OpUnload:
 			if isPTY {
 				err = fmt.Errorf("plugin %s is the PTY backend: stop it with `tether plugins stop %s`", req.Name, req.Name)
 			} else {
-				err = ts.unload(ctx, req.Name)
+				err = ts.Unload(ctx, req.Name)
 			}
 		default:
 			err = fmt.Errorf("unknown operation %q (want %s, %s, %s, %s or %s)", req.Op, OpList, OpReload, OpLoad, OpUnload, OpStop)
@@ -312,24 +384,24 @@ func controlHandler(cfg Config, ts *transports, bsup *backendSupervisor) func(co
 			return ControlResponse{}, err
 		}
 		ps := make([]PluginStatus, 0, 4)
-		for _, sup := range ts.list() {
-			ps = append(ps, sup.status())
+		for _, sup := range ts.List() {
+			ps = append(ps, sup.Status())
 		}
-		if bsup != nil {
-			ps = append(ps, bsup.status())
+		if backend != nil {
+			ps = append(ps, backend.Status())
 		}
 		return ControlResponse{Plugins: ps}, nil
 	}
 }
 
 // noPlugin is the error for a name no plugin has.
-func noPlugin(name string, ts *transports, bsup *backendSupervisor) error {
+func noPlugin(name string, ts *supervise.Transports, backend *supervise.Backend) error {
 	var names []string
-	for _, sup := range ts.list() {
-		names = append(names, sup.name)
+	for _, sup := range ts.List() {
+		names = append(names, sup.Name())
 	}
-	if bsup != nil {
-		names = append(names, bsup.spec.Name)
+	if backend != nil {
+		names = append(names, backend.Name())
 	}
 	return fmt.Errorf("no plugin named %q (plugins: %s)", name, strings.Join(names, ", "))
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -221,15 +219,9 @@ func defaultStateDir() string {
 }
 
 // randomToken returns 128 random bits as hex.
-func randomToken() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand failed: %v", err))
-	}
-	return hex.EncodeToString(b[:])
-}
+func randomToken() string { return contract.RandomHex(16) }
 
-func agentFactory(kind, command string, delay time.Duration) (contract.AgentFactory, error) {
+func agentFactory(kind, command string, delay time.Duration) (agent.Factory, error) {
 	switch kind {
 	case "echo":
 		return agent.NewEchoFactory(delay), nil

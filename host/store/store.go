@@ -16,9 +16,7 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -30,6 +28,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
 )
 
 // Errors returned by the store. Test for them with errors.Is.
@@ -164,9 +163,7 @@ func (s *Store) Close() error {
 // NewKey returns a stored key "YYYYMMDD_HHMMSS_xxxxxx": the UTC time of now
 // followed by 6 random lower-case hex characters from crypto/rand.
 func NewKey(now time.Time) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
-	return now.UTC().Format("20060102_150405") + "_" + hex.EncodeToString(b[:])
+	return now.UTC().Format("20060102_150405") + "_" + contract.RandomHex(3)
 }
 
 // ValidKey reports whether k has the shape of a stored key,
@@ -344,7 +341,7 @@ func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
 // AppendMessages appends msgs, in order, to the own rows of the session with
 // that key, in one transaction: either all are stored or none. It returns an
 // error wrapping ErrNotFound when there is no such session.
-func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...contract.Message) (err error) {
+func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...agent.Message) (err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("append messages to %s: begin: %w", key, err)
@@ -391,8 +388,8 @@ func mustExist(ctx context.Context, q queryer, key string) error {
 
 // Messages returns the session's own rows in order (not the parent's
 // prefix), or an error wrapping ErrNotFound.
-func (s *Store) Messages(ctx context.Context, key string) ([]contract.Message, error) {
-	var out []contract.Message
+func (s *Store) Messages(ctx context.Context, key string) ([]agent.Message, error) {
+	var out []agent.Message
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		if err := mustExist(ctx, tx, key); err != nil {
 			return err
@@ -409,20 +406,20 @@ func (s *Store) Messages(ctx context.Context, key string) ([]contract.Message, e
 
 // ownMessages returns the first limit own rows of the session (all of them
 // when limit < 0), never nil.
-func ownMessages(ctx context.Context, q queryer, key string, limit int) ([]contract.Message, error) {
+func ownMessages(ctx context.Context, q queryer, key string, limit int) ([]agent.Message, error) {
 	rows, err := q.QueryContext(ctx,
 		`SELECT role, text FROM messages WHERE session_key = ? ORDER BY seq LIMIT ?`, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: messages: %w", key, err)
 	}
 	defer rows.Close()
-	out := []contract.Message{}
+	out := []agent.Message{}
 	for rows.Next() {
 		var role, text string
 		if err := rows.Scan(&role, &text); err != nil {
 			return nil, fmt.Errorf("session %s: messages: %w", key, err)
 		}
-		out = append(out, contract.Message{Role: contract.Role(role), Text: text})
+		out = append(out, agent.Message{Role: agent.Role(role), Text: text})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("session %s: messages: %w", key, err)
@@ -488,8 +485,8 @@ func displayCounts(chain []link) (displayOf []int) {
 // rows (recursively: the parent's own display prefix too) cut to the first
 // ForkCount rows, followed by the session's own rows. It returns an error
 // wrapping ErrNotFound when key is not stored.
-func (s *Store) DisplayMessages(ctx context.Context, key string) ([]contract.Message, error) {
-	var out []contract.Message
+func (s *Store) DisplayMessages(ctx context.Context, key string) ([]agent.Message, error) {
+	var out []agent.Message
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		chain, err := lineage(ctx, tx, key)
 		if err != nil {
@@ -505,7 +502,7 @@ func (s *Store) DisplayMessages(ctx context.Context, key string) ([]contract.Mes
 		for i := 1; i < len(chain); i++ {
 			want[i] = min(want[i-1], chain[i-1].forkCount, displayOf[i])
 		}
-		out = make([]contract.Message, 0, displayOf[0])
+		out = make([]agent.Message, 0, displayOf[0])
 		for i := len(chain) - 1; i >= 0; i-- {
 			inherited := 0
 			if i+1 < len(chain) {

@@ -40,10 +40,31 @@ var rules = []rule{
 		},
 	},
 	{
-		name: "contract imports nothing from host, plugins, testing or cmd",
-		from: under("contract"),
+		name:   "contract imports nothing of ours but contract",
+		from:   under("contract"),
+		forbid: func(_, dep string) bool { return !within(dep, "contract") },
+	},
+	{
+		// The table's records are reached only through its exported
+		// API, and only by the gateways that bind viewers and the wiring:
+		// a PTY router, a transport link or a supervisor that could reach
+		// a session would be a second teardown path.
+		name: "only the gateways and the wiring reach the session table",
+		from: func(pkg string) bool {
+			return within(pkg, "host") && pkg != "host" && !within(pkg, "host/internal/rpc") && !within(pkg, "host/internal/session")
+		},
+		forbid: func(_, dep string) bool { return within(dep, "host/internal/session") },
+	},
+	{
+		name: "the session table knows nothing of transports, PTYs or plugins",
+		from: under("host/internal/session"),
 		forbid: func(_, dep string) bool {
-			return within(dep, "host") || within(dep, "plugins") || within(dep, "testing") || within(dep, "cmd")
+			for _, d := range []string{"host/internal/rpc", "host/internal/link", "host/internal/ptyroute", "host/internal/supervise", "host/internal/access", "plugins", "cmd"} {
+				if within(dep, d) {
+					return true
+				}
+			}
+			return false
 		},
 	},
 	{
@@ -117,6 +138,15 @@ func TestRules(t *testing.T) {
 		{"testing/e2e", "host", true},
 		{"testingx", "testing", false},
 		{"internal/deptest", "testing/transporttest", false},
+		{"contract", "wire", false},
+		{"host", "host/internal/session", true},
+		{"host/internal/rpc", "host/internal/session", true},
+		{"host/internal/ptyroute", "host/internal/session", false},
+		{"host/internal/supervise", "host/internal/session", false},
+		{"host/internal/link", "host/internal/session", false},
+		{"host/internal/session", "host/store", true},
+		{"host/internal/session", "host/internal/link", false},
+		{"host/internal/session", "host/internal/rpc", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg+"->"+tt.dep, func(t *testing.T) {

@@ -1,0 +1,686 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/host/store"
+)
+
+func TestToRPCError(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"unknown session", session.ErrUnknownSession, CodeUnknownSession},
+		{"unknown session wrapped", fmt.Errorf("deadbeef: %w", session.ErrUnknownSession), CodeUnknownSession},
+		{"stored not found", session.ErrStoredNotFound, CodeStoredNotFound},
+		{"stored not found wrapped", fmt.Errorf("%q: %w", "title", session.ErrStoredNotFound), CodeStoredNotFound},
+		{"no longer live", session.ErrNoLongerLive, CodeStoredNotFound},
+		{"no longer live wrapped", fmt.Errorf("k: %v: %w", context.Canceled, session.ErrNoLongerLive), CodeStoredNotFound},
+		{"session busy", session.ErrSessionBusy, CodeSessionBusy},
+		{"session busy wrapped", fmt.Errorf("abcd1234: %w", session.ErrSessionBusy), CodeSessionBusy},
+		{"build failed", session.ErrBuildFailed, CodeResumeFailed},
+		{"build failed wrapped", fmt.Errorf("agent for k: %v: %w", errors.New("exec: not found"), session.ErrBuildFailed), CodeResumeFailed},
+		{"table closed", session.ErrTableClosed, CodeResumeFailed},
+		{"rpc error kept", errorf(CodeInvalidParams, "x must be a string"), CodeInvalidParams},
+		{"rpc error wrapped", fmt.Errorf("outer: %w", errorf(CodeSessionRequired, "session_id required")), CodeSessionRequired},
+		// Anything else is a bug or an unexpected failure: -32603.
+		{"unexpected", errors.New("disk on fire"), CodeInternalError},
+		{"unexpected wrapped", fmt.Errorf("list stored sessions: %w", errors.New("database is locked")), CodeInternalError},
+		{"context error", context.DeadlineExceeded, CodeInternalError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := toRPCError(tt.err)
+			if got == nil {
+				t.Fatalf("toRPCError(%v): got nil, want code %d", tt.err, tt.want)
+			}
+			if got.Code != tt.want {
+				t.Errorf("toRPCError(%v): got code %d (%q), want %d", tt.err, got.Code, got.Message, tt.want)
+			}
+			if got.Message == "" {
+				t.Errorf("toRPCError(%v): got an empty message, want one", tt.err)
+			}
+		})
+	}
+	// The internal error names its cause, so a bug report carries it.
+	if got := toRPCError(errors.New("disk on fire")); !strings.Contains(got.Message, "disk on fire") {
+		t.Errorf("toRPCError(unexpected): got message %q, want it to contain the cause", got.Message)
+	}
+}
+
+func TestParseParams(t *testing.T) {
+	tests := []struct {
+		name     string
+		raw      string
+		wantCode int // 0: no error
+		wantKeys []string
+	}{
+		{name: "absent", raw: ""},
+		{name: "null", raw: "null"},
+		{name: "null with spaces", raw: " \n null\t"},
+		{name: "empty object", raw: "{}"},
+		{name: "object", raw: `{"a":1,"b":"x"}`, wantKeys: []string{"a", "b"}},
+		{name: "object with spaces", raw: ` { "a" : null } `, wantKeys: []string{"a"}},
+		{name: "array", raw: "[1]", wantCode: CodeInvalidParams},
+		{name: "empty array", raw: "[]", wantCode: CodeInvalidParams},
+		{name: "string", raw: `"x"`, wantCode: CodeInvalidParams},
+		{name: "number", raw: "1", wantCode: CodeInvalidParams},
+		{name: "true", raw: "true", wantCode: CodeInvalidParams},
+		{name: "malformed object", raw: `{"a":}`, wantCode: CodeInvalidParams},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var raw json.RawMessage
+			if tt.raw != "" {
+				raw = json.RawMessage(tt.raw)
+			}
+			p, err := parseParams(raw)
+			if tt.wantCode != 0 {
+				if err == nil || err.Code != tt.wantCode {
+					t.Fatalf("parseParams(%s): got %v, %v; want code %d", tt.raw, p, err, tt.wantCode)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseParams(%s): got error %v, want nil", tt.raw, err)
+			}
+			if p == nil {
+				t.Fatalf("parseParams(%s): got nil params, want an empty map at least", tt.raw)
+			}
+			if len(p) != len(tt.wantKeys) {
+				t.Errorf("parseParams(%s): got %d keys, want %d", tt.raw, len(p), len(tt.wantKeys))
+			}
+			for _, k := range tt.wantKeys {
+				if _, ok := p[k]; !ok {
+					t.Errorf("parseParams(%s): got no key %q, want it", tt.raw, k)
+				}
+			}
+		})
+	}
+}
+
+// mustParams parses a params object for the field tests.
+func mustParams(tb testing.TB, raw string) params {
+	tb.Helper()
+	p, err := parseParams(json.RawMessage(raw))
+	if err != nil {
+		tb.Fatalf("parseParams(%s): got error %v, want nil", raw, err)
+	}
+	return p
+}
+
+func TestParamsInteger(t *testing.T) {
+	tests := []struct {
+		name     string
+		raw      string
+		want     int64
+		wantSet  bool
+		wantCode int
+	}{
+		{name: "absent", raw: `{}`},
+		{name: "null", raw: `{"n":null}`},
+		{name: "zero", raw: `{"n":0}`, want: 0, wantSet: true},
+		{name: "positive", raw: `{"n":42}`, want: 42, wantSet: true},
+		{name: "max int64", raw: `{"n":9223372036854775807}`, want: 1<<63 - 1, wantSet: true},
+		{name: "above int64", raw: `{"n":9223372036854775808}`, wantCode: CodeInvalidParams},
+		{name: "huge", raw: `{"n":123456789012345678901234567890}`, wantCode: CodeInvalidParams},
+		{name: "huge exponent", raw: `{"n":1e400}`, wantCode: CodeInvalidParams},
+		{name: "negative", raw: `{"n":-1}`, wantCode: CodeInvalidParams},
+		{name: "min int64", raw: `{"n":-9223372036854775808}`, wantCode: CodeInvalidParams},
+		{name: "fraction", raw: `{"n":1.5}`, wantCode: CodeInvalidParams},
+		{name: "string", raw: `{"n":"1"}`, wantCode: CodeInvalidParams},
+		{name: "bool", raw: `{"n":true}`, wantCode: CodeInvalidParams},
+		{name: "object", raw: `{"n":{}}`, wantCode: CodeInvalidParams},
+		{name: "array", raw: `{"n":[1]}`, wantCode: CodeInvalidParams},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, set, err := mustParams(t, tt.raw).integer("n")
+			if tt.wantCode != 0 {
+				if err == nil || err.Code != tt.wantCode {
+					t.Fatalf("integer(%s): got %d, %v, %v; want code %d", tt.raw, got, set, err, tt.wantCode)
+				}
+				return
+			}
+			if err != nil || got != tt.want || set != tt.wantSet {
+				t.Errorf("integer(%s): got %d, %v, %v; want %d, %v, nil", tt.raw, got, set, err, tt.want, tt.wantSet)
+			}
+		})
+	}
+}
+
+func TestParamsStrBoolean(t *testing.T) {
+	strTests := []struct {
+		raw      string
+		want     string
+		wantCode int
+	}{
+		{raw: `{}`, want: ""},
+		{raw: `{"s":null}`, want: ""},
+		{raw: `{"s":""}`, want: ""},
+		{raw: `{"s":"x\u00e9"}`, want: "xé"},
+		{raw: `{"s":5}`, wantCode: CodeInvalidParams},
+		{raw: `{"s":false}`, wantCode: CodeInvalidParams},
+		{raw: `{"s":["x"]}`, wantCode: CodeInvalidParams},
+		{raw: `{"s":{"x":1}}`, wantCode: CodeInvalidParams},
+	}
+	for _, tt := range strTests {
+		got, err := mustParams(t, tt.raw).str("s")
+		switch {
+		case tt.wantCode != 0 && (err == nil || err.Code != tt.wantCode):
+			t.Errorf("str(%s): got %q, %v; want code %d", tt.raw, got, err, tt.wantCode)
+		case tt.wantCode == 0 && (err != nil || got != tt.want):
+			t.Errorf("str(%s): got %q, %v; want %q, nil", tt.raw, got, err, tt.want)
+		}
+	}
+	boolTests := []struct {
+		raw      string
+		want     bool
+		wantCode int
+	}{
+		{raw: `{}`, want: false},
+		{raw: `{"b":null}`, want: false},
+		{raw: `{"b":true}`, want: true},
+		{raw: `{"b":false}`, want: false},
+		{raw: `{"b":1}`, wantCode: CodeInvalidParams},
+		{raw: `{"b":"true"}`, wantCode: CodeInvalidParams},
+	}
+	for _, tt := range boolTests {
+		got, err := mustParams(t, tt.raw).boolean("b")
+		switch {
+		case tt.wantCode != 0 && (err == nil || err.Code != tt.wantCode):
+			t.Errorf("boolean(%s): got %v, %v; want code %d", tt.raw, got, err, tt.wantCode)
+		case tt.wantCode == 0 && (err != nil || got != tt.want):
+			t.Errorf("boolean(%s): got %v, %v; want %v, nil", tt.raw, got, err, tt.want)
+		}
+	}
+}
+
+func TestParamsSessionID(t *testing.T) {
+	tests := []struct {
+		name     string
+		raw      string
+		want     string
+		wantCode int
+	}{
+		{name: "missing", raw: `{}`, wantCode: CodeSessionRequired},
+		{name: "null", raw: `{"session_id":null}`, wantCode: CodeSessionRequired},
+		{name: "empty", raw: `{"session_id":""}`, wantCode: CodeSessionRequired},
+		{name: "number", raw: `{"session_id":5}`, wantCode: CodeInvalidParams},
+		{name: "bool", raw: `{"session_id":true}`, wantCode: CodeInvalidParams},
+		{name: "array", raw: `{"session_id":["deadbeef"]}`, wantCode: CodeInvalidParams},
+		{name: "runtime id", raw: `{"session_id":"deadbeef"}`, want: "deadbeef"},
+		{name: "stored key", raw: `{"session_id":"20250102_030405_abcdef"}`, want: "20250102_030405_abcdef"},
+		{name: "title", raw: `{"session_id":"my title"}`, want: "my title"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := mustParams(t, tt.raw).sessionID()
+			if tt.wantCode != 0 {
+				if err == nil || err.Code != tt.wantCode {
+					t.Fatalf("sessionID(%s): got %q, %v; want code %d", tt.raw, got, err, tt.wantCode)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("sessionID(%s): got %q, %v; want %q, nil", tt.raw, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidID(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", "null"},
+		{"null", "null"},
+		{"1", "1"},
+		{"-7", "-7"},
+		{`"abc"`, `"abc"`},
+		{"true", "null"},
+		{"{}", "null"},
+		{"[1]", "null"},
+	}
+	for _, tt := range tests {
+		var in json.RawMessage
+		if tt.in != "" {
+			in = json.RawMessage(tt.in)
+		}
+		if got := string(validID(in)); got != tt.want {
+			t.Errorf("validID(%s): got %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+// recordingSender is a sender that keeps every command a connection sends.
+type recordingSender struct {
+	mu   sync.Mutex // guards cmds
+	cmds []contract.Command
+}
+
+func (s *recordingSender) Send(cmd contract.Command) {
+	s.mu.Lock()
+	s.cmds = append(s.cmds, cmd)
+	s.mu.Unlock()
+}
+
+// frames returns the data of the Send commands so far.
+func (s *recordingSender) frames() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]byte, 0, len(s.cmds))
+	for _, c := range s.cmds {
+		if c.Kind == contract.CommandSend {
+			out = append(out, c.Data)
+		}
+	}
+	return out
+}
+
+// specCodes are the JSON-RPC error codes of SPEC §4 and §9.
+var specCodes = map[int]bool{
+	CodeParseError:      true,
+	CodeInvalidRequest:  true,
+	CodeMethodNotFound:  true,
+	CodeInvalidParams:   true,
+	CodeInternalError:   true,
+	CodeBusy:            true,
+	CodeUnknownSession:  true,
+	CodeSessionRequired: true,
+	CodeStoredNotFound:  true,
+	CodeSessionBusy:     true,
+	CodeResumeFailed:    true,
+}
+
+// outFrame is a frame the gateway sends, decoded: a response or an event.
+type outFrame struct {
+	ID    json.RawMessage // nil for an event
+	Error *rpcError       // nil for a result or an event
+}
+
+// checkOutFrame checks one frame the gateway sent: valid JSON, an object
+// with "jsonrpc":"2.0", and either an event (method "event", no id) or a
+// response with an id and exactly one of result and error, whose code is
+// one of the SPEC's.
+func checkOutFrame(tb testing.TB, frame []byte) outFrame {
+	tb.Helper()
+	if !json.Valid(frame) {
+		tb.Fatalf("gateway sent invalid JSON: %q", frame)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(frame, &m); err != nil {
+		tb.Fatalf("gateway sent %q, not an object: %v", frame, err)
+	}
+	if string(m["jsonrpc"]) != `"2.0"` {
+		tb.Fatalf("gateway sent %s: got no \"jsonrpc\":\"2.0\"", frame)
+	}
+	id, hasID := m["id"]
+	result, hasResult := m["result"]
+	rawErr, hasError := m["error"]
+	if !hasID {
+		if string(m["method"]) != `"event"` || hasResult || hasError {
+			tb.Fatalf("gateway sent %s: got a frame without id that is not an event", frame)
+		}
+		return outFrame{}
+	}
+	if _, ok := m["method"]; ok {
+		tb.Fatalf("gateway sent %s: a response with a method", frame)
+	}
+	if hasResult == hasError {
+		tb.Fatalf("gateway sent %s: want exactly one of result and error", frame)
+	}
+	if hasResult {
+		if string(result) == "null" {
+			tb.Fatalf("gateway sent %s: a null result", frame)
+		}
+		return outFrame{ID: id}
+	}
+	var e struct {
+		Code    *int    `json:"code"`
+		Message *string `json:"message"`
+	}
+	if err := json.Unmarshal(rawErr, &e); err != nil || e.Code == nil || e.Message == nil {
+		tb.Fatalf("gateway sent %s: error without code or message", frame)
+	}
+	if !specCodes[*e.Code] {
+		tb.Fatalf("gateway sent %s: code %d is not in the SPEC", frame, *e.Code)
+	}
+	// -32603 is the bug code: no input reaches it on a healthy table and
+	// database.
+	if *e.Code == CodeInternalError {
+		tb.Fatalf("gateway sent %s: internal error for client input", frame)
+	}
+	return outFrame{ID: id, Error: &rpcError{Code: *e.Code, Message: *e.Message}}
+}
+
+// fuzzSep separates the frames of one fuzz input.
+const fuzzSep = "\x1e"
+
+// FuzzGatewayFrame feeds arbitrary data frames to a gateway connection over
+// a real table and checks every frame it answers with. An input is one or
+// more frames separated by fuzzSep; in a frame, $SID and $KEY stand for the
+// runtime id and stored key of the last snapshot the connection received,
+// so that a corpus entry can create a session and then act on it.
+func FuzzGatewayFrame(f *testing.F) {
+	seeds := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"session.list"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"session.create","params":{"title":"t"}}` + fuzzSep +
+			`{"jsonrpc":"2.0","id":2,"method":"prompt.submit","params":{"session_id":"$SID","text":"a b c"}}` + fuzzSep +
+			`{"jsonrpc":"2.0","id":3,"method":"prompt.submit","params":{"session_id":"$SID","text":"again"}}` + fuzzSep +
+			`{"jsonrpc":"2.0","id":4,"method":"session.events.since","params":{"session_id":"$SID","last_seen":0}}` + fuzzSep +
+			`{"jsonrpc":"2.0","id":5,"method":"session.runs","params":{"session_id":"$SID"}}`,
+		`{"jsonrpc":"2.0","id":"x","method":"session.create"}` + fuzzSep +
+			`{"jsonrpc":"2.0","id":2,"method":"session.branch","params":{"session_id":"$KEY"}}` + fuzzSep +
+			`{"jsonrpc":"2.0","id":3,"method":"session.resume","params":{"session_id":"$KEY","cols":80}}` + fuzzSep +
+			`{"jsonrpc":"2.0","id":4,"method":"session.close","params":{"session_id":"$SID"}}` + fuzzSep +
+			`{"jsonrpc":"2.0","id":5,"method":"session.activate","params":{"session_id":"$SID"}}`,
+		`not json`,
+		``,
+		`[1]`,
+		`[]`,
+		`{"id":1}`,
+		`{"jsonrpc":"2.0","id":1,"method":5}`,
+		`{"jsonrpc":"1.0","id":1,"method":"session.list"}`,
+		`{"jsonrpc":"2.0","id":{},"method":"session.list"}`,
+		`{"jsonrpc":"2.0","method":"session.list"}`,
+		`{"jsonrpc":"2.0","id":null,"method":"nope"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"session.list","params":[1]}`,
+		`{"jsonrpc":"2.0","id":1,"method":"session.list","params":{"limit":-1}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"session.resume","params":{"session_id":5}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"session.resume","params":{"session_id":"20200101_000000_abcdef"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"session.events.since","params":{"session_id":"deadbeef","last_seen":"x"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"session.interrupt","params":{"session_id":""}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"session.active_list"}`,
+		"\xff\xfe",
+		`{"a":"\ud800"}`,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"session.list"}`), true)
+
+	tbl, st, m := newTestTable(f)
+	f.Fuzz(func(t *testing.T, data []byte, binary bool) {
+		gw := New(tbl, st, "test", zerolog.Nop(), m)
+		out := &recordingSender{}
+		c := gw.newConn(contract.TransportID{Instance: "fuzz", Conn: 1}, "ws", out)
+		c.ready()
+		var sid, key string
+		frames := bytes.Split(data, []byte(fuzzSep))
+		if len(frames) > 16 {
+			frames = frames[:16]
+		}
+		for _, frame := range frames {
+			frame = bytes.ReplaceAll(frame, []byte("$SID"), []byte(sid))
+			frame = bytes.ReplaceAll(frame, []byte("$KEY"), []byte(key))
+			c.OnFrame(frame, binary)
+			// One request at a time, so that the next frame can use the
+			// snapshot this one answered with.
+			gw.wg.Wait()
+			for _, fr := range out.frames() {
+				var snap struct {
+					Result *session.Snapshot `json:"result"`
+				}
+				if json.Unmarshal(fr, &snap) == nil && snap.Result != nil && snap.Result.SessionID != "" {
+					sid, key = snap.Result.SessionID, snap.Result.SessionKey
+				}
+			}
+		}
+		// handle is the worker's half; it gets only what onFrame let
+		// through, but must survive anything too.
+		c.handle(data)
+
+		c.OnClosed()
+		gw.Close()
+		// Close whatever the input created, waiting for its runs, so
+		// that every event it caused has been sent.
+		for _, e := range tbl.Active() {
+			if _, err := tbl.Close(context.Background(), e.ID); err != nil {
+				t.Fatalf("closing session %s: %v", e.ID, err)
+			}
+		}
+
+		sent := out.frames()
+		if len(sent) == 0 {
+			t.Fatal("gateway sent nothing, want gateway.ready at least")
+		}
+		responses := 0
+		for _, fr := range sent {
+			if checkOutFrame(t, fr).ID != nil {
+				responses++
+			}
+		}
+		// Every frame but a notification gets one response; the direct
+		// handle call at most one more.
+		if max := len(frames) + 1; responses > max {
+			t.Errorf("gateway sent %d responses to %d frames, want at most %d", responses, len(frames), max)
+		}
+	})
+}
+
+// TestGatewayOneResponsePerFrame checks what the fuzz target cannot: each
+// malformed frame gets exactly one response with the SPEC's code and id.
+func TestGatewayOneResponsePerFrame(t *testing.T) {
+	tbl, st, m := newTestTable(t)
+	gw := New(tbl, st, "test", zerolog.Nop(), m)
+	defer gw.Close()
+	tests := []struct {
+		name   string
+		frame  string
+		binary bool
+		wantID string
+		code   int // 0: a result
+	}{
+		{name: "not json", frame: "not json", wantID: "null", code: CodeParseError},
+		{name: "empty", frame: "", wantID: "null", code: CodeParseError},
+		{name: "truncated", frame: `{"jsonrpc":"2.0","id":1,`, wantID: "null", code: CodeParseError},
+		{name: "batch", frame: `[{"jsonrpc":"2.0","id":1,"method":"session.list"}]`, wantID: "null", code: CodeInvalidRequest},
+		{name: "array", frame: `[1]`, wantID: "null", code: CodeInvalidRequest},
+		{name: "number", frame: `7`, wantID: "null", code: CodeInvalidRequest},
+		{name: "binary", frame: `{"jsonrpc":"2.0","id":1,"method":"session.list"}`, binary: true, wantID: "null", code: CodeInvalidRequest},
+		{name: "no method", frame: `{"id":1}`, wantID: "1", code: CodeInvalidRequest},
+		{name: "numeric method", frame: `{"jsonrpc":"2.0","id":2,"method":5}`, wantID: "2", code: CodeInvalidRequest},
+		{name: "null method", frame: `{"jsonrpc":"2.0","id":2,"method":null}`, wantID: "2", code: CodeInvalidRequest},
+		{name: "wrong version", frame: `{"jsonrpc":"1.0","id":3,"method":"session.list"}`, wantID: "3", code: CodeInvalidRequest},
+		{name: "object id", frame: `{"jsonrpc":"2.0","id":{},"method":"session.list"}`, wantID: "null", code: CodeInvalidRequest},
+		{name: "unknown method", frame: `{"jsonrpc":"2.0","id":"s","method":"nope"}`, wantID: `"s"`, code: CodeMethodNotFound},
+		{name: "params array", frame: `{"jsonrpc":"2.0","id":4,"method":"session.list","params":[1]}`, wantID: "4", code: CodeInvalidParams},
+		{name: "params checked before the method", frame: `{"jsonrpc":"2.0","id":4,"method":"nope","params":[1]}`, wantID: "4", code: CodeInvalidParams},
+		{name: "ok", frame: `{"jsonrpc":"2.0","id":5,"method":"session.active_list"}`, wantID: "5"},
+		{name: "ok with spaces", frame: " \n{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"session.list\"}\n", wantID: "6"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := &recordingSender{}
+			c := gw.newConn(contract.TransportID{Instance: "t", Conn: uint64(i + 1)}, "ws", out)
+			defer c.OnClosed()
+			c.OnFrame([]byte(tt.frame), tt.binary)
+			gw.wg.Wait()
+			sent := out.frames()
+			if len(sent) != 1 {
+				t.Fatalf("onFrame(%q): got %d frames %q, want 1 response", tt.frame, len(sent), sent)
+			}
+			f := checkOutFrame(t, sent[0])
+			if string(f.ID) != tt.wantID {
+				t.Errorf("onFrame(%q): got response %s, want id %s", tt.frame, sent[0], tt.wantID)
+			}
+			switch {
+			case tt.code == 0 && f.Error != nil:
+				t.Errorf("onFrame(%q): got error %s, want a result", tt.frame, sent[0])
+			case tt.code != 0 && (f.Error == nil || f.Error.Code != tt.code):
+				t.Errorf("onFrame(%q): got %s, want code %d", tt.frame, sent[0], tt.code)
+			}
+		})
+	}
+	// A notification (no id) gets no response, even when it fails.
+	out := &recordingSender{}
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1000}, "ws", out)
+	defer c.OnClosed()
+	c.OnFrame([]byte(`{"jsonrpc":"2.0","method":"nope"}`), false)
+	gw.wg.Wait()
+	if sent := out.frames(); len(sent) != 0 {
+		t.Errorf("notification: got %q, want no response", sent)
+	}
+}
+
+// TestGatewayBusy checks the pending-request bound without a socket: a
+// worker stuck on its first request leaves maxPending queued, and the next
+// one is answered -32000 at once with its id.
+func TestGatewayBusy(t *testing.T) {
+	tbl, st, m := newTestTable(t)
+	gw := New(tbl, st, "test", zerolog.Nop(), m)
+	defer gw.Close()
+	out := &recordingSender{}
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
+	defer c.OnClosed()
+	// Fill the queue as a stuck worker would leave it: working is set, so
+	// onFrame starts no worker of its own.
+	c.mu.Lock()
+	for i := 0; i < maxPending; i++ {
+		req, rerr := decodeRequest([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session.active_list"}`, i)))
+		if rerr != nil {
+			c.mu.Unlock()
+			t.Fatalf("decodeRequest: %v", rerr)
+		}
+		c.queue = append(c.queue, req)
+	}
+	c.working = true
+	c.mu.Unlock()
+	c.OnFrame([]byte(`{"jsonrpc":"2.0","id":"over","method":"session.active_list"}`), false)
+	sent := out.frames()
+	if len(sent) != 1 {
+		t.Fatalf("over the bound: got %d frames, want 1", len(sent))
+	}
+	f := checkOutFrame(t, sent[0])
+	if f.Error == nil || f.Error.Code != CodeBusy || string(f.ID) != `"over"` {
+		t.Errorf("over the bound: got %s, want -32000 with id \"over\"", sent[0])
+	}
+	// Let the queued requests run and check they are all answered.
+	gw.wg.Add(1)
+	go c.work()
+	gw.wg.Wait()
+	if got := len(out.frames()); got != maxPending+1 {
+		t.Errorf("after the worker ran: got %d frames, want %d", got, maxPending+1)
+	}
+}
+
+// notifyingSender is a recordingSender that signals every command.
+type notifyingSender struct {
+	recordingSender
+	sent chan struct{} // capacity 1
+}
+
+func (s *notifyingSender) Send(cmd contract.Command) {
+	s.recordingSender.Send(cmd)
+	select {
+	case s.sent <- struct{}{}:
+	default:
+	}
+}
+
+// waitFrame waits until a sent frame contains want and returns it.
+func (s *notifyingSender) waitFrame(t *testing.T, want string) []byte {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		for _, f := range s.frames() {
+			if bytes.Contains(f, []byte(want)) {
+				return f
+			}
+		}
+		select {
+		case <-s.sent:
+		case <-timeout:
+			t.Fatalf("no frame with %q; sent %q", want, s.frames())
+		}
+	}
+}
+
+// TestGatewayEventsSinceFromJournal checks the hand-over from the link's
+// goroutine to the worker: session.events.since is answered inline from
+// the ring, and from the journal (by the worker) when the ring no longer
+// reaches back far enough; both answers are complete and in order.
+func TestGatewayEventsSinceFromJournal(t *testing.T) {
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	m := metrics.New()
+	tbl := session.NewTable(session.Config{Store: st, Agents: agent.NewEchoFactory(0), RingSize: 2, Log: zerolog.Nop(), Metrics: m})
+	gw := New(tbl, st, "test", zerolog.Nop(), m)
+	t.Cleanup(func() {
+		gw.Close()
+		if err := tbl.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		st.Close()
+	})
+	out := &notifyingSender{sent: make(chan struct{}, 1)}
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
+	defer c.OnClosed()
+
+	c.OnFrame([]byte(`{"jsonrpc":"2.0","id":1,"method":"session.create"}`), false)
+	var created struct {
+		Result session.Snapshot `json:"result"`
+	}
+	if err := json.Unmarshal(out.waitFrame(t, `"id":1`), &created); err != nil {
+		t.Fatalf("session.create answer: %v", err)
+	}
+	sid := created.Result.SessionID
+	c.OnFrame([]byte(`{"jsonrpc":"2.0","id":2,"method":"prompt.submit","params":{"session_id":"`+sid+`","text":"one two three four"}}`), false)
+	out.waitFrame(t, `"message.complete"`)
+	gw.wg.Wait()
+
+	for _, tt := range []struct {
+		name     string
+		lastSeen int
+	}{
+		{"ring", 5}, // the ring holds the last two events
+		{"journal", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			id := fmt.Sprintf(`"since-%s"`, tt.name)
+			c.OnFrame([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"session.events.since","params":{"session_id":%q,"last_seen":%d}}`, id, sid, tt.lastSeen)), false)
+			var got struct {
+				Result struct {
+					Events    []struct{ Seq uint64 } `json:"events"`
+					LatestSeq uint64                 `json:"latest_seq"`
+					Truncated bool                   `json:"truncated"`
+					Epoch     string                 `json:"epoch"`
+				} `json:"result"`
+				Error *rpcError `json:"error"`
+			}
+			if err := json.Unmarshal(out.waitFrame(t, `"id":`+id), &got); err != nil || got.Error != nil {
+				t.Fatalf("events.since(%d): got error %v %v, want a result", tt.lastSeen, err, got.Error)
+			}
+			r := got.Result
+			if r.Truncated || r.Epoch == "" || r.LatestSeq < 6 {
+				t.Fatalf("events.since(%d): got latest_seq %d truncated %v epoch %q, want all of at least 6 events", tt.lastSeen, r.LatestSeq, r.Truncated, r.Epoch)
+			}
+			if want := int(r.LatestSeq) - tt.lastSeen; len(r.Events) != want {
+				t.Fatalf("events.since(%d): got %d events, want %d", tt.lastSeen, len(r.Events), want)
+			}
+			for i, e := range r.Events {
+				if want := uint64(tt.lastSeen + 1 + i); e.Seq != want {
+					t.Errorf("events.since(%d): event %d has seq %d, want %d", tt.lastSeen, i, e.Seq, want)
+				}
+			}
+		})
+	}
+}

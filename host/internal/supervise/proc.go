@@ -1,0 +1,334 @@
+package supervise
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+)
+
+// PluginSpec says how to run a plugin process.
+type PluginSpec struct {
+	// Name is the plugin's name in logs and listings, e.g. "ws".
+	Name string
+	// Path is the executable; Args its arguments.
+	Path string
+	Args []string
+	// SHA256 is the expected hex checksum of Path, or "".
+	SHA256 string
+}
+
+// Plugin start errors.
+var (
+	// ErrChecksum: the plugin binary's checksum did not match.
+	ErrChecksum = errors.New("plugin checksum mismatch")
+	// ErrHandshake: the binary did not answer the go-plugin handshake of
+	// a tether plugin (TETHER_PLUGIN magic cookie, protocol version 1,
+	// gRPC).
+	ErrHandshake = errors.New("plugin handshake failed")
+)
+
+// pluginStartTimeout bounds a plugin's handshake.
+const pluginStartTimeout = 15 * time.Second
+
+// pluginProc is a running plugin subprocess, started or reattached.
+type pluginProc struct {
+	client *plugin.Client
+	rpc    plugin.ClientProtocol
+	tr     *contract.TransportGRPCClient // kind transport
+	be     *contract.BackendGRPCClient   // kind backend
+	pid    int
+	addr   net.Addr
+}
+
+// release closes the host's connection to the plugin without stopping
+// the plugin: unlike client.Kill (and the ClientProtocol's Close, which
+// asks the plugin to shut down) it leaves the process running, for the
+// next host to reattach to.
+func (p *pluginProc) release() {
+	if g, ok := p.rpc.(*plugin.GRPCClient); ok {
+		_ = g.Conn.Close()
+	}
+}
+
+// procOptions are the process settings of a plugin the host starts.
+type procOptions struct {
+	// ExtraFiles are inherited as fds 3, 4, ...
+	ExtraFiles []*os.File
+	// Env is added to the host's environment, replacing variables of
+	// the same names.
+	Env []string
+	// Setsid starts the plugin in a session of its own, out of the
+	// host's process group and terminal: it survives the host.
+	Setsid bool
+	// StartTimeout bounds the handshake (0: pluginStartTimeout).
+	StartTimeout time.Duration
+}
+
+// startPlugin starts spec as a go-plugin subprocess and dispenses kind.
+// Its errors say what went wrong and what to do: ErrChecksum for a
+// binary whose checksum does not match, ErrHandshake for one that is not
+// a tether plugin.
+func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Logger) (*pluginProc, error) {
+	cmd := exec.Command(spec.Path, spec.Args...)
+	cmd.Env = mergeEnv(os.Environ(), opts.Env)
+	cmd.ExtraFiles = opts.ExtraFiles
+	if opts.Setsid {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
+	logw := newPluginLogWriter(log, spec.Name)
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = pluginStartTimeout
+	}
+	cfg := &plugin.ClientConfig{
+		HandshakeConfig:  contract.Handshake,
+		Plugins:          contract.PluginMap(),
+		Cmd:              cmd,
+		SkipHostEnv:      true, // cmd.Env already holds it, with our overrides
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           hclog.NewNullLogger(),
+		Stderr:           logw,
+		StartTimeout:     timeout,
+	}
+	if spec.SHA256 != "" {
+		sum, err := hex.DecodeString(spec.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			return nil, fmt.Errorf("plugin %s: checksum %q is not a hex sha256 (64 hex digits after #): %w", spec.Name, spec.SHA256, ErrChecksum)
+		}
+		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	}
+	client := plugin.NewClient(cfg)
+	rpc, err := client.Client()
+	if err != nil {
+		client.Kill() // also waits for its stderr, so the tail is complete
+		return nil, startError(spec, err, logw.tail(), timeout)
+	}
+	p, err := dispense(client, rpc, spec.Name, kind)
+	if err != nil {
+		client.Kill()
+		return nil, err
+	}
+	if rc := client.ReattachConfig(); rc != nil {
+		p.pid, p.addr = rc.Pid, rc.Addr
+	}
+	return p, nil
+}
+
+// reattachPlugin connects to the plugin process rec describes, left
+// running by a previous host. go-plugin never kills a reattached plugin
+// on its own; Kill does (a graceful shutdown, then SIGKILL).
+func reattachPlugin(rec ReattachRecord, name, kind string) (*pluginProc, error) {
+	var addr net.Addr
+	var err error
+	switch rec.Network {
+	case "unix":
+		addr, err = net.ResolveUnixAddr("unix", rec.Address)
+	default:
+		addr, err = net.ResolveTCPAddr("tcp", rec.Address)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: reattach address %q: %w", name, rec.Address, err)
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  contract.Handshake,
+		Plugins:          contract.PluginMap(),
+		Reattach:         &plugin.ReattachConfig{Protocol: plugin.Protocol(rec.Protocol), ProtocolVersion: int(contract.Handshake.ProtocolVersion), Addr: addr, Pid: rec.Pid},
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           hclog.NewNullLogger(),
+	})
+	rpc, err := client.Client()
+	if err != nil {
+		// Not Kill: a failed reattach is no reason to stop a process.
+		return nil, fmt.Errorf("plugin %s: reattach to pid %d at %s: %w", name, rec.Pid, rec.Address, err)
+	}
+	p, err := dispense(client, rpc, name, kind)
+	if err != nil {
+		if g, ok := rpc.(*plugin.GRPCClient); ok {
+			_ = g.Conn.Close()
+		}
+		return nil, err
+	}
+	p.pid, p.addr = rec.Pid, addr
+	return p, nil
+}
+
+func dispense(client *plugin.Client, rpc plugin.ClientProtocol, name, kind string) (*pluginProc, error) {
+	raw, err := rpc.Dispense(kind)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: dispense %s: %w", name, kind, err)
+	}
+	p := &pluginProc{client: client, rpc: rpc}
+	var ok bool
+	switch kind {
+	case contract.KindTransport:
+		p.tr, ok = raw.(*contract.TransportGRPCClient)
+	case contract.KindBackend:
+		p.be, ok = raw.(*contract.BackendGRPCClient)
+	}
+	if !ok {
+		return nil, fmt.Errorf("plugin %s: dispensed %T, not a %s", name, raw, kind)
+	}
+	return p, nil
+}
+
+// startError turns go-plugin's start error into one that says which check
+// failed and what to do.
+func startError(spec PluginSpec, err error, stderrTail []string, timeout time.Duration) error {
+	var pathErr *fs.PathError
+	var execErr *exec.Error
+	switch {
+	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
+		have := "unreadable"
+		if sum, herr := fileSHA256(spec.Path); herr == nil {
+			have = sum
+		}
+		return fmt.Errorf("plugin %s (%s): checksum mismatch: --plugin asks for sha256 %s, the file has %s; check the path, or put the file's checksum after the # (sha256sum %s): %w",
+			spec.Name, spec.Path, spec.SHA256, have, spec.Path, ErrChecksum)
+	case strings.HasPrefix(err.Error(), "error verifying checksum"):
+		return fmt.Errorf("plugin %s (%s): cannot verify its checksum: %v: %w", spec.Name, spec.Path, err, ErrChecksum)
+	case errors.As(err, &pathErr), errors.As(err, &execErr):
+		return fmt.Errorf("plugin %s (%s): cannot run it: %w", spec.Name, spec.Path, err)
+	}
+	cause, _, _ := strings.Cut(strings.TrimSpace(err.Error()), "\n") // go-plugin adds pages of hints
+	if strings.Contains(cause, "timeout while waiting for plugin to start") {
+		return fmt.Errorf("plugin %s (%s): handshake timed out: no go-plugin handshake line within %s (the process was killed); a tether plugin answers at once: check that the binary serves contract.ServeTransport or contract.ServeBackend and is not waiting on something: %w",
+			spec.Name, spec.Path, timeout, ErrHandshake)
+	}
+	var said string
+	if len(stderrTail) > 0 {
+		said = fmt.Sprintf("; it wrote %q", strings.Join(stderrTail, " / "))
+	}
+	return fmt.Errorf("plugin %s (%s): handshake failed: it did not answer as a tether plugin (go-plugin, magic cookie %s, protocol version %d, gRPC): %s%s; "+
+		"it is not a tether plugin, or one built for another handshake: point --plugin at a binary that serves contract.ServeTransport or contract.ServeBackend (a script that runs `tether plugin %s` works too): %w",
+		spec.Name, spec.Path, contract.Handshake.MagicCookieKey, contract.Handshake.ProtocolVersion, strings.TrimSpace(cause), said, spec.Name, ErrHandshake)
+}
+
+// fileSHA256 returns the hex sha256 of the file at path.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// mergeEnv returns base with the variables of extra set (replacing those
+// of the same name).
+func mergeEnv(base, extra []string) []string {
+	names := make(map[string]bool, len(extra))
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		names[k] = true
+	}
+	env := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if !names[k] {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// stderrTailLines is how many of a plugin's last stderr lines are kept for
+// start errors.
+const stderrTailLines = 3
+
+// pluginLogWriter re-emits a plugin's stderr lines through the host's
+// logger with a plugin field. JSON lines (zerolog's format) keep their
+// level, message and fields; other lines are logged at info as they are.
+type pluginLogWriter struct {
+	log zerolog.Logger
+
+	mu   sync.Mutex // guards the fields below
+	buf  []byte
+	last []string // the last few lines, for start errors
+}
+
+func newPluginLogWriter(log zerolog.Logger, name string) *pluginLogWriter {
+	return &pluginLogWriter{log: log.With().Str("plugin", name).Logger()}
+}
+
+// Write implements io.Writer; go-plugin writes one line (or a part of a
+// long one) per call.
+func (w *pluginLogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.emitLocked(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 64<<10 {
+		w.emitLocked(w.buf)
+		w.buf = nil
+	}
+	return len(p), nil
+}
+
+// tail returns the last lines the plugin wrote.
+func (w *pluginLogWriter) tail() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lines := slices.Clone(w.last)
+	if len(w.buf) > 0 {
+		lines = append(lines, string(bytes.TrimSpace(w.buf)))
+	}
+	return lines
+}
+
+func (w *pluginLogWriter) emitLocked(line []byte) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return
+	}
+	if len(w.last) == stderrTailLines {
+		w.last = append(w.last[:0], w.last[1:]...)
+	}
+	w.last = append(w.last, string(line[:min(len(line), 512)]))
+	var fields map[string]any
+	if line[0] != '{' || json.Unmarshal(line, &fields) != nil {
+		w.log.Info().Msg(string(line))
+		return
+	}
+	level := zerolog.InfoLevel
+	if s, ok := fields[zerolog.LevelFieldName].(string); ok {
+		if l, err := zerolog.ParseLevel(strings.ToLower(s)); err == nil {
+			level = l
+		}
+	}
+	msg, _ := fields[zerolog.MessageFieldName].(string)
+	delete(fields, zerolog.LevelFieldName)
+	delete(fields, zerolog.MessageFieldName)
+	delete(fields, zerolog.TimestampFieldName)
+	delete(fields, "plugin")
+	w.log.WithLevel(level).Fields(fields).Msg(msg)
+}
