@@ -15,7 +15,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 )
 
-// Access decides whether a new connection may talk to the host (SPEC §3).
+// Access decides whether a new connection may talk to the host (token, Host and Origin, loopback peer).
 // Its fields are constant after construction.
 type Access struct {
 	// Token is the access token clients must present.
@@ -27,7 +27,7 @@ type Access struct {
 }
 
 // Check returns 0 when the connection described by ev is admitted, else
-// the close code to refuse it with. The order is the SPEC's: token (4401),
+// the close code to refuse it with. The order is fixed: token (4401),
 // Host and Origin (4403), loopback peer (4408).
 func (a *Access) Check(ev contract.Event) int {
 	if !a.tokenOK(ev) {

@@ -8,7 +8,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 )
 
-// PTYQuery is a parsed /api/pty query (SPEC §6).
+// PTYQuery is a parsed /api/pty query.
 type PTYQuery struct {
 	Attach    string // "" in legacy mode
 	HasOffset bool

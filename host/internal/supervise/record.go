@@ -23,7 +23,7 @@ const EnvPluginStateDir = "TETHER_PLUGIN_STATE_DIR"
 const reattachBudget = 3 * time.Second
 
 // ReattachRecord is what the host keeps at <state-dir>/plugins/<name>.json
-// about a plugin that outlives it (SPEC §6.3): enough for the next host to
+// about a plugin that outlives it: enough for the next host to
 // find it, check that it is still the same process and reattach.
 type ReattachRecord struct {
 	// Protocol is the go-plugin protocol, "grpc".

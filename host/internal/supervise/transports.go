@@ -61,7 +61,7 @@ func CheckTransportName(name string) error {
 // instanceIDs issues the instance ids of transport plugin processes, and
 // never the same one twice in the host's life, across every transport and
 // every restart: a transport identity (instance, connection) is then never
-// reused (SPEC §5.5) even though each process numbers its connections
+// reused even though each process numbers its connections
 // from 1. (Ids are 64 random bits, so they do not repeat across hosts
 // either in practice; no identity outlives its host anyway.)
 type instanceIDs struct {
