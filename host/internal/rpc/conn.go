@@ -283,11 +283,3 @@ func (c *conn) bindDone(late []session.Binding, err error) error {
 	}
 	return errReplied
 }
-
-// boundCount is the number of live sessions the connection holds a
-// binding of.
-func (c *conn) boundCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.bindings)
-}

@@ -47,3 +47,11 @@ func (c *conn) handle(data []byte) {
 	}
 	c.dispatch(req, false)
 }
+
+// boundCount is the number of live sessions the connection holds a
+// binding of.
+func (c *conn) boundCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.bindings)
+}
