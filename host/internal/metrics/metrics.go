@@ -30,6 +30,7 @@ type Metrics struct {
 	PluginRestarts *prometheus.CounterVec
 	PluginReloads  *prometheus.CounterVec
 	Supersedes     prometheus.Counter
+	BadResizes     prometheus.Counter
 	PTYs           prometheus.GaugeFunc
 
 	ptySource atomic.Pointer[func() int] // counts live PTYs; nil: none
@@ -55,6 +56,7 @@ func New() *Metrics {
 		BytesOut:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_out_total", Help: "Payload bytes queued to clients."}),
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_restarts_total", Help: "Plugin processes restarted after they exited."}, []string{"plugin"}),
 		PluginReloads:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_reloads_total", Help: "Plugins swapped for a fresh process on request (tether plugins reload, SIGHUP)."}, []string{"plugin"}),
+		BadResizes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_bad_resizes_total", Help: "Frames starting with the resize escape that were not a valid resize, dropped (never written to the PTY)."}),
 		Supersedes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_supersedes_total", Help: "PTY writers closed with 4409 because a newer writer attached."}),
 	}
 	m.PTYs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_ptys", Help: "Live PTYs in the PTY backend (asked at scrape time)."}, func() float64 {
@@ -65,7 +67,7 @@ func New() *Metrics {
 	})
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
 		m.AgentCloses, m.CASConflicts, m.OwnerErrors, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
-		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.Supersedes, m.PTYs)
+		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.Supersedes, m.BadResizes, m.PTYs)
 	return m
 }
 

@@ -61,10 +61,20 @@ func ValidAttachToken(t string) bool {
 	return true
 }
 
+// resizePrefix starts every resize escape; a frame that starts with it is
+// never written to a PTY.
+const resizePrefix = "\x1b[RESIZE:"
+
+// IsResize reports whether frame starts with the resize escape's prefix:
+// it is then a resize, or dropped, and never input.
+func IsResize(frame []byte) bool {
+	return len(frame) >= len(resizePrefix) && string(frame[:len(resizePrefix)]) == resizePrefix
+}
+
 // ParseResize reports whether frame is exactly the resize escape
 // ESC [ R E S I Z E : cols ; rows ] and returns the size.
 func ParseResize(frame []byte) (cols, rows int, ok bool) {
-	const prefix = "\x1b[RESIZE:"
+	const prefix = resizePrefix
 	if len(frame) < len(prefix)+4 || len(frame) > 64 || string(frame[:len(prefix)]) != prefix || frame[len(frame)-1] != ']' {
 		return 0, 0, false
 	}

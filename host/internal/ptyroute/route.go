@@ -161,7 +161,15 @@ func (c *ptyConn) OnFrame(data []byte, _ bool) {
 	if c.q.View {
 		return
 	}
-	if cols, rows, ok := ParseResize(data); ok {
+	if IsResize(data) {
+		cols, rows, ok := ParseResize(data)
+		if !ok {
+			// Never typed into the shell: a malformed or out-of-range
+			// resize is dropped.
+			c.r.metrics.BadResizes.Inc()
+			c.log.Debug().Int("bytes", len(data)).Msg("malformed resize dropped")
+			return
+		}
 		c.enqueue(func() {
 			c.do(func(ctx context.Context, b contract.Backend) error { return b.Resize(ctx, c.token, c.id, cols, rows) })
 		})

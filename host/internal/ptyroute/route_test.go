@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
@@ -213,3 +214,56 @@ func TestPTYOutputStalledLink(t *testing.T) {
 type plainSender struct{ s *stuckSender }
 
 func (p plainSender) Send(cmd contract.Command) { p.s.Send(cmd) }
+
+// recordingBackend records the input and resizes it is asked for.
+type recordingBackend struct {
+	contract.Backend
+	mu      sync.Mutex
+	writes  [][]byte
+	resizes [][2]int
+}
+
+func (b *recordingBackend) Write(_ context.Context, _ string, _ contract.TransportID, data []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.writes = append(b.writes, append([]byte(nil), data...))
+	return nil
+}
+
+func (b *recordingBackend) Resize(_ context.Context, _ string, _ contract.TransportID, cols, rows int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.resizes = append(b.resizes, [2]int{cols, rows})
+	return nil
+}
+
+// TestResizeFramesNeverTyped: a frame that starts with the resize escape
+// resizes when it is exactly a valid one and is dropped otherwise — it
+// never reaches the PTY as input.
+func TestResizeFramesNeverTyped(t *testing.T) {
+	r := New(zerolog.Nop(), metrics.New())
+	be := &recordingBackend{}
+	r.SetBackend(be)
+	tok := strings.Repeat("t", 16)
+	c := &ptyConn{id: contract.TransportID{Instance: "ws", Conn: 1}, out: &stuckSender{}, r: r, token: tok, attached: true, epoch: "e"}
+	r.conns[c.id] = c
+	for _, f := range []string{
+		"\x1b[RESIZE:99999;99999]", "\x1b[RESIZE:0;24]", "\x1b[RESIZE:80;0]", "\x1b[RESIZE:abc]",
+		"\x1b[RESIZE:80;24", "\x1b[RESIZE:+80;24]", "\x1b[RESIZE:80;24]x", "\x1b[RESIZE:",
+		"\x1b[RESIZE:120;40]", "hello\n",
+	} {
+		c.OnFrame([]byte(f), false)
+	}
+	r.Wait()
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if len(be.writes) != 1 || string(be.writes[0]) != "hello\n" {
+		t.Errorf("writes = %q, want only \"hello\\n\"", be.writes)
+	}
+	if len(be.resizes) != 1 || be.resizes[0] != [2]int{120, 40} {
+		t.Errorf("resizes = %v, want only [120 40]", be.resizes)
+	}
+	if got := testutil.ToFloat64(r.metrics.BadResizes); got != 8 {
+		t.Errorf("bad resizes counted %v, want 8", got)
+	}
+}
