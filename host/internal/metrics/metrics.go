@@ -13,25 +13,26 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	LiveSessions   prometheus.Gauge
-	ParkedSessions prometheus.Gauge
-	Viewers        prometheus.Gauge
-	AgentBuilds    prometheus.Counter
-	AgentDiscards  prometheus.Counter
-	AgentCloses    prometheus.Counter
-	CASConflicts   prometheus.Counter
-	OwnerErrors    prometheus.Counter
-	Connections    prometheus.Gauge
-	Refused        *prometheus.CounterVec
-	FramesIn       prometheus.Counter
-	FramesOut      prometheus.Counter
-	BytesIn        prometheus.Counter
-	BytesOut       prometheus.Counter
-	PluginRestarts *prometheus.CounterVec
-	PluginReloads  *prometheus.CounterVec
-	Supersedes     prometheus.Counter
-	BadResizes     prometheus.Counter
-	PTYs           prometheus.GaugeFunc
+	LiveSessions     prometheus.Gauge
+	ParkedSessions   prometheus.Gauge
+	Viewers          prometheus.Gauge
+	AgentBuilds      prometheus.Counter
+	AgentDiscards    prometheus.Counter
+	AgentCloses      prometheus.Counter
+	CASConflicts     prometheus.Counter
+	OwnerErrors      prometheus.Counter
+	Connections      prometheus.Gauge
+	Refused          *prometheus.CounterVec
+	FramesIn         prometheus.Counter
+	FramesOut        prometheus.Counter
+	BytesIn          prometheus.Counter
+	BytesOut         prometheus.Counter
+	PluginRestarts   *prometheus.CounterVec
+	PluginReloads    *prometheus.CounterVec
+	PluginLogDropped *prometheus.CounterVec
+	Supersedes       prometheus.Counter
+	BadResizes       prometheus.Counter
+	PTYs             prometheus.GaugeFunc
 
 	ptySource atomic.Pointer[func() int] // counts live PTYs; nil: none
 }
@@ -39,25 +40,26 @@ type Metrics struct {
 // New registers the host's metrics on a new registry.
 func New() *Metrics {
 	m := &Metrics{
-		Registry:       prometheus.NewRegistry(),
-		LiveSessions:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_live_sessions", Help: "Live sessions in the table, parked ones included."}),
-		ParkedSessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_parked_sessions", Help: "Live sessions with no viewer, waiting for a reap or a rebind."}),
-		Viewers:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_viewers", Help: "Viewer bindings across all live sessions."}),
-		AgentBuilds:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_builds_total", Help: "Agents built for live sessions."}),
-		AgentDiscards:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_discards_total", Help: "Agents built by a losing resume (or during shutdown) and closed unused."}),
-		AgentCloses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_closes_total", Help: "Agents of released sessions closed."}),
-		CASConflicts:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_teardown_cas_conflicts_total", Help: "Teardowns refused by their compare-and-swap: the binding had moved on since the caller looked, so a close, reap, eviction or PTY detach did not happen (the caller only dropped its own viewer, or nothing)."}),
-		OwnerErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_owner_errors_total", Help: "Teardowns whose new binding the ownership store did not record (it refused or could not be reached)."}),
-		Connections:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_connections", Help: "Admitted client connections."}),
-		Refused:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_refused_total", Help: "Connections refused by the access checks, by close code."}, []string{"code"}),
-		FramesIn:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_frames_in_total", Help: "Data frames received from clients."}),
-		FramesOut:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_frames_out_total", Help: "Data frames queued to clients."}),
-		BytesIn:        prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_in_total", Help: "Payload bytes received from clients."}),
-		BytesOut:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_out_total", Help: "Payload bytes queued to clients."}),
-		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_restarts_total", Help: "Plugin processes restarted after they exited."}, []string{"plugin"}),
-		PluginReloads:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_reloads_total", Help: "Plugins swapped for a fresh process on request (tether plugins reload, SIGHUP)."}, []string{"plugin"}),
-		BadResizes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_bad_resizes_total", Help: "Frames starting with the resize escape that were not a valid resize, dropped (never written to the PTY)."}),
-		Supersedes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_supersedes_total", Help: "PTY writers closed with 4409 because a newer writer attached."}),
+		Registry:         prometheus.NewRegistry(),
+		LiveSessions:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_live_sessions", Help: "Live sessions in the table, parked ones included."}),
+		ParkedSessions:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_parked_sessions", Help: "Live sessions with no viewer, waiting for a reap or a rebind."}),
+		Viewers:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_viewers", Help: "Viewer bindings across all live sessions."}),
+		AgentBuilds:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_builds_total", Help: "Agents built for live sessions."}),
+		AgentDiscards:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_discards_total", Help: "Agents built by a losing resume (or during shutdown) and closed unused."}),
+		AgentCloses:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_agent_closes_total", Help: "Agents of released sessions closed."}),
+		CASConflicts:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_teardown_cas_conflicts_total", Help: "Teardowns refused by their compare-and-swap: the binding had moved on since the caller looked, so a close, reap, eviction or PTY detach did not happen (the caller only dropped its own viewer, or nothing)."}),
+		OwnerErrors:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_owner_errors_total", Help: "Teardowns whose new binding the ownership store did not record (it refused or could not be reached)."}),
+		Connections:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "tether_connections", Help: "Admitted client connections."}),
+		Refused:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_refused_total", Help: "Connections refused by the access checks, by close code."}, []string{"code"}),
+		FramesIn:         prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_frames_in_total", Help: "Data frames received from clients."}),
+		FramesOut:        prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_frames_out_total", Help: "Data frames queued to clients."}),
+		BytesIn:          prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_in_total", Help: "Payload bytes received from clients."}),
+		BytesOut:         prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_out_total", Help: "Payload bytes queued to clients."}),
+		PluginRestarts:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_restarts_total", Help: "Plugin processes restarted after they exited."}, []string{"plugin"}),
+		PluginReloads:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_reloads_total", Help: "Plugins swapped for a fresh process on request (tether plugins reload, SIGHUP)."}, []string{"plugin"}),
+		BadResizes:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_bad_resizes_total", Help: "Frames starting with the resize escape that were not a valid resize, dropped (never written to the PTY)."}),
+		PluginLogDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_log_lines_dropped_total", Help: "Plugin stderr lines not re-emitted because the plugin wrote more than 1000 a second."}, []string{"plugin"}),
+		Supersedes:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_supersedes_total", Help: "PTY writers closed with 4409 because a newer writer attached."}),
 	}
 	m.PTYs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_ptys", Help: "Live PTYs in the PTY backend (asked at scrape time)."}, func() float64 {
 		if f := m.ptySource.Load(); f != nil {
@@ -67,7 +69,7 @@ func New() *Metrics {
 	})
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
 		m.AgentCloses, m.CASConflicts, m.OwnerErrors, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
-		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.Supersedes, m.BadResizes, m.PTYs)
+		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs)
 	return m
 }
 

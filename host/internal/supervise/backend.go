@@ -212,7 +212,7 @@ func (b *Backend) launch() (*bgen, error) {
 	} else {
 		b.log.Warn().Str("dir", b.pluginsDir()).Msg("state dir too long for a Unix socket path; the plugin's socket goes to the temporary directory")
 	}
-	proc, err := startPlugin(b.spec, contract.KindBackend, procOptions{Env: env, Setsid: true}, b.log)
+	proc, err := startPlugin(b.spec, contract.KindBackend, procOptions{Env: env, Setsid: true, Metrics: b.metrics}, b.log)
 	if err != nil {
 		return nil, err
 	}

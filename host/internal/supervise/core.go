@@ -150,6 +150,9 @@ func (c *core) watch(g gen) {
 	defer c.wg.Done()
 	st := g.state()
 	err := g.serve(c.ctx)
+	if st.proc.logw != nil {
+		defer st.proc.logw.close()
+	}
 	if st.retired.Load() || c.ctx.Err() != nil {
 		close(st.done)
 		return

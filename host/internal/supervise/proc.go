@@ -1,10 +1,8 @@
 package supervise
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,17 +10,17 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/metrics"
 )
 
 // PluginSpec says how to run a plugin process.
@@ -57,6 +55,7 @@ type pluginProc struct {
 	be     *contract.BackendGRPCClient   // kind backend
 	pid    int
 	addr   net.Addr
+	logw   *pluginLogWriter // nil for a reattached plugin (its stderr is not ours)
 }
 
 // release closes the host's connection to the plugin without stopping
@@ -81,6 +80,8 @@ type procOptions struct {
 	Setsid bool
 	// StartTimeout bounds the handshake (0: pluginStartTimeout).
 	StartTimeout time.Duration
+	// Metrics, when set, counts the stderr lines the rate limit drops.
+	Metrics *metrics.Metrics
 }
 
 // startPlugin starts spec as a go-plugin subprocess and dispenses kind.
@@ -94,7 +95,11 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	if opts.Setsid {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
-	logw := newPluginLogWriter(log, spec.Name)
+	var dropped prometheus.Counter
+	if opts.Metrics != nil {
+		dropped = opts.Metrics.PluginLogDropped.WithLabelValues(spec.Name)
+	}
+	logw := newPluginLogWriter(log, spec.Name, dropped)
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
 		timeout = pluginStartTimeout
@@ -120,6 +125,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	rpc, err := client.Client()
 	if err != nil {
 		client.Kill() // also waits for its stderr, so the tail is complete
+		logw.close()
 		return nil, startError(spec, err, logw.tail(), timeout)
 	}
 	p, err := dispense(client, rpc, spec.Name, kind)
@@ -130,6 +136,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	if rc := client.ReattachConfig(); rc != nil {
 		p.pid, p.addr = rc.Pid, rc.Addr
 	}
+	p.logw = logw
 	return p, nil
 }
 
@@ -252,83 +259,4 @@ func mergeEnv(base, extra []string) []string {
 		}
 	}
 	return append(env, extra...)
-}
-
-// stderrTailLines is how many of a plugin's last stderr lines are kept for
-// start errors.
-const stderrTailLines = 3
-
-// pluginLogWriter re-emits a plugin's stderr lines through the host's
-// logger with a plugin field. JSON lines (zerolog's format) keep their
-// level, message and fields; other lines are logged at info as they are.
-type pluginLogWriter struct {
-	log zerolog.Logger
-
-	mu   sync.Mutex // guards the fields below
-	buf  []byte
-	last []string // the last few lines, for start errors
-}
-
-func newPluginLogWriter(log zerolog.Logger, name string) *pluginLogWriter {
-	return &pluginLogWriter{log: log.With().Str("plugin", name).Logger()}
-}
-
-// Write implements io.Writer; go-plugin writes one line (or a part of a
-// long one) per call.
-func (w *pluginLogWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		w.emitLocked(w.buf[:i])
-		w.buf = w.buf[i+1:]
-	}
-	if len(w.buf) > 64<<10 {
-		w.emitLocked(w.buf)
-		w.buf = nil
-	}
-	return len(p), nil
-}
-
-// tail returns the last lines the plugin wrote.
-func (w *pluginLogWriter) tail() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	lines := slices.Clone(w.last)
-	if len(w.buf) > 0 {
-		lines = append(lines, string(bytes.TrimSpace(w.buf)))
-	}
-	return lines
-}
-
-func (w *pluginLogWriter) emitLocked(line []byte) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
-		return
-	}
-	if len(w.last) == stderrTailLines {
-		w.last = append(w.last[:0], w.last[1:]...)
-	}
-	w.last = append(w.last, string(line[:min(len(line), 512)]))
-	var fields map[string]any
-	if line[0] != '{' || json.Unmarshal(line, &fields) != nil {
-		w.log.Info().Msg(string(line))
-		return
-	}
-	level := zerolog.InfoLevel
-	if s, ok := fields[zerolog.LevelFieldName].(string); ok {
-		if l, err := zerolog.ParseLevel(strings.ToLower(s)); err == nil {
-			level = l
-		}
-	}
-	msg, _ := fields[zerolog.MessageFieldName].(string)
-	delete(fields, zerolog.LevelFieldName)
-	delete(fields, zerolog.MessageFieldName)
-	delete(fields, zerolog.TimestampFieldName)
-	delete(fields, "plugin")
-	w.log.WithLevel(level).Fields(fields).Msg(msg)
 }

@@ -68,7 +68,7 @@ func TestStartPluginRefused(t *testing.T) {
 }
 
 func TestPluginLogWriterTail(t *testing.T) {
-	w := newPluginLogWriter(zerolog.Nop(), "ws")
+	w := newPluginLogWriter(zerolog.Nop(), "ws", nil)
 	for _, s := range []string{"one\n", "two\nthr", "ee\n", `{"level":"warn","message":"four"}` + "\n", "fi"} {
 		if _, err := w.Write([]byte(s)); err != nil {
 			t.Fatal(err)

@@ -157,7 +157,7 @@ func (t *Transport) start(ctx context.Context) error {
 // launchSpec starts one plugin process on the shared listener and makes
 // its link (not yet running).
 func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
-	opts := procOptions{Env: []string{EnvPluginStateDir + "=" + t.opts.StateDir}, StartTimeout: t.opts.StartTimeout}
+	opts := procOptions{Env: []string{EnvPluginStateDir + "=" + t.opts.StateDir}, StartTimeout: t.opts.StartTimeout, Metrics: t.metrics}
 	listen := t.listen
 	if t.addr != "" {
 		listen = t.addr // a restart binds the address the first start got
