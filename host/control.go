@@ -18,7 +18,8 @@ import (
 	"github.com/tether-agent/tether/host/internal/supervise"
 )
 
-// ControlSocket is the name of the host's control socket in its state dir.
+// ControlSocket is the name of the host's control socket in its socket
+// dir (SocketDir: <state-dir>/plugins, unless that is too long a path).
 // `tether plugins` talks to the running host through it: one JSON
 // ControlRequest line in, one ControlResponse line out, then the host
 // closes the connection. The socket has mode 0600 in the 0700 state dir:
@@ -46,8 +47,6 @@ const (
 var (
 	// ErrNoHost: no host answers on the state dir's control socket.
 	ErrNoHost = errors.New("no tether host is running on this state dir")
-	// ErrHostRunning: another host already serves this state dir.
-	ErrHostRunning = errors.New("another tether host is running on this state dir")
 )
 
 // controlTimeout bounds one control request (a reload waits for the new
@@ -84,7 +83,7 @@ type PluginStatus = supervise.PluginStatus
 // answer. It fails with ErrNoHost when nothing listens on the control
 // socket.
 func Control(ctx context.Context, stateDir string, req ControlRequest) (ControlResponse, error) {
-	path := filepath.Join(stateDir, ControlSocket)
+	path := filepath.Join(SocketDir(stateDir), ControlSocket)
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
@@ -125,19 +124,11 @@ type controlServer struct {
 	wg     sync.WaitGroup
 }
 
-// listenControl makes the control socket in stateDir. A socket left by a
-// host that died is replaced; one that answers belongs to a running host,
-// and this one must not start (ErrHostRunning): two hosts would share the
-// database and fight over the PTY plugin.
-func listenControl(stateDir string) (*net.UnixListener, error) {
-	path := filepath.Join(stateDir, ControlSocket)
-	if len(path) > supervise.MaxSocketPath {
-		return nil, fmt.Errorf("control socket %s: path longer than %d bytes; use a shorter --state-dir", path, supervise.MaxSocketPath)
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("%s answers: %w (stop it first, or use another --state-dir)", path, ErrHostRunning)
-	}
+// listenControl makes the control socket in the socket dir. Only the
+// holder of the state dir's lock calls it, so a socket file there is one
+// a host that died left behind: it is replaced.
+func listenControl(sockDir string) (*net.UnixListener, error) {
+	path := filepath.Join(sockDir, ControlSocket)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}

@@ -45,6 +45,9 @@ const EnvPluginStateDir = supervise.EnvPluginStateDir
 
 // Plugin start errors; test for them with errors.Is.
 var (
+	// ErrPrimaryFailed: the primary transport failed its restart limit in
+	// a row; Run shut the host down (tether serve exits with status 3).
+	ErrPrimaryFailed = errors.New("primary transport failed")
 	// ErrChecksum: the plugin binary's checksum did not match.
 	ErrChecksum = supervise.ErrChecksum
 	// ErrHandshake: the binary did not answer a tether plugin's handshake.
@@ -57,7 +60,7 @@ func CheckTransportName(name string) error { return supervise.CheckTransportName
 // StopRecordedPlugin stops the plugin named name that a host left running
 // on stateDir, when no host runs there to do it (see supervise).
 func StopRecordedPlugin(ctx context.Context, stateDir, name string, log zerolog.Logger) (pid int, stopped bool, err error) {
-	return supervise.StopRecordedPlugin(ctx, stateDir, name, log)
+	return supervise.StopRecordedPlugin(ctx, stateDir, SocketDir(stateDir), name, log)
 }
 
 // Config configures a host.
@@ -145,9 +148,25 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	// Refuse to start beside a running host before touching its
-	// database or its plugins.
-	ctlLn, err := listenControl(cfg.StateDir)
+	// One host per state dir: refuse to start beside a running host
+	// before touching its database or its plugins.
+	lock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.unlock()
+	sockDir := SocketDir(cfg.StateDir)
+	if err := makeSocketDir(sockDir); err != nil {
+		return err
+	}
+	if sockDir != filepath.Join(cfg.StateDir, "plugins") {
+		cfg.Log.Info().Str("dir", sockDir).Msg("state dir too long for Unix socket paths; sockets are kept in a private directory")
+		// Removed at exit, unless a PTY plugin left running for the next
+		// host still has its socket there (Remove takes only an empty
+		// directory). Deferred first, so it runs last.
+		defer os.Remove(sockDir)
+	}
+	ctlLn, err := listenControl(sockDir)
 	if err != nil {
 		return err
 	}
@@ -187,8 +206,18 @@ func Run(ctx context.Context, cfg Config) error {
 		ln = l.(*net.TCPListener)
 	}
 
+	// The primary transport failing for good ends the host (exit status
+	// 3), so that a service manager restarts it whole.
+	primaryFailed := make(chan string, 1)
 	opts := supervise.Options{
+		PrimaryFailed: func(lastErr string) {
+			select {
+			case primaryFailed <- lastErr:
+			default:
+			}
+		},
 		StateDir:     cfg.StateDir,
+		SocketDir:    sockDir,
 		Token:        cfg.Token,
 		AllowOrigins: cfg.AllowOrigins,
 		Endpoints:    endpoints,
@@ -252,8 +281,14 @@ func Run(ctx context.Context, cfg Config) error {
 	serving = true
 	cfg.Log.Info().Str("addr", sup.Addr()).Msg("tether serving")
 
-	<-ctx.Done()
-	cfg.Log.Info().Msg("shutting down")
+	var runErr error
+	select {
+	case <-ctx.Done():
+		cfg.Log.Info().Msg("shutting down")
+	case last := <-primaryFailed:
+		runErr = fmt.Errorf("transport %s failed %d times in a row (last: %s): %w", PrimaryTransport, cfg.RestartLimit, last, ErrPrimaryFailed)
+		cfg.Log.Error().Err(runErr).Msg("shutting down: the primary transport keeps failing and nothing serves --listen")
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
 	// No more control requests or reloads; stop accepting; interrupt
@@ -268,7 +303,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Log.Error().Err(err).Msg("sessions did not all persist in time")
 	}
 	ts.Stop(sctx)
-	return nil
+	return runErr
 }
 
 // reloadOnSignal swaps every transport for a fresh process each time

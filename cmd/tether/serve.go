@@ -199,12 +199,19 @@ func serve(args []string) int {
 		Stdout:       os.Stdout,
 		Log:          log,
 	})
+	if errors.Is(err, host.ErrPrimaryFailed) {
+		return exitPrimaryFailed
+	}
 	if err != nil {
 		log.Error().Err(err).Msg("tether serve failed")
 		return 1
 	}
 	return 0
 }
+
+// exitPrimaryFailed is tether serve's exit status when the primary
+// transport failed its restart limit: a service manager restarts the host.
+const exitPrimaryFailed = 3
 
 // defaultStateDir is $XDG_STATE_HOME/tether, else ~/.local/state/tether.
 func defaultStateDir() string {

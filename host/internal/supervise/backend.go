@@ -30,9 +30,10 @@ const MaxSocketPath = 103
 // running unless told to stop it.
 type Backend struct {
 	core
-	cfg      contract.BackendConfig
-	stateDir string
-	router   *ptyroute.Router
+	cfg       contract.BackendConfig
+	stateDir  string
+	socketDir string
+	router    *ptyroute.Router
 
 	// spec is the binary a fresh process runs; guarded by core.mu.
 	spec PluginSpec
@@ -54,7 +55,7 @@ func (g *bgen) state() *genState { return &g.genState }
 // NewBackend returns the supervisor of the PTY backend spec, configured
 // with cfg, routing through router.
 func NewBackend(opts Options, spec PluginSpec, cfg contract.BackendConfig, router *ptyroute.Router) *Backend {
-	b := &Backend{cfg: cfg, stateDir: opts.StateDir, router: router, spec: spec}
+	b := &Backend{cfg: cfg, stateDir: opts.StateDir, socketDir: opts.SocketDir, router: router, spec: spec}
 	b.core = core{
 		name:      spec.Name,
 		what:      "pty backend",
@@ -158,7 +159,7 @@ func (b *Backend) reattach(ctx context.Context) *bgen {
 func (b *Backend) cleanupStale(_ context.Context, path string, rec ReattachRecord, reason string) {
 	b.log.Warn().Str("plugin", b.name).Int("pid", rec.Pid).Str("reason", reason).Str("record", path).
 		Msg("stale reattach record removed; starting a fresh plugin")
-	if err := removeRecord(path, rec); err != nil {
+	if err := removeRecord(path, rec, b.socketDir); err != nil {
 		b.log.Warn().Err(err).Str("plugin", b.name).Msg("removing the stale reattach record")
 	}
 }
@@ -205,12 +206,10 @@ func (b *Backend) connect(ctx context.Context, rec ReattachRecord) (*bgen, error
 // launch starts a fresh plugin process and writes its reattach record.
 func (b *Backend) launch() (*bgen, error) {
 	env := []string{EnvPluginStateDir + "=" + b.stateDir}
-	if len(filepath.Join(b.pluginsDir(), "plugin0123456789")) <= MaxSocketPath {
-		// go-plugin's server makes its Unix socket there, in the 0700
-		// state dir, instead of a temporary directory.
-		env = append(env, plugin.EnvUnixSocketDir+"="+b.pluginsDir())
-	} else {
-		b.log.Warn().Str("dir", b.pluginsDir()).Msg("state dir too long for a Unix socket path; the plugin's socket goes to the temporary directory")
+	if b.socketDir != "" {
+		// go-plugin's server makes its Unix socket there (0700), not in
+		// a temporary directory.
+		env = append(env, plugin.EnvUnixSocketDir+"="+b.socketDir)
 	}
 	proc, err := startPlugin(b.spec, contract.KindBackend, procOptions{Env: env, Setsid: true, Metrics: b.metrics}, b.log)
 	if err != nil {
@@ -257,7 +256,7 @@ func (b *Backend) newGen(proc *pluginProc, instance, version string, rec Reattac
 func (b *Backend) kill(g *bgen) {
 	g.proc.client.Kill()
 	if g.rec.Pid != 0 {
-		if err := removeRecord(b.recordPath(), g.rec); err != nil {
+		if err := removeRecord(b.recordPath(), g.rec, b.socketDir); err != nil {
 			b.log.Warn().Err(err).Str("plugin", b.name).Msg("removing the reattach record")
 		}
 	}
@@ -435,19 +434,19 @@ func stopRecorded(ctx context.Context, rec ReattachRecord, id pluginIdentity, lo
 // reattach record still names a live plugin process of this binary (the
 // same check a starting host makes), stops it, and removes the record.
 // It reports whether a plugin was stopped; a stale record is removed.
-func StopRecordedPlugin(ctx context.Context, stateDir, name string, log zerolog.Logger) (pid int, stopped bool, err error) {
+func StopRecordedPlugin(ctx context.Context, stateDir, sockDir, name string, log zerolog.Logger) (pid int, stopped bool, err error) {
 	path := recordPath(stateDir, name)
 	rec, found, err := readRecord(path)
 	if !found {
 		return 0, false, err
 	}
 	if err != nil {
-		return 0, false, errors.Join(err, removeRecord(path, rec))
+		return 0, false, errors.Join(err, removeRecord(path, rec, sockDir))
 	}
 	id := identityFor("")
 	if ok, _ := judgeRecord(rec, readProc(rec.Pid), id); !ok {
-		return rec.Pid, false, removeRecord(path, rec)
+		return rec.Pid, false, removeRecord(path, rec, sockDir)
 	}
 	stopped = stopRecorded(ctx, rec, id, log)
-	return rec.Pid, stopped, removeRecord(path, rec)
+	return rec.Pid, stopped, removeRecord(path, rec, sockDir)
 }

@@ -77,6 +77,8 @@ type core struct {
 	// crashed runs after g ended unasked, before the restart: it tears
 	// down what g served and stops its process for good.
 	crashed func(g gen, err error)
+	// failed, if set, runs once the plugin is marked failed.
+	failed func(lastErr string)
 
 	ctx    context.Context // the supervisor's life; ends every serve
 	cancel context.CancelFunc
@@ -179,6 +181,7 @@ func (c *core) watch(g gen) {
 	if failed {
 		c.log.Error().Err(err).Str("plugin", c.name).Int("pid", st.proc.pid).Int("in_a_row", c.limit).
 			Msg(c.what + " keeps failing; marked failed, not restarted (tether plugins reload to try again)")
+		c.markedFailed()
 		return
 	}
 	c.log.Warn().Err(err).Str("plugin", c.name).Int("pid", st.proc.pid).Msg(c.what + " ended; restarting")
@@ -241,12 +244,26 @@ func (c *core) tryRestart() bool {
 		failed := c.failedLocked()
 		c.mu.Unlock()
 		c.log.Error().Err(err).Str("plugin", c.name).Bool("failed", failed).Msg("restarting " + c.what)
+		if failed {
+			c.markedFailed()
+		}
 		return failed
 	}
 	if !c.activate(g) {
 		g.state().proc.client.Kill() // stop began meanwhile
 	}
 	return true
+}
+
+// markedFailed tells failed that the plugin was marked failed.
+func (c *core) markedFailed() {
+	if c.failed == nil {
+		return
+	}
+	c.mu.Lock()
+	last := c.lastErr
+	c.mu.Unlock()
+	c.failed(last)
 }
 
 // finish cancels the supervisor's life and waits for its watches.

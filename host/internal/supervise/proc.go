@@ -56,6 +56,7 @@ type pluginProc struct {
 	pid    int
 	addr   net.Addr
 	logw   *pluginLogWriter // nil for a reattached plugin (its stderr is not ours)
+	log    zerolog.Logger
 }
 
 // release closes the host's connection to the plugin without stopping
@@ -65,6 +66,17 @@ type pluginProc struct {
 func (p *pluginProc) release() {
 	if g, ok := p.rpc.(*plugin.GRPCClient); ok {
 		_ = g.Conn.Close()
+	}
+}
+
+// removeSocket removes the plugin's go-plugin socket file once the
+// process is gone (a plugin killed with -9 cannot remove it itself).
+func (p *pluginProc) removeSocket() {
+	if p.addr == nil || p.addr.Network() != "unix" {
+		return
+	}
+	if err := os.Remove(p.addr.String()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		p.log.Debug().Err(err).Msg("removing the plugin's socket")
 	}
 }
 
@@ -136,7 +148,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	if rc := client.ReattachConfig(); rc != nil {
 		p.pid, p.addr = rc.Pid, rc.Addr
 	}
-	p.logw = logw
+	p.logw, p.log = logw, log.With().Str("plugin", spec.Name).Logger()
 	return p, nil
 }
 

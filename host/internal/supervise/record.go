@@ -176,12 +176,13 @@ func writeRecord(path string, rec ReattachRecord) error {
 // removeRecord removes the record at path and, when it names a Unix
 // socket inside the record's own directory, that socket. Nothing outside
 // <state-dir>/plugins is ever removed on a record's word.
-func removeRecord(path string, rec ReattachRecord) error {
+func removeRecord(path string, rec ReattachRecord, sockDir string) error {
 	var errs []error
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	if rec.Network == "unix" && rec.Address != "" && filepath.Dir(filepath.Clean(rec.Address)) == filepath.Dir(path) {
+	dir := filepath.Dir(filepath.Clean(rec.Address))
+	if rec.Network == "unix" && rec.Address != "" && (dir == filepath.Dir(path) || sockDir != "" && dir == filepath.Clean(sockDir)) {
 		if err := os.Remove(rec.Address); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -141,7 +141,7 @@ func TestRecordFile(t *testing.T) {
 	}
 
 	// A record naming a file outside its directory never gets it removed.
-	if err := removeRecord(path, ReattachRecord{Network: "unix", Address: outside}); err != nil {
+	if err := removeRecord(path, ReattachRecord{Network: "unix", Address: outside}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(outside); err != nil {
@@ -150,7 +150,7 @@ func TestRecordFile(t *testing.T) {
 	if err := writeRecord(path, rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := removeRecord(path, rec); err != nil {
+	if err := removeRecord(path, rec, ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{path, sock} {

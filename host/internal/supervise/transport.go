@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
@@ -35,6 +36,10 @@ const (
 type Options struct {
 	// StateDir is the host's state directory.
 	StateDir string
+	// SocketDir is where plugins make their go-plugin Unix sockets (0700):
+	// <state-dir>/plugins, or a private directory when that path is too
+	// long for a socket.
+	SocketDir string
 	// Token and AllowOrigins configure each transport link's access
 	// checks.
 	Token        string
@@ -49,8 +54,12 @@ type Options struct {
 	// PingInterval and PeerTimeout tune a transport's liveness checks of
 	// its clients (0 = the transport's defaults).
 	PingInterval, PeerTimeout time.Duration
-	Metrics                   *metrics.Metrics
-	Log                       zerolog.Logger
+	// PrimaryFailed, if set, is called when the primary transport is
+	// marked failed (it failed RestartLimit times in a row): the host
+	// must not go on running without it.
+	PrimaryFailed func(lastErr string)
+	Metrics       *metrics.Metrics
+	Log           zerolog.Logger
 }
 
 // HostListens reports whether the host binds a transport's address
@@ -106,6 +115,7 @@ func (g *tgen) state() *genState { return &g.genState }
 func (g *tgen) serve(ctx context.Context) error {
 	err := g.link.Run(ctx)
 	g.proc.client.Kill()
+	g.proc.removeSocket()
 	return err
 }
 
@@ -128,6 +138,9 @@ func newTransport(opts Options, ts TransportSpec, ln *net.TCPListener, ids *inst
 			t.mu.Unlock()
 			return t.launchSpec(spec)
 		},
+	}
+	if ts.Name == PrimaryTransport {
+		t.core.failed = opts.PrimaryFailed
 	}
 	return t
 }
@@ -158,6 +171,10 @@ func (t *Transport) start(ctx context.Context) error {
 // its link (not yet running).
 func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 	opts := procOptions{Env: []string{EnvPluginStateDir + "=" + t.opts.StateDir}, StartTimeout: t.opts.StartTimeout, Metrics: t.metrics}
+	if t.opts.SocketDir != "" {
+		// go-plugin's server makes its socket there, not in /tmp.
+		opts.Env = append(opts.Env, plugin.EnvUnixSocketDir+"="+t.opts.SocketDir)
+	}
 	listen := t.listen
 	if t.addr != "" {
 		listen = t.addr // a restart binds the address the first start got
