@@ -100,6 +100,10 @@ type Config struct {
 	RestartLimit int
 	// PluginStartTimeout bounds a plugin's go-plugin handshake (0: 15s).
 	PluginStartTimeout time.Duration
+	// HealthInterval and HealthTimeout: every plugin is pinged this often,
+	// and one that does not answer in time is killed and restarted with
+	// reason unresponsive (0 interval: no pings).
+	HealthInterval, HealthTimeout time.Duration
 	// PTY is the PTY backend plugin to run and its configuration; a zero
 	// Spec.Path switches /api/pty off (4404).
 	PTY PTYConfig
@@ -223,10 +227,13 @@ func Run(ctx context.Context, cfg Config) error {
 		Endpoints:    endpoints,
 		RestartLimit: cfg.RestartLimit,
 		StartTimeout: cfg.PluginStartTimeout,
-		PingInterval: cfg.PingInterval,
-		PeerTimeout:  cfg.PeerTimeout,
-		Metrics:      m,
-		Log:          cfg.Log,
+
+		HealthInterval: cfg.HealthInterval,
+		HealthTimeout:  cfg.HealthTimeout,
+		PingInterval:   cfg.PingInterval,
+		PeerTimeout:    cfg.PeerTimeout,
+		Metrics:        m,
+		Log:            cfg.Log,
 	}
 	var router *ptyroute.Router
 	var backend *supervise.Backend

@@ -50,6 +50,8 @@ func serve(args []string) int {
 		stopPTYs     = fs.Bool("stop-ptys", false, "on shutdown also stop the PTY plugin (and its PTYs) instead of leaving it for the next host")
 		restartLimit = fs.Int("plugin-restart-limit", 5, "a transport plugin that fails this many times in a row (crashes within a minute of starting, or fails to start) is marked failed and not restarted until reloaded (0 = restart forever)")
 		startTimeout = fs.Duration("plugin-start-timeout", 15*time.Second, "how long a plugin may take to answer the go-plugin handshake")
+		healthEvery  = fs.Duration("plugin-health-interval", 5*time.Second, "the host pings every plugin this often (0 = never)")
+		healthWait   = fs.Duration("plugin-health-timeout", 3*time.Second, "a plugin that does not answer its health ping in this long is killed and restarted (unresponsive)")
 		listens      strList
 	)
 	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB suffix")
@@ -184,6 +186,8 @@ func serve(args []string) int {
 		RestartLimit:      *restartLimit,
 
 		PluginStartTimeout: *startTimeout,
+		HealthInterval:     *healthEvery,
+		HealthTimeout:      *healthWait,
 		PTY: host.PTYConfig{Spec: backend, BackendConfig: contract.BackendConfig{
 			Argv:        ptyArgv,
 			TTL:         *ptyTTL,
@@ -201,6 +205,11 @@ func serve(args []string) int {
 	})
 	if errors.Is(err, host.ErrPrimaryFailed) {
 		return exitPrimaryFailed
+	}
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// SIGINT or SIGTERM while starting: a clean stop.
+		log.Info().Err(err).Msg("stopped before serving")
+		return 0
 	}
 	if err != nil {
 		log.Error().Err(err).Msg("tether serve failed")

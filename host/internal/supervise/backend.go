@@ -57,12 +57,15 @@ func (g *bgen) state() *genState { return &g.genState }
 func NewBackend(opts Options, spec PluginSpec, cfg contract.BackendConfig, router *ptyroute.Router) *Backend {
 	b := &Backend{cfg: cfg, stateDir: opts.StateDir, socketDir: opts.SocketDir, router: router, spec: spec}
 	b.core = core{
-		name:      spec.Name,
-		what:      "pty backend",
-		metrics:   opts.Metrics,
-		log:       opts.Log,
-		launch:    func() (gen, error) { return b.launch() },
-		activated: func(g gen) { b.router.SetBackend(g.(*bgen).proc.be) },
+		name: spec.Name,
+		what: "pty backend",
+
+		healthInterval: opts.HealthInterval,
+		healthTimeout:  opts.HealthTimeout,
+		metrics:        opts.Metrics,
+		log:            opts.Log,
+		launch:         func() (gen, error) { return b.launch() },
+		activated:      func(g gen) { b.router.SetBackend(g.(*bgen).proc.be) },
 		crashed: func(g gen, err error) {
 			// Its PTYs are gone: their sockets reattach to fresh ones.
 			bg := g.(*bgen)

@@ -56,7 +56,19 @@ type genState struct {
 	started time.Time
 	retired atomic.Bool   // stopped or swapped out on purpose: its end is no crash
 	done    chan struct{} // closed once serve returned (and the strategy cleaned up)
+	// unresponsive: the health check killed it for not answering.
+	unresponsive atomic.Bool
 }
+
+// Restart reasons, the reason label of tether_plugin_restarts_total and
+// PluginStatus.LastReason.
+const (
+	// ReasonCrashed: the process exited or its connection broke.
+	ReasonCrashed = "crashed"
+	// ReasonUnresponsive: the process was alive but did not answer the
+	// health ping in time, so it was killed.
+	ReasonUnresponsive = "unresponsive"
+)
 
 // core is the one supervisor loop both kinds of plugin run under: it
 // activates a process, serves it on a watch goroutine, and when it ends
@@ -79,26 +91,34 @@ type core struct {
 	crashed func(g gen, err error)
 	// failed, if set, runs once the plugin is marked failed.
 	failed func(lastErr string)
+	// healthInterval and healthTimeout: every healthInterval the serving
+	// process is pinged; one that does not answer within healthTimeout
+	// is killed and restarted. A zero interval pings never.
+	healthInterval, healthTimeout time.Duration
 
 	ctx    context.Context // the supervisor's life; ends every serve
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // watch goroutines (and the restarts they run)
 	ops    chan struct{}  // one launch, swap or stop at a time
 
-	mu       sync.Mutex // guards the fields below
-	stopping bool       // stop has begun: nothing is activated any more
-	cur      gen        // the process serving; nil while restarting or stopped
-	state    string
-	restarts int
-	streak   int // failures in a row: crashes of short-lived processes and failed starts
-	lastErr  string
-	backoff  time.Duration
+	mu         sync.Mutex // guards the fields below
+	stopping   bool       // stop has begun: nothing is activated any more
+	cur        gen        // the process serving; nil while restarting or stopped
+	state      string
+	restarts   int
+	streak     int // failures in a row: crashes of short-lived processes and failed starts
+	lastErr    string
+	lastReason string
+	backoff    time.Duration
 }
 
 func (c *core) init(ctx context.Context) {
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.ops = make(chan struct{}, 1)
 	c.state = stateStarting
+	for _, r := range []string{ReasonCrashed, ReasonUnresponsive} {
+		c.metrics.PluginRestarts.WithLabelValues(c.name, r) // exists from the start, at 0
+	}
 }
 
 func (c *core) acquire(ctx context.Context) error {
@@ -123,12 +143,53 @@ func (c *core) activate(g gen) bool {
 	c.cur = g
 	c.state = stateRunning
 	c.wg.Add(1) // under mu: never after stop's Wait began
+	health := c.healthInterval > 0
+	if health {
+		c.wg.Add(1)
+	}
 	c.mu.Unlock()
 	if c.activated != nil {
 		c.activated(g)
 	}
 	go c.watch(g)
+	if health {
+		go c.health(g)
+	}
 	return true
+}
+
+// health pings g every healthInterval until it ends. A process that is
+// alive but does not answer within healthTimeout (stopped, deadlocked,
+// swapped out of memory) is killed: its serve then ends, and watch
+// restarts it like a crashed one, with reason unresponsive. A ping that
+// fails at once (the connection broke) proves nothing the serve will not
+// tell on its own.
+func (c *core) health(g gen) {
+	defer c.wg.Done()
+	st := g.state()
+	tick := time.NewTicker(c.healthInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-st.done:
+			return
+		case <-c.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.healthTimeout)
+		err := pingPlugin(ctx, st.proc)
+		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err == nil || !timedOut || st.retired.Load() {
+			continue
+		}
+		st.unresponsive.Store(true)
+		c.log.Error().Str("plugin", c.name).Int("pid", st.proc.pid).Dur("timeout", c.healthTimeout).
+			Msg(c.what + " did not answer its health ping in time; killing it to restart it")
+		st.proc.killNow()
+		return
+	}
 }
 
 // current returns the serving process, or nil.
@@ -167,13 +228,19 @@ func (c *core) watch(g gen) {
 	}
 	c.cur = nil
 	c.restarts++
+	reason := ReasonCrashed
 	c.lastErr = errText(err, "plugin exited")
+	if st.unresponsive.Load() {
+		reason = ReasonUnresponsive
+		c.lastErr = fmt.Sprintf("unresponsive: no answer to the health ping within %s (killed)", c.healthTimeout)
+	}
+	c.lastReason = reason
 	if time.Since(st.started) > backoffResetAfter {
 		c.backoff, c.streak = 0, 0
 	}
 	failed := c.failedLocked()
 	c.mu.Unlock()
-	c.metrics.PluginRestarts.WithLabelValues(c.name).Inc()
+	c.metrics.PluginRestarts.WithLabelValues(c.name, reason).Inc()
 	if c.crashed != nil {
 		c.crashed(g, err)
 	}
@@ -277,12 +344,13 @@ func (c *core) statusBase(kind, path string) (PluginStatus, gen) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := PluginStatus{
-		Name:      c.name,
-		Kind:      kind,
-		State:     c.state,
-		Restarts:  c.restarts,
-		LastError: c.lastErr,
-		Path:      path,
+		Name:       c.name,
+		Kind:       kind,
+		State:      c.state,
+		Restarts:   c.restarts,
+		LastError:  c.lastErr,
+		LastReason: c.lastReason,
+		Path:       path,
 	}
 	if c.cur != nil {
 		s := c.cur.state()

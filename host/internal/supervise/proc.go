@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/metrics"
@@ -67,6 +69,25 @@ func (p *pluginProc) release() {
 	if g, ok := p.rpc.(*plugin.GRPCClient); ok {
 		_ = g.Conn.Close()
 	}
+}
+
+// killNow kills the process at once (SIGKILL): for a plugin that does
+// not answer, a graceful stop would only wait for it.
+func (p *pluginProc) killNow() {
+	if p.pid > 0 {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
+// pingPlugin asks the plugin's gRPC health service (go-plugin serves one
+// in every plugin) whether it is serving.
+func pingPlugin(ctx context.Context, p *pluginProc) error {
+	g, ok := p.rpc.(*plugin.GRPCClient)
+	if !ok || g.Conn == nil {
+		return nil
+	}
+	_, err := grpc_health_v1.NewHealthClient(g.Conn).Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: plugin.GRPCServiceName})
+	return err
 }
 
 // removeSocket removes the plugin's go-plugin socket file once the

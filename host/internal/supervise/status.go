@@ -21,6 +21,8 @@ type PluginStatus struct {
 	// died; LastError is why it last died or failed to start.
 	Restarts  int    `json:"restarts"`
 	LastError string `json:"last_error,omitempty"`
+	// LastReason is why it was last restarted: crashed or unresponsive.
+	LastReason string `json:"last_reason,omitempty"`
 	// Connections is the sockets it carries (transport) or the sockets
 	// attached to its PTYs (backend).
 	Connections int `json:"connections"`

@@ -54,6 +54,9 @@ type Options struct {
 	// PingInterval and PeerTimeout tune a transport's liveness checks of
 	// its clients (0 = the transport's defaults).
 	PingInterval, PeerTimeout time.Duration
+	// HealthInterval and HealthTimeout: every plugin is pinged this often;
+	// one that does not answer in time is killed and restarted (0: never).
+	HealthInterval, HealthTimeout time.Duration
 	// PrimaryFailed, if set, is called when the primary transport is
 	// marked failed (it failed RestartLimit times in a row): the host
 	// must not go on running without it.
@@ -127,11 +130,14 @@ func newTransport(opts Options, ts TransportSpec, ln *net.TCPListener, ids *inst
 		t.addr = ln.Addr().String()
 	}
 	t.core = core{
-		name:    ts.Name,
-		what:    "transport plugin",
-		limit:   opts.RestartLimit,
-		metrics: opts.Metrics,
-		log:     opts.Log,
+		name:  ts.Name,
+		what:  "transport plugin",
+		limit: opts.RestartLimit,
+
+		healthInterval: opts.HealthInterval,
+		healthTimeout:  opts.HealthTimeout,
+		metrics:        opts.Metrics,
+		log:            opts.Log,
 		launch: func() (gen, error) {
 			t.mu.Lock()
 			spec := t.spec
