@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -182,6 +183,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer st.Close()
 
 	m := metrics.New()
+	m.BuildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
 	table := session.NewTable(session.Config{
 		Store:       st,
 		Agents:      cfg.Agents,

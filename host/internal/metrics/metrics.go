@@ -33,6 +33,10 @@ type Metrics struct {
 	Supersedes       prometheus.Counter
 	BadResizes       prometheus.Counter
 	PTYs             prometheus.GaugeFunc
+	BuildInfo        *prometheus.GaugeVec
+	StoreErrors      prometheus.Counter
+	RPCDuration      *prometheus.HistogramVec
+	PTYAttach        prometheus.Histogram
 
 	ptySource atomic.Pointer[func() int] // counts live PTYs; nil: none
 }
@@ -61,6 +65,18 @@ func New() *Metrics {
 		PluginLogDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_log_lines_dropped_total", Help: "Plugin stderr lines not re-emitted because the plugin wrote more than 1000 a second."}, []string{"plugin"}),
 		Supersedes:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_supersedes_total", Help: "PTY writers closed with 4409 because a newer writer attached."}),
 	}
+	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tether_build_info", Help: "Always 1; the labels say which tether and Go built this host."}, []string{"version", "go_version"})
+	m.StoreErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_store_errors_total", Help: "Failed writes to the state database (disk full, I/O error, read-only file system, …)."})
+	m.RPCDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tether_rpc_duration_seconds",
+		Help:    "Time from a JSON-RPC request's arrival at the gateway to its response being queued, by method.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 12),
+	}, []string{"method"})
+	m.PTYAttach = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "tether_pty_attach_duration_seconds",
+		Help:    "Time from an /api/pty socket's admission to the last byte of its replay or snapshot being queued.",
+		Buckets: prometheus.ExponentialBuckets(100e-6, 2.5, 12),
+	})
 	m.PTYs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_ptys", Help: "Live PTYs in the PTY backend (asked at scrape time)."}, func() float64 {
 		if f := m.ptySource.Load(); f != nil {
 			return float64(max((*f)(), 0))
@@ -69,7 +85,7 @@ func New() *Metrics {
 	})
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
 		m.AgentCloses, m.CASConflicts, m.OwnerErrors, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
-		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs)
+		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs, m.BuildInfo, m.StoreErrors, m.RPCDuration, m.PTYAttach)
 	return m
 }
 

@@ -22,6 +22,7 @@ type ptyConn struct {
 	q      PTYQuery
 	legacy bool
 	log    zerolog.Logger
+	opened time.Time // admitted
 
 	mu      sync.Mutex // guards the fields below
 	ops     []func()   // attach, input, resize: applied in order by one worker
@@ -47,7 +48,7 @@ func (r *Router) Open(id contract.TransportID, _ string, ev *contract.Event, out
 		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseBadRequest, Reason: "bad attach token or offset"})
 		return nil
 	}
-	c := &ptyConn{id: id, out: out, r: r, q: q, token: q.Attach, log: r.log.With().Str("transport_id", id.String()).Logger()}
+	c := &ptyConn{id: id, out: out, r: r, q: q, token: q.Attach, log: r.log.With().Str("transport_id", id.String()).Logger(), opened: time.Now()}
 	if c.token == "" {
 		c.token = "legacy-" + contract.RandomHex(12)
 		c.legacy = true
@@ -209,6 +210,7 @@ func (c *ptyConn) attach() {
 		r.metrics.Supersedes.Inc()
 		superseded.closeWith(contract.CloseSuperseded, "opened elsewhere")
 	}
+	r.metrics.PTYAttach.Observe(time.Since(c.opened).Seconds())
 	c.log.Debug().Str("token_reason", resp.Reason).Bool("reset", resp.Reset).Int64("replay_end", resp.ReplayEnd).Msg("pty attached")
 }
 

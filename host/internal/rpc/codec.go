@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // rpcError is a JSON-RPC error object.
@@ -26,6 +27,9 @@ type request struct {
 	ID      json.RawMessage `json:"id"`
 	Method  json.RawMessage `json:"method"`
 	Params  json.RawMessage `json:"params"`
+
+	// arrived is when the gateway decoded it.
+	arrived time.Time `json:"-"`
 }
 
 var nullID = json.RawMessage("null")
@@ -41,7 +45,7 @@ func decodeRequest(data []byte) (*request, *rpcError) {
 		}
 		return nil, errorf(CodeInvalidRequest, "a request must be one JSON object")
 	}
-	req := new(request)
+	req := &request{arrived: time.Now()}
 	if err := json.Unmarshal(trimmed, req); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {

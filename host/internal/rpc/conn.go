@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -192,8 +193,15 @@ func (c *conn) dispatch(req *request, inline bool) {
 		return
 	}
 	c.log.Debug().Str("method", name).Msg("request")
+	handedOff := false // to the worker, which counts its time when it serves it
+	defer func() {
+		if !handedOff {
+			c.gw.metrics.RPCDuration.WithLabelValues(name).Observe(time.Since(req.arrived).Seconds())
+		}
+	}()
 	result, err := m.serve(c, call{id: id, inline: inline}, p)
 	if errors.Is(err, errWait) {
+		handedOff = true
 		c.enqueue(req)
 		return
 	}
