@@ -72,6 +72,9 @@ type Config struct {
 	Token string
 	// StateDir holds state.db (created with mode 0700).
 	StateDir string
+	// TokenFile is where the access token is kept (default
+	// <state-dir>/token).
+	TokenFile string
 	// OrphanGrace is how long a session with no viewer stays parked before
 	// it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
@@ -176,7 +179,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ctlLn.Close() // until the control server owns it
-	st, err := store.Open(ctx, filepath.Join(cfg.StateDir, "state.db"))
+	dbPath := filepath.Join(cfg.StateDir, "state.db")
+	warnIfHistoryMissing(cfg, dbPath)
+	st, err := store.Open(ctx, dbPath)
 	if err != nil {
 		return fmt.Errorf("open state: %w", err)
 	}
@@ -448,4 +453,24 @@ func noPlugin(name string, ts *supervise.Transports, backend *supervise.Backend)
 		names = append(names, backend.Name())
 	}
 	return fmt.Errorf("no plugin named %q (plugins: %s)", name, strings.Join(names, ", "))
+}
+
+// warnIfHistoryMissing warns when state.db is missing or empty on a state
+// dir that was used before (it has a token file): the host starts with no
+// history, and the operator should know that it was not found.
+func warnIfHistoryMissing(cfg Config, dbPath string) {
+	tokenFile := cfg.TokenFile
+	if tokenFile == "" {
+		tokenFile = filepath.Join(cfg.StateDir, "token")
+	}
+	if _, err := os.Stat(tokenFile); err != nil {
+		return // a new state dir
+	}
+	fi, err := os.Stat(dbPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		cfg.Log.Warn().Str("file", dbPath).Msg("state.db not found on a state dir used before: starting with no history (restore it from a backup to get the sessions back)")
+	case err == nil && fi.Size() == 0:
+		cfg.Log.Warn().Str("file", dbPath).Msg("state.db is empty on a state dir used before: starting with no history (restore it from a backup to get the sessions back)")
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -55,7 +56,8 @@ const defaultListLimit = 100
 
 // Store is an open state database. Its methods are safe for concurrent use.
 type Store struct {
-	db *sql.DB
+	db    *sql.DB
+	fault atomic.Pointer[func() error] // SetWriteFault's hook; nil: none
 
 	closeOnce sync.Once
 	closeErr  error
@@ -95,11 +97,20 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	st := &Store{db: db}
+	if err := st.QuickCheck(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%s is damaged (restore it from a backup, or move it aside to start with no history): %w", path, err)
+	}
 	if err := migrateTo(ctx, db, latestVersion); err != nil {
+		if code := sqliteCode(err) & 0xff; code == sqlite3.SQLITE_CORRUPT || code == sqlite3.SQLITE_NOTADB {
+			_ = db.Close()
+			return nil, fmt.Errorf("%s is damaged (restore it from a backup, or move it aside to start with no history): %v: %w", path, err, ErrDamaged)
+		}
 		_ = db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return st, nil
 }
 
 // openDB opens the database file at path with the connection settings every
@@ -127,6 +138,9 @@ func openDB(path string) (*sql.DB, error) {
 	db.SetConnMaxIdleTime(0)
 	if err := db.Ping(); err != nil {
 		_ = db.Close()
+		if code := sqliteCode(err) & 0xff; code == sqlite3.SQLITE_CORRUPT || code == sqlite3.SQLITE_NOTADB {
+			return nil, fmt.Errorf("%s is damaged (restore it from a backup, or move it aside to start with no history): %v: %w", path, err, ErrDamaged)
+		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return db, nil
@@ -196,6 +210,10 @@ func ValidKey(k string) bool {
 // stored (ErrExists otherwise); sess.Parent, when set, must be a stored
 // session. MessageCount is ignored.
 func (s *Store) CreateSession(ctx context.Context, sess Session) error {
+	return s.write(func() error { return s.createSession(ctx, sess) })
+}
+
+func (s *Store) createSession(ctx context.Context, sess Session) error {
 	if sess.Key == "" {
 		return fmt.Errorf("create session: empty key: %w", ErrInvalid)
 	}
@@ -341,7 +359,11 @@ func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
 // AppendMessages appends msgs, in order, to the own rows of the session with
 // that key, in one transaction: either all are stored or none. It returns an
 // error wrapping ErrNotFound when there is no such session.
-func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...agent.Message) (err error) {
+func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...agent.Message) error {
+	return s.write(func() error { return s.appendMessages(ctx, key, msgs...) })
+}
+
+func (s *Store) appendMessages(ctx context.Context, key string, msgs ...agent.Message) (err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("append messages to %s: begin: %w", key, err)
@@ -560,6 +582,10 @@ func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 // and returns nil. It returns an error wrapping ErrNotFound when key is not
 // stored, and ErrInvalid for an empty reason.
 func (s *Store) End(ctx context.Context, key, reason string, at time.Time) error {
+	return s.write(func() error { return s.end(ctx, key, reason, at) })
+}
+
+func (s *Store) end(ctx context.Context, key, reason string, at time.Time) error {
 	if reason == "" {
 		return fmt.Errorf("end session %s: empty reason: %w", key, ErrInvalid)
 	}
@@ -573,6 +599,10 @@ func (s *Store) End(ctx context.Context, key, reason string, at time.Time) error
 // live again. It returns an error wrapping ErrNotFound when key is not
 // stored.
 func (s *Store) Reopen(ctx context.Context, key string) error {
+	return s.write(func() error { return s.reopen(ctx, key) })
+}
+
+func (s *Store) reopen(ctx context.Context, key string) error {
 	res, err := s.db.ExecContext(ctx,
 		`UPDATE sessions SET ended_at = NULL, end_reason = '' WHERE key = ?`, key)
 	return s.checkUpdate(ctx, "reopen session", key, res, err)
@@ -581,6 +611,10 @@ func (s *Store) Reopen(ctx context.Context, key string) error {
 // SetCursor persists the session's event cursor. It returns an error
 // wrapping ErrNotFound when key is not stored.
 func (s *Store) SetCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
+	return s.write(func() error { return s.setCursor(ctx, key, epoch, lastSeq) })
+}
+
+func (s *Store) setCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
 	res, err := s.db.ExecContext(ctx,
 		`UPDATE sessions SET epoch = ?, last_seq = ? WHERE key = ?`, epoch, int64(lastSeq), key)
 	return s.checkUpdate(ctx, "set cursor of", key, res, err)
@@ -589,6 +623,10 @@ func (s *Store) SetCursor(ctx context.Context, key, epoch string, lastSeq uint64
 // SetTitle sets the session's title. It returns an error wrapping
 // ErrNotFound when key is not stored.
 func (s *Store) SetTitle(ctx context.Context, key, title string) error {
+	return s.write(func() error { return s.setTitle(ctx, key, title) })
+}
+
+func (s *Store) setTitle(ctx context.Context, key, title string) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET title = ? WHERE key = ?`, title, key)
 	return s.checkUpdate(ctx, "set title of", key, res, err)
 }

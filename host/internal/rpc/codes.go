@@ -9,9 +9,10 @@ const (
 	CodeInternalError  = -32603 // a bug or an unexpected failure
 	CodeBusy           = -32000 // more than the allowed number of pending requests
 
-	CodeUnknownSession  = 4001 // unknown runtime session_id; resume by stored key
-	CodeSessionRequired = 4006 // session_id required
-	CodeStoredNotFound  = 4007 // stored session not found, or no longer live
-	CodeSessionBusy     = 4009 // a run is in flight and the call needs the session idle
-	CodeResumeFailed    = 5000 // resume or create failed (agent or database)
+	CodeUnknownSession     = 4001 // unknown runtime session_id; resume by stored key
+	CodeSessionRequired    = 4006 // session_id required
+	CodeStoredNotFound     = 4007 // stored session not found, or no longer live
+	CodeSessionBusy        = 4009 // a run is in flight and the call needs the session idle
+	CodeResumeFailed       = 5000 // resume or create failed (agent or database)
+	CodeStorageUnavailable = 5003 // a call that must write, while the database cannot be written
 )

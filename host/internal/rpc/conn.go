@@ -78,8 +78,16 @@ func (c *conn) ready() {
 
 // respond sends a result or an error for id.
 func (c *conn) respond(id json.RawMessage, result any, rerr *rpcError) {
+	if frame := c.encodeResponse(id, result, rerr); frame != nil {
+		c.Send(frame)
+	}
+}
+
+// encodeResponse encodes the response for id, or nil for a notification
+// (it gets none).
+func (c *conn) encodeResponse(id json.RawMessage, result any, rerr *rpcError) []byte {
 	if id == nil {
-		return // a notification gets no response
+		return nil
 	}
 	var frame []byte
 	var err error
@@ -98,9 +106,9 @@ func (c *conn) respond(id json.RawMessage, result any, rerr *rpcError) {
 	}
 	if err != nil {
 		c.log.Error().Err(err).Msg("encoding response")
-		return
+		return nil
 	}
-	c.Send(frame)
+	return frame
 }
 
 // OnFrame takes one data frame. It never blocks: malformed frames are
@@ -272,11 +280,13 @@ func (c *conn) bound(b session.Binding) bool {
 
 // replyBind returns the Reply of a bind request.
 func (c *conn) replyBind(id json.RawMessage, late *[]session.Binding) session.Reply {
-	return func(b session.Binding, snap session.Snapshot) {
+	return func(b session.Binding, snap session.Snapshot, send func([]byte)) {
 		if !c.bound(b) {
 			*late = append(*late, b)
 		}
-		c.respond(id, snap, nil)
+		if frame := c.encodeResponse(id, snap, nil); frame != nil {
+			send(frame) // c.Send, now or once the session's events are stored
+		}
 	}
 }
 

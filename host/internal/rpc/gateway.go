@@ -77,6 +77,8 @@ func toRPCError(err error) *rpcError {
 		return errorf(CodeStoredNotFound, "stored session not found")
 	case errors.Is(err, session.ErrSessionBusy):
 		return errorf(CodeSessionBusy, "session busy: a run is in flight")
+	case errors.Is(err, session.ErrStorageUnavailable):
+		return errorf(CodeStorageUnavailable, "storage unavailable: %v", err)
 	case errors.Is(err, session.ErrBuildFailed), errors.Is(err, session.ErrTableClosed),
 		errors.Is(err, session.ErrOwnedElsewhere), errors.Is(err, session.ErrOwnersUnavailable):
 		return errorf(CodeResumeFailed, "%v", err)

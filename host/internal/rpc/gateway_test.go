@@ -295,17 +295,18 @@ func (s *recordingSender) frames() [][]byte {
 
 // specCodes are the JSON-RPC error codes of SPEC §4 and §9.
 var specCodes = map[int]bool{
-	CodeParseError:      true,
-	CodeInvalidRequest:  true,
-	CodeMethodNotFound:  true,
-	CodeInvalidParams:   true,
-	CodeInternalError:   true,
-	CodeBusy:            true,
-	CodeUnknownSession:  true,
-	CodeSessionRequired: true,
-	CodeStoredNotFound:  true,
-	CodeSessionBusy:     true,
-	CodeResumeFailed:    true,
+	CodeParseError:         true,
+	CodeInvalidRequest:     true,
+	CodeMethodNotFound:     true,
+	CodeInvalidParams:      true,
+	CodeInternalError:      true,
+	CodeBusy:               true,
+	CodeUnknownSession:     true,
+	CodeSessionRequired:    true,
+	CodeStoredNotFound:     true,
+	CodeSessionBusy:        true,
+	CodeResumeFailed:       true,
+	CodeStorageUnavailable: true,
 }
 
 // outFrame is a frame the gateway sends, decoded: a response or an event.

@@ -11,13 +11,17 @@ import (
 )
 
 // Reply receives the snapshot of a bind while the session's lock is held:
-// it must queue the response to the client without blocking, so that no
-// event of the session can overtake it. b is the viewer's binding, to be
-// presented to Detach when the viewer leaves.
-type Reply func(b Binding, snap Snapshot)
+// it must hand the encoded response to send without blocking, so that no
+// event of the session can overtake it (send queues it to the viewer at
+// once, or behind the session's events not yet stored). b is the viewer's
+// binding, to be presented to Detach when the viewer leaves.
+type Reply func(b Binding, snap Snapshot, send func(frame []byte))
 
 // Create stores a new session, builds its agent and binds v to it.
 func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply Reply) error {
+	if err := t.writable(); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
 	now := t.now()
 	sess := store.Session{Key: store.NewKey(now), Title: opt.Title, StartedAt: now}
 	if opt.Parent != "" {
@@ -46,7 +50,7 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 	}
 	if err := t.store.CreateSession(ctx, sess); err != nil {
 		t.discard(ag)
-		return fmt.Errorf("store session: %v: %w", err, ErrBuildFailed)
+		return storageErr("store session", err, ErrBuildFailed)
 	}
 	s, err := t.build(ctx, sess, ag, opt.CloseOnDisconnect)
 	if err != nil {
@@ -88,7 +92,7 @@ func (t *Table) build(ctx context.Context, sess store.Session, ag agent.Agent, c
 	seq, epoch, runs, err := t.recover(ctx, sess, id)
 	if err != nil {
 		t.discard(ag)
-		return nil, fmt.Errorf("recover %s: %v: %w", sess.Key, err, ErrBuildFailed)
+		return nil, storageErr("recover "+sess.Key, err, ErrBuildFailed)
 	}
 	msgs, err := t.store.DisplayMessages(ctx, sess.Key)
 	if err != nil {
@@ -111,6 +115,7 @@ func (t *Table) build(ctx context.Context, sess store.Session, ag agent.Agent, c
 		messages:          msgs,
 		runs:              runs,
 		seq:               seq,
+		committed:         seq,
 		ringStart:         seq + 1,
 		epoch:             epoch,
 		lastActive:        t.now(),
@@ -168,7 +173,7 @@ func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed s
 	defer s.mu.Unlock()
 	snap := s.snapshotLocked()
 	snap.Resumed = resumed
-	reply(Binding{s: s, gen: s.gen}, snap)
+	reply(Binding{s: s, gen: s.gen}, snap, s.sendLocked(v))
 	return nil
 }
 
@@ -236,7 +241,7 @@ func (t *Table) bind(ctx context.Context, s *Session, v Viewer, resumed string, 
 	s.lastActive = t.now()
 	snap := s.snapshotLocked()
 	snap.Resumed = resumed
-	reply(Binding{s: s, gen: s.gen}, snap)
+	reply(Binding{s: s, gen: s.gen}, snap, s.sendLocked(v))
 	return nil
 }
 
@@ -295,6 +300,11 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 		if err := t.waitReleased(ctx, key); err != nil {
 			return err
 		}
+		// Rebuilding writes (the cursor, the reopening): refuse it while
+		// nothing can be stored.
+		if err := t.writable(); err != nil {
+			return fmt.Errorf("resume %s: %w", key, err)
+		}
 		ag, err := t.newAgent(ctx, key)
 		if err != nil {
 			return err
@@ -305,7 +315,7 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 		}
 		if err := t.store.Reopen(ctx, key); err != nil {
 			t.discard(s.agent)
-			return fmt.Errorf("reopen %s: %v: %w", key, err, ErrBuildFailed)
+			return storageErr("reopen "+key, err, ErrBuildFailed)
 		}
 		t.mu.Lock()
 		if t.closed {

@@ -23,6 +23,10 @@ var (
 	// ErrOwnedElsewhere: the ownership store records another owner for
 	// the key (another host's live session).
 	ErrOwnedElsewhere = errors.New("session owned elsewhere")
+	// ErrStorageUnavailable: the database cannot be written (disk full,
+	// I/O error, read-only file system), so a call that must write was
+	// refused; reads keep working.
+	ErrStorageUnavailable = errors.New("storage unavailable")
 	// ErrOwnersUnavailable: the ownership store could not be reached, so
 	// a bind could not be recorded and was refused.
 	ErrOwnersUnavailable = errors.New("ownership store unavailable")

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/store"
 )
 
 // Reason is why a teardown was asked for. The exported ones are the end
@@ -313,11 +314,16 @@ func (t *Table) finish(s *Session, ru *run, reason Reason) {
 	t.metrics.Viewers.Sub(float64(len(s.viewers)))
 	s.viewers = nil
 	s.mu.Unlock()
-	if err := t.store.SetCursor(ctx, s.key, epoch, seq); err != nil {
-		s.log.Error().Err(err).Msg("persisting event cursor")
-	}
-	if err := t.store.End(ctx, s.key, reason.String(), t.now()); err != nil {
-		s.log.Error().Err(err).Msg("recording session end")
+	// Stored behind the session's last events. While the database cannot
+	// be written this waits a bounded time: the rows stay queued, and a
+	// rebuild of the key may miss only the end and the cursor.
+	select {
+	case err := <-t.journal.addOps(ops{cursor: &store.Cursor{Key: s.key, Epoch: epoch, LastSeq: seq}, ends: []store.End{{Key: s.key, Reason: reason.String(), At: t.now()}}}):
+		if err != nil {
+			s.log.Error().Err(err).Msg("recording the session's end")
+		}
+	case <-ctx.Done():
+		s.log.Error().Err(t.journal.health()).Msg("the session's end is not stored yet; released anyway")
 	}
 	if err := s.agent.Close(); err != nil {
 		s.log.Debug().Err(err).Msg("closing agent")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
@@ -11,30 +12,55 @@ import (
 )
 
 // Submit starts a run answering text and returns its run id, or
-// ErrSessionBusy while another run is in flight. The run belongs to the
-// session, not to a socket: only interrupt, close, reap and shutdown end
-// it early.
+// ErrSessionBusy while another run is in flight. The prompt and the run
+// are stored before it answers (ErrStorageUnavailable when they cannot
+// be). The run belongs to the session, not to a socket: only interrupt,
+// close, reap and shutdown end it early.
 func (s *Session) Submit(text string) (string, error) {
 	t := s.t
+	if err := t.writable(); err != nil {
+		return "", fmt.Errorf("submit to %s: %w", s.id, err)
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		return "", fmt.Errorf("%s: %w", s.id, ErrUnknownSession)
 	}
-	if s.run != nil {
+	if s.run != nil || s.submitting {
 		s.mu.Unlock()
 		return "", fmt.Errorf("%s: %w", s.id, ErrSessionBusy)
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
+	s.submitting = true
+	s.mu.Unlock()
+
 	now := t.now()
-	ru := &run{id: contract.RandomHex(8), started: now, cancel: cancel, done: make(chan struct{}), progress: now}
+	runID := contract.RandomHex(8)
+	prompt := agent.Message{Role: agent.RoleUser, Text: text}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := t.store.StartTurn(ctx, s.key, prompt, store.Run{ID: runID, Status: statusRunning, StartedAt: now})
+	cancel()
+	s.mu.Lock()
+	s.submitting = false
+	if err != nil {
+		s.mu.Unlock()
+		return "", storageErr("submit to "+s.id, err, ErrBuildFailed)
+	}
+	if s.closing {
+		// Closed while the turn was stored: the stored run is finished
+		// by the next host's (or rebuild's) recovery, as after a kill.
+		s.mu.Unlock()
+		return "", fmt.Errorf("%s: %w", s.id, ErrUnknownSession)
+	}
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	ru := &run{id: runID, started: now, cancel: cancelRun, done: make(chan struct{}), progress: now}
 	history := make([]agent.Message, len(s.messages))
 	copy(history, s.messages)
-	s.messages = append(s.messages, agent.Message{Role: agent.RoleUser, Text: text})
+	s.messages = append(s.messages, prompt)
 	s.run = ru
 	s.runs = append(s.runs, RunInfo{RunID: ru.id, Status: statusRunning, StartedAt: now.Unix()})
 	s.lastActive = now
-	s.emitLocked("message.start", map[string]string{"run_id": ru.id})
+	// The run's start seq is stored with its message.start.
+	s.emitOpsLocked("message.start", map[string]string{"run_id": ru.id}, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
 	ru.startSeq = s.seq
 	t.wg.Add(1)
 	s.mu.Unlock()
@@ -43,18 +69,13 @@ func (s *Session) Submit(text string) (string, error) {
 	return ru.id, nil
 }
 
-// runAgent runs the agent for one prompt and records its end.
+// runAgent runs the agent for one prompt and records its end: the answer,
+// the run's status and the cursor are stored with its message.complete,
+// so a client told the run ended finds the answer stored.
 func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message, prompt string) {
 	t := s.t
 	defer t.wg.Done()
 	defer ru.cancel()
-	persistCtx := context.WithoutCancel(ctx)
-	if err := t.store.AppendMessages(persistCtx, s.key, agent.Message{Role: agent.RoleUser, Text: prompt}); err != nil {
-		s.log.Error().Err(err).Msg("persisting prompt")
-	}
-	if err := t.store.StartRun(persistCtx, s.key, store.Run{ID: ru.id, Status: statusRunning, StartedAt: ru.started, StartSeq: ru.startSeq}); err != nil {
-		s.log.Error().Err(err).Msg("persisting run")
-	}
 	err := s.agent.Run(ctx, history, prompt, func(delta string) {
 		if delta == "" {
 			return
@@ -75,21 +96,12 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 	case err != nil:
 		status = statusFailed
 	}
-	answer := ru.text.String()
-	s.mu.Unlock()
 	if err != nil && status == statusFailed {
 		s.log.Warn().Err(err).Str("run_id", ru.id).Msg("run failed")
 	}
-	// The answer is stored before the client is told the run ended.
-	if err := t.store.AppendMessages(persistCtx, s.key, agent.Message{Role: agent.RoleAssistant, Text: answer}); err != nil {
-		s.log.Error().Err(err).Msg("persisting answer")
-	}
-	if err := t.store.EndRun(persistCtx, s.key, ru.id, status, t.now()); err != nil {
-		s.log.Error().Err(err).Msg("persisting run end")
-	}
-
-	s.mu.Lock()
-	ended := t.now().Unix()
+	answer := ru.text.String()
+	now := t.now()
+	ended := now.Unix()
 	for i := range s.runs {
 		if s.runs[i].RunID == ru.id {
 			s.runs[i].Status = status
@@ -98,17 +110,17 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 	}
 	s.messages = append(s.messages, agent.Message{Role: agent.RoleAssistant, Text: answer})
 	s.run = nil
-	s.lastActive = t.now()
-	s.emitLocked("message.complete", map[string]string{"text": answer, "status": status})
+	s.lastActive = now
+	s.emitOpsLocked("message.complete", map[string]string{"text": answer, "status": status}, ops{
+		messages: []store.Message{{Key: s.key, Message: agent.Message{Role: agent.RoleAssistant, Text: answer}}},
+		runEnds:  []store.RunEnd{{Key: s.key, RunID: ru.id, Status: status, At: now}},
+		cursor:   &store.Cursor{Key: s.key, Epoch: s.epoch, LastSeq: s.seq + 1},
+	})
 	gen := s.gen
 	idle := len(s.viewers) == 0 && !s.closing
-	seq, epoch := s.seq, s.epoch
 	s.mu.Unlock()
 	close(ru.done)
 
-	if err := t.store.SetCursor(persistCtx, s.key, epoch, seq); err != nil {
-		s.log.Error().Err(err).Msg("persisting event cursor")
-	}
 	if idle {
 		t.release(releaseRef{s: s, gen: gen}, settled)
 	}

@@ -78,12 +78,14 @@ type Session struct {
 	parkTimer   *time.Timer // non-nil while parked
 	reapPending bool        // the reap timer fired while a run streamed
 	closing     bool
+	submitting  bool // a prompt's turn is being stored: the session is busy
 	// Session state.
 	title      string
 	messages   []agent.Message // display rows: lineage + own, completed turns
 	run        *run            // the run in flight, or nil
 	runs       []RunInfo
 	seq        uint64
+	committed  uint64       // the highest seq the journal has committed (events up to it are all stored)
 	ring       []eventFrame // events with seq in [ringStart, seq]
 	ringStart  uint64
 	epoch      string
@@ -221,7 +223,11 @@ type eventParams struct {
 // emitLocked assigns the next seq to an event, keeps it in the ring and
 // queues it to every viewer. s.mu is held, so events reach each viewer
 // in seq order and never interleave with a snapshot.
-func (s *Session) emitLocked(typ string, payload any) {
+func (s *Session) emitLocked(typ string, payload any) { s.emitOpsLocked(typ, payload, ops{}) }
+
+// emitOpsLocked is emitLocked with rows to store in the same
+// transaction as the event (before any client is sent it).
+func (s *Session) emitOpsLocked(typ string, payload any, o ops) {
 	s.seq++
 	params, err := json.Marshal(eventParams{Type: typ, SessionID: s.id, Seq: s.seq, Payload: payload})
 	if err != nil {
@@ -239,7 +245,28 @@ func (s *Session) emitLocked(typ string, payload any) {
 		viewers = append(viewers, v)
 	}
 	// Delivered by the journal once committed: durable before sent.
-	s.t.journal.add(s.key, s.seq, params, frame, viewers)
+	s.t.journal.add(s, s.seq, params, frame, viewers, o)
+}
+
+// setCommitted records that the journal committed every event of s up to
+// seq.
+func (s *Session) setCommitted(seq uint64) {
+	s.mu.Lock()
+	if seq > s.committed {
+		s.committed = seq
+	}
+	s.mu.Unlock()
+}
+
+// sendLocked returns how a bind's answer goes to v: at once when every
+// event of s is committed, else behind those events in the journal, so
+// that no client sees a snapshot (or its latest_seq) before the events it
+// reflects are stored.
+func (s *Session) sendLocked(v Viewer) func(frame []byte) {
+	if s.committed >= s.seq {
+		return v.Send
+	}
+	return func(frame []byte) { s.t.journal.addFrame(v, frame) }
 }
 
 // encodeNotification wraps event params in the JSON-RPC envelope.
@@ -270,9 +297,12 @@ func (s *Session) EventsSinceLive(lastSeen uint64) (EventsResult, bool) {
 	return s.eventsSinceLocked(lastSeen)
 }
 
+// eventsSinceLocked answers from the ring, up to the committed seq: an
+// event the journal has not stored yet is not shown.
 func (s *Session) eventsSinceLocked(lastSeen uint64) (EventsResult, bool) {
-	res := EventsResult{Epoch: s.epoch, Events: []json.RawMessage{}, LatestSeq: s.seq}
-	if lastSeen > s.seq {
+	latest := s.committed
+	res := EventsResult{Epoch: s.epoch, Events: []json.RawMessage{}, LatestSeq: latest}
+	if lastSeen > latest {
 		res.Truncated = true
 		return res, true
 	}
@@ -280,7 +310,7 @@ func (s *Session) eventsSinceLocked(lastSeen uint64) (EventsResult, bool) {
 		return res, false
 	}
 	for _, e := range s.ring {
-		if e.seq > lastSeen {
+		if e.seq > lastSeen && e.seq <= latest {
 			res.Events = append(res.Events, e.params)
 		}
 	}

@@ -114,7 +114,7 @@ func NewTable(cfg Config) *Table {
 		log:       cfg.Log,
 		metrics:   cfg.Metrics,
 		now:       cfg.Now,
-		journal:   newJournal(cfg.Store, cfg.Retention, cfg.Log),
+		journal:   newJournal(cfg.Store, cfg.Retention, cfg.Log, cfg.Metrics),
 		ttl:       cfg.SessionTTL,
 		maxLive:   cfg.MaxLive,
 		sweep:     make(chan struct{}),
@@ -123,11 +123,48 @@ func NewTable(cfg Config) *Table {
 		claims:    make(map[string]*claim),
 		releasing: make(map[string]*Session),
 	}
+	t.journal.overloaded = t.interruptAll
 	if t.ttl > 0 {
 		t.sweeper.Add(1)
 		go t.sweepIdle()
 	}
 	return t
+}
+
+// interruptAll interrupts every run in flight: the journal cannot store
+// what they stream, and its withheld backlog is at its bound.
+func (t *Table) interruptAll() {
+	t.mu.Lock()
+	all := make([]*Session, len(t.order))
+	copy(all, t.order)
+	t.mu.Unlock()
+	n := 0
+	for _, s := range all {
+		if s.Interrupt() {
+			n++
+		}
+	}
+	if n > 0 {
+		t.log.Error().Int("runs", n).Msg("runs interrupted: the database cannot be written and the withheld events reached their bound")
+	}
+}
+
+// storageErr maps a failed write of the store: a storage fault becomes
+// ErrStorageUnavailable (5003), anything else other.
+func storageErr(op string, err error, other error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return fmt.Errorf("%s: %v: %w", op, err, ErrStorageUnavailable)
+	}
+	return fmt.Errorf("%s: %v: %w", op, err, other)
+}
+
+// writable reports why a call that must write should be refused now: the
+// journal's commits are failing (ErrStorageUnavailable), else nil.
+func (t *Table) writable() error {
+	if err := t.journal.health(); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrStorageUnavailable)
+	}
+	return nil
 }
 
 // sweepIdle releases parked idle sessions older than the session TTL.
@@ -283,6 +320,11 @@ func (t *Table) Close(ctx context.Context, id string) (bool, error) {
 	t.mu.Unlock()
 	if s == nil {
 		return false, nil
+	}
+	// Closing stores the session's end: refuse it while nothing can be
+	// stored (the session stays live, with everything withheld).
+	if err := t.writable(); err != nil {
+		return false, fmt.Errorf("close %s: %w", id, err)
 	}
 	if !t.release(releaseRef{s: s}, Closed) {
 		return false, nil

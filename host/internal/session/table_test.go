@@ -114,7 +114,7 @@ func newTestTable(tb testing.TB, grace time.Duration) (*Table, *store.Store, *co
 // capture is the Reply of a bind of v: it keeps the snapshot and v's
 // binding.
 func capture(v *fakeViewer, snap *Snapshot) Reply {
-	return func(b Binding, s Snapshot) {
+	return func(b Binding, s Snapshot, _ func([]byte)) {
 		*snap = s
 		v.mu.Lock()
 		if v.bindings == nil {

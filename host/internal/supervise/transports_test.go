@@ -263,7 +263,7 @@ type conn struct {
 }
 
 func (c *conn) capture(snap *session.Snapshot) session.Reply {
-	return func(b session.Binding, s session.Snapshot) {
+	return func(b session.Binding, s session.Snapshot, _ func([]byte)) {
 		*snap = s
 		c.sess[s.SessionID] = b
 	}
@@ -278,7 +278,7 @@ func (c *conn) bindings() []session.Binding {
 }
 
 func capture(snap *session.Snapshot, b *session.Binding) session.Reply {
-	return func(got session.Binding, s session.Snapshot) { *snap, *b = s, got }
+	return func(got session.Binding, s session.Snapshot, _ func([]byte)) { *snap, *b = s, got }
 }
 
 // newTestTable returns a table over a fresh database with echo agents
