@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -217,4 +218,65 @@ func TestFaultControlWithoutHost(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "no tether host is running") {
 		t.Errorf("plugins list with no host: exit %d, %q; want an error saying no host runs", code, errOut)
 	}
+}
+
+// TestFaultDamagedStateDB: a state.db with garbage pages after its header
+// makes tether serve refuse to start (exit 1) with an error naming the
+// file, instead of serving and failing every call; a 0-byte state.db
+// next to an existing token file starts with a warning that history was
+// not found.
+func TestFaultDamagedStateDB(t *testing.T) {
+	// A state dir with some history.
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", ""}})
+	c := s.Dial(t)
+	for i := range 50 {
+		call(t, c, "session.create", map[string]any{"title": fmt.Sprintf("session %d %s", i, strings.Repeat("t", 500))}, nil)
+	}
+	c.Close()
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("host exit %d, %v", code, err)
+	}
+	db := filepath.Join(s.StateDir, "state.db")
+	b, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 3*4096 {
+		t.Fatalf("state.db has %d bytes: too small to damage pages after the header", len(b))
+	}
+	for off := 4096; off+4096 <= len(b); off += 2 * 4096 {
+		for i := range 4096 {
+			b[off+i] = byte(i*31 + off/4096)
+		}
+	}
+	if err := os.WriteFile(db, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := e2e.Build(t)
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", s.StateDir, "--pty-command", "", "--log-format", "json")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	err = cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("tether serve on a damaged state.db: exit %d (%v), want 1\n%s", code, err, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), db) || !strings.Contains(errOut.String(), "damaged") {
+		t.Errorf("the refusal does not name the file and say it is damaged:\n%s", errOut.String())
+	}
+
+	// A 0-byte state.db on a state dir used before (it has a token file).
+	if err := os.WriteFile(db, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"state.db-wal", "state.db-shm"} {
+		os.Remove(filepath.Join(s.StateDir, f))
+	}
+	if err := os.WriteFile(filepath.Join(s.StateDir, "token"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", ""}})
+	waitLogLine(t, s2, "state.db is empty on a state dir used before: starting with no history (restore it from a backup to get the sessions back)", map[string]any{"file": db})
 }

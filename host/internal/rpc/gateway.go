@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -78,7 +79,7 @@ func toRPCError(err error) *rpcError {
 	case errors.Is(err, session.ErrSessionBusy):
 		return errorf(CodeSessionBusy, "session busy: a run is in flight")
 	case errors.Is(err, session.ErrStorageUnavailable):
-		return errorf(CodeStorageUnavailable, "storage unavailable: %v", err)
+		return errorf(CodeStorageUnavailable, "storage unavailable: %s", strings.ReplaceAll(err.Error(), ": storage unavailable", ""))
 	case errors.Is(err, session.ErrBuildFailed), errors.Is(err, session.ErrTableClosed),
 		errors.Is(err, session.ErrOwnedElsewhere), errors.Is(err, session.ErrOwnersUnavailable):
 		return errorf(CodeResumeFailed, "%v", err)
