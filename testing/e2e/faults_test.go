@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -279,4 +280,97 @@ func TestFaultDamagedStateDB(t *testing.T) {
 	}
 	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", ""}})
 	waitLogLine(t, s2, "state.db is empty on a state dir used before: starting with no history (restore it from a backup to get the sessions back)", map[string]any{"file": db})
+}
+
+// TestFaultPluginStderrFlood: a plugin writing 20,000 stderr lines at
+// once has at most 1,000 a second re-emitted by the host, and the rest
+// counted in a summary line, instead of flooding the host's log.
+func TestFaultPluginStderrFlood(t *testing.T) {
+	checkNoLeaks(t)
+	flood := fakeTransportScript(t, "flood")
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "", "--admin-listen", "127.0.0.1:0",
+		"--plugin", "transport:flood=" + flood, "--transport-listen", "flood=127.0.0.1:0"}})
+	waitLogLine(t, s, "plugin wrote more stderr lines than the limit; the rest of this second was dropped", map[string]any{"plugin": "flood"})
+	var reemitted, dropped int
+	for _, l := range strings.Split(s.Stderr.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil || m["plugin"] != "flood" {
+			continue
+		}
+		if msg, _ := m["message"].(string); strings.HasPrefix(msg, "flood line ") {
+			reemitted++
+		}
+		if n, ok := m["dropped"].(float64); ok {
+			dropped += int(n)
+		}
+	}
+	// The lines arrive within a second or two: at most 1,000 per second.
+	if reemitted > 3000 || reemitted < 1000 {
+		t.Errorf("%d flood lines re-emitted, want 1,000 per second of flood (at most 3,000)", reemitted)
+	}
+	if got := s.Metric(t, "tether_plugin_log_lines_dropped_total", "plugin=flood"); int(got) != dropped || dropped == 0 {
+		t.Errorf("dropped: summary lines say %d, metric %v; want them equal and above 0", dropped, got)
+	}
+	if reemitted+dropped > 20000 {
+		t.Errorf("re-emitted %d + dropped %d > the 20,000 written", reemitted, dropped)
+	}
+}
+
+// TestFaultNoSocketsInTmp: go-plugin sockets are made in the state dir,
+// not the system temp dir, and the socket of a plugin killed with -9 is
+// removed when the host restarts it.
+func TestFaultNoSocketsInTmp(t *testing.T) {
+	checkNoLeaks(t)
+	tmp := t.TempDir()
+	s := e2e.Start(t, e2e.Config{Env: []string{"TMPDIR=" + tmp}, Args: []string{"--admin-listen", "127.0.0.1:0"}})
+	pid := pluginPID(t, s, 1)
+	sockets := func() []string {
+		var out []string
+		filepath.WalkDir(s.StateDir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type()&os.ModeSocket != 0 && strings.HasPrefix(d.Name(), "plugin") {
+				out = append(out, p)
+			}
+			return nil
+		})
+		return out
+	}
+	before := sockets()
+	if len(before) != 2 {
+		t.Errorf("go-plugin sockets in the state dir: %v, want 2 (ws and pty)", before)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	pluginPID(t, s, 2)
+	waitFor(t, func() bool { return len(sockets()) == 2 }, "the killed plugin's socket to be removed (two sockets: the new ws and pty)")
+	entries, _ := os.ReadDir(tmp)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "plugin") {
+			t.Errorf("%s in the system temp dir: go-plugin sockets must live in the state dir", e.Name())
+		}
+	}
+}
+
+// TestFaultResizeNeverTyped: resize escapes that are malformed or out of
+// range are dropped, never written to the shell: the terminal echoes
+// every byte it is given, and none of them shows up.
+func TestFaultResizeNeverTyped(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "cat"}})
+	p := ptyDial(t, s, "attach="+attachToken(t))
+	replayOf(t, p)
+	for _, f := range []string{"\x1b[RESIZE:99999;99999]", "\x1b[RESIZE:0;24]", "\x1b[RESIZE:abc]", "\x1b[RESIZE:80;24", "\x1b[RESIZE:120;40]"} {
+		if err := p.Write([]byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Write([]byte("marker\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitOutput(ctxT(t, 10*time.Second), func(out []byte) bool { return strings.Count(string(out), "marker") >= 2 }); err != nil {
+		t.Fatalf("the echo of the marker: %v", err)
+	}
+	if out := string(p.Output()); strings.Contains(out, "RESIZE") || strings.Contains(out, "99999") {
+		t.Errorf("a resize escape reached the shell: output %q", out)
+	}
 }
