@@ -215,3 +215,16 @@ type Transport interface {
 	// Stop closes the listener and every connection.
 	Stop(ctx context.Context, req StopRequest) error
 }
+
+// WithoutTetherEnv returns env without its TETHER_* variables: tether's
+// own settings (the access token among them) never reach a PTY's shell,
+// an agent's process or a plugin the host starts.
+func WithoutTetherEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TETHER_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

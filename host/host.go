@@ -20,6 +20,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
@@ -75,6 +76,9 @@ type Config struct {
 	// TokenFile is where the access token is kept (default
 	// <state-dir>/token).
 	TokenFile string
+	// TLSCert and TLSKey are PEM files: with them the public listener
+	// serves HTTPS/WSS.
+	TLSCert, TLSKey string
 	// OrphanGrace is how long a session with no viewer stays parked before
 	// it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
@@ -89,6 +93,11 @@ type Config struct {
 	JournalPerSession, JournalTotal int
 	// AllowOrigins are extra accepted Origins.
 	AllowOrigins []string
+	// AllowHosts are extra accepted Host names ("NAME" with any port or
+	// none, "NAME:PORT" exactly), e.g. behind a reverse proxy.
+	AllowHosts []string
+	// Pprof also serves /debug/pprof on the admin listener.
+	Pprof bool
 	// Agents builds each live session's agent.
 	Agents agent.Factory
 	// Transport is the primary transport plugin, built-in or external,
@@ -118,7 +127,8 @@ type Config struct {
 	// process, like `tether plugins reload NAME` (tether serve sends
 	// SIGHUP's here).
 	Reload <-chan struct{}
-	// AdminListen, if set, serves /metrics and /debug/pprof.
+	// AdminListen, if set, serves /metrics, /healthz and (with Pprof)
+	// /debug/pprof, behind the access token and the Host check.
 	AdminListen string
 	// PingInterval and PeerTimeout tune the transport's liveness checks
 	// (0 = the transport's defaults, 20s and 60s).
@@ -231,6 +241,7 @@ func Run(ctx context.Context, cfg Config) error {
 		SocketDir:    sockDir,
 		Token:        cfg.Token,
 		AllowOrigins: cfg.AllowOrigins,
+		AllowHosts:   cfg.AllowHosts,
 		Endpoints:    endpoints,
 		RestartLimit: cfg.RestartLimit,
 		StartTimeout: cfg.PluginStartTimeout,
@@ -280,6 +291,10 @@ func Run(ctx context.Context, cfg Config) error {
 	defer ctl.Close()
 	stopReloads := reloadOnSignal(ctx, cfg, ts)
 	defer stopReloads()
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+	}
 	if cfg.AdminListen != "" {
 		stopAdmin, addr, err := serveAdmin(cfg, m)
 		if err != nil {
@@ -287,10 +302,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer stopAdmin()
-		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", sup.Addr(), cfg.Token)
-		fmt.Fprintf(cfg.Stdout, "tether admin on http://%s\n", addr)
+		fmt.Fprintf(cfg.Stdout, "tether listening on %s://%s/?token=%s\n", scheme, access.BrowserAddr(sup.Addr()), cfg.Token)
+		fmt.Fprintf(cfg.Stdout, "tether admin on http://%s\n", access.BrowserAddr(addr))
 	} else {
-		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", sup.Addr(), cfg.Token)
+		fmt.Fprintf(cfg.Stdout, "tether listening on %s://%s/?token=%s\n", scheme, access.BrowserAddr(sup.Addr()), cfg.Token)
 	}
 	serving = true
 	cfg.Log.Info().Str("addr", sup.Addr()).Msg("tether serving")
@@ -350,20 +365,45 @@ func reloadOnSignal(ctx context.Context, cfg Config, ts *supervise.Transports) (
 	}
 }
 
-// serveAdmin serves /metrics and /debug/pprof on cfg.AdminListen.
+// serveAdmin serves the admin listener: /metrics, /healthz and, with
+// cfg.Pprof, /debug/pprof. Every request must pass the Host check (403:
+// a DNS-rebinding page cannot read it) and present the access token
+// (Authorization: Bearer, or ?token= for a browser; else 401): a CPU
+// profile or the process's command line is not for anyone who can reach
+// the port.
 func serveAdmin(cfg Config, m *metrics.Metrics) (stop func(), addr string, err error) {
 	ln, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
 		return nil, "", fmt.Errorf("admin listener: %w", err)
 	}
+	acc := &access.Access{Token: cfg.Token, Bound: ln.Addr().String(), AllowHosts: cfg.AllowHosts}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	guard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !acc.HostOK(r.Host) {
+			http.Error(w, "forbidden host", http.StatusForbidden)
+			return
+		}
+		token := r.URL.Query().Get("token")
+		if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+			token = strings.TrimSpace(h[7:])
+		}
+		if !acc.TokenOK(token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tether admin"`)
+			http.Error(w, "unauthorized: present the access token (Authorization: Bearer TOKEN, or ?token=TOKEN)", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: guard, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tether-agent/tether/contract"
 )
 
 var _ Agent = (*Exec)(nil)
@@ -86,6 +88,7 @@ func (e *Exec) Run(ctx context.Context, history []Message, prompt string, emit f
 		return fmt.Errorf("%w: %s: %w", ErrRunFailed, e.argv[0], err)
 	}
 	cmd := exec.Command(e.argv[0], e.argv[1:]...)
+	cmd.Env = contract.WithoutTetherEnv(os.Environ())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.stdinR, p.stdoutW, p.stderrW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err := cmd.Start()

@@ -113,9 +113,25 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	return st, nil
 }
 
+// Check opens the database at path read-only, with no change to it or its
+// schema, and runs quick_check: an error wrapping ErrDamaged when the file
+// is damaged. A running host may hold it open meanwhile.
+func Check(ctx context.Context, path string) error {
+	db, err := openDBMode(path, "ro")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return (&Store{db: db}).QuickCheck(ctx)
+}
+
 // openDB opens the database file at path with the connection settings every
 // Store uses, without touching its schema.
-func openDB(path string) (*sql.DB, error) {
+func openDB(path string) (*sql.DB, error) { return openDBMode(path, "") }
+
+// openDBMode is openDB with a SQLite open mode ("ro", or "" for
+// read-write-create).
+func openDBMode(path, mode string) (*sql.DB, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -126,6 +142,9 @@ func openDB(path string) (*sql.DB, error) {
 	// before it writes never fails to upgrade its lock.
 	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)",
 		escapePath(abs), busyTimeout.Milliseconds())
+	if mode != "" {
+		dsn = fmt.Sprintf("file:%s?mode=%s&_pragma=busy_timeout(%d)", escapePath(abs), mode, busyTimeout.Milliseconds())
+	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

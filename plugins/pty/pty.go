@@ -120,7 +120,7 @@ func childEnv() []string {
 	for _, kv := range env {
 		// The shell gets the plugin's environment without go-plugin's
 		// handshake variables (TETHER_PLUGIN, PLUGIN_*).
-		if !strings.HasPrefix(kv, "TERM=") && !strings.HasPrefix(kv, "TETHER_PLUGIN=") && !strings.HasPrefix(kv, "PLUGIN_") {
+		if !strings.HasPrefix(kv, "TERM=") && !strings.HasPrefix(kv, "TETHER_") && !strings.HasPrefix(kv, "PLUGIN_") {
 			out = append(out, kv)
 		}
 	}

@@ -336,7 +336,7 @@ func badGarbage(n int) [][]byte {
 // the host is left with.
 func TestBadInputBattery(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{Args: []string{
-		"--admin-listen", "127.0.0.1:0",
+		"--admin-listen", "127.0.0.1:0", "--pprof",
 		"--orphan-grace", "0",
 		"--allow-origin", "https://ok.example",
 		"--pty-command", badPTYCommand,

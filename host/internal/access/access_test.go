@@ -1,6 +1,7 @@
 package access
 
 import (
+	"net"
 	"testing"
 
 	"github.com/tether-agent/tether/contract"
@@ -83,6 +84,87 @@ func TestAccessUnixSocket(t *testing.T) {
 	for _, tt := range tests {
 		if got := a.Check(tt.ev); got != tt.want {
 			t.Errorf("%s: Check = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestAccessHosts: the accepted Host and Origin values for loopback,
+// wildcard and proxied listeners, and the strict Origin parse.
+func TestAccessHosts(t *testing.T) {
+	ifaceIP := ""
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+				ifaceIP = n.IP.String()
+				break
+			}
+		}
+	}
+	loop := &Access{Token: "t", Bound: "127.0.0.1:7717"}
+	wild := &Access{Token: "t", Bound: "0.0.0.0:7720"}
+	wild6 := &Access{Token: "t", Bound: "[::]:7720"}
+	proxied := &Access{Token: "t", Bound: "127.0.0.1:7717", AllowHosts: []string{"tether.example", "exact.example:8443"}}
+	tests := []struct {
+		a      *Access
+		host   string
+		origin string
+		want   int
+	}{
+		{loop, "127.0.0.1:7717", "", 0},
+		{loop, "localhost:7717", "http://localhost:7717", 0},
+		{loop, "[::1]:7717", "http://[::1]:7717", 0},
+		{loop, "127.0.0.1:7718", "", contract.CloseForbidden},
+		{loop, "rebind.attacker.example:7717", "", contract.CloseForbidden},
+		{wild, "127.0.0.1:7720", "http://127.0.0.1:7720", 0},
+		{wild, "localhost:7720", "http://localhost:7720/", 0},
+		{wild6, "[::1]:7720", "", 0},
+		{wild, "0.0.0.0:7720", "", contract.CloseForbidden},
+		{wild, "evil.example:7720", "", contract.CloseForbidden},
+		{wild, "127.0.0.1:7721", "", contract.CloseForbidden},
+		{proxied, "tether.example", "https://tether.example", 0},
+		{proxied, "tether.example:443", "https://tether.example:443", 0},
+		{proxied, "exact.example:8443", "https://exact.example:8443", 0},
+		{proxied, "exact.example:9000", "", contract.CloseForbidden},
+		{proxied, "tether.example", "https://other.example", contract.CloseForbidden},
+		// Strict origins.
+		{loop, "127.0.0.1:7717", "http://evil.com@127.0.0.1:7717", contract.CloseForbidden},
+		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717?q=1", contract.CloseForbidden},
+		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717#f", contract.CloseForbidden},
+		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717/path", contract.CloseForbidden},
+		{loop, "127.0.0.1:7717", "ftp://127.0.0.1:7717", contract.CloseForbidden},
+		{loop, "127.0.0.1:7717", "null", contract.CloseForbidden},
+		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717/", 0},
+	}
+	if ifaceIP != "" {
+		tests = append(tests,
+			struct {
+				a            *Access
+				host, origin string
+				want         int
+			}{wild, net.JoinHostPort(ifaceIP, "7720"), "http://" + net.JoinHostPort(ifaceIP, "7720"), 0},
+			struct {
+				a            *Access
+				host, origin string
+				want         int
+			}{loop, net.JoinHostPort(ifaceIP, "7717"), "", contract.CloseForbidden})
+	}
+	for _, tt := range tests {
+		t.Run(tt.a.Bound+"/"+tt.host+"/"+tt.origin, func(t *testing.T) {
+			ev := contract.Event{Query: "token=t", Host: tt.host, Remote: "127.0.0.1:1", Header: map[string][]string{}}
+			if tt.origin != "" {
+				ev.Header["Origin"] = []string{tt.origin}
+			}
+			if got := tt.a.Check(ev); got != tt.want {
+				t.Errorf("Check(Host %q, Origin %q) on %s = %d, want %d", tt.host, tt.origin, tt.a.Bound, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestBrowserAddr(t *testing.T) {
+	for in, want := range map[string]string{"0.0.0.0:7720": "127.0.0.1:7720", "[::]:7720": "127.0.0.1:7720", ":7720": "127.0.0.1:7720", "127.0.0.1:7717": "127.0.0.1:7717", "[::1]:9": "[::1]:9"} {
+		if got := BrowserAddr(in); got != want {
+			t.Errorf("BrowserAddr(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -214,7 +214,7 @@ func (b *Backend) launch() (*bgen, error) {
 		// a temporary directory.
 		env = append(env, plugin.EnvUnixSocketDir+"="+b.socketDir)
 	}
-	proc, err := startPlugin(b.spec, contract.KindBackend, procOptions{Env: env, Setsid: true, Metrics: b.metrics}, b.log)
+	proc, err := startPlugin(b.spec, contract.KindBackend, procOptions{Env: env, Setsid: true, Metrics: b.metrics, BinDir: filepath.Join(b.stateDir, "plugins", "bin")}, b.log)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -115,6 +116,9 @@ type procOptions struct {
 	StartTimeout time.Duration
 	// Metrics, when set, counts the stderr lines the rate limit drops.
 	Metrics *metrics.Metrics
+	// BinDir is where a checksum-verified plugin's private copy is kept
+	// (a 0700 directory); required when the spec has a checksum.
+	BinDir string
 }
 
 // startPlugin starts spec as a go-plugin subprocess and dispenses kind.
@@ -122,8 +126,16 @@ type procOptions struct {
 // binary whose checksum does not match, ErrHandshake for one that is not
 // a tether plugin.
 func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Logger) (*pluginProc, error) {
-	cmd := exec.Command(spec.Path, spec.Args...)
-	cmd.Env = mergeEnv(os.Environ(), opts.Env)
+	path := spec.Path
+	if spec.SHA256 != "" {
+		verified, err := verifiedCopy(spec, opts.BinDir)
+		if err != nil {
+			return nil, err
+		}
+		path = verified
+	}
+	cmd := exec.Command(path, spec.Args...)
+	cmd.Env = mergeEnv(contract.WithoutTetherEnv(os.Environ()), opts.Env)
 	cmd.ExtraFiles = opts.ExtraFiles
 	if opts.Setsid {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -147,13 +159,6 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 		Stderr:           logw,
 		StartTimeout:     timeout,
 	}
-	if spec.SHA256 != "" {
-		sum, err := hex.DecodeString(spec.SHA256)
-		if err != nil || len(sum) != sha256.Size {
-			return nil, fmt.Errorf("plugin %s: checksum %q is not a hex sha256 (64 hex digits after #): %w", spec.Name, spec.SHA256, ErrChecksum)
-		}
-		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
-	}
 	client := plugin.NewClient(cfg)
 	rpc, err := client.Client()
 	if err != nil {
@@ -171,6 +176,68 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	}
 	p.logw, p.log = logw, log.With().Str("plugin", spec.Name).Logger()
 	return p, nil
+}
+
+// openHook, when set (by tests), runs after a checksum-verified plugin's
+// file is opened and before it is read: the moment a swap of the path
+// would win against a check-then-exec of the path.
+var openHook func()
+
+// verifiedCopy makes the bytes that run the bytes that were hashed: it
+// opens spec.Path once, hashes what it reads through that descriptor
+// while copying it into a private file in binDir (mode 0700, named by the
+// checksum), and returns the copy's path only when the sum matches. A
+// path swapped for another file after the open runs nothing else: the
+// copy holds what was read and checked. A copy made before is used again
+// after its bytes are hashed again.
+func verifiedCopy(spec PluginSpec, binDir string) (string, error) {
+	want, err := hex.DecodeString(spec.SHA256)
+	if err != nil || len(want) != sha256.Size {
+		return "", fmt.Errorf("plugin %s: checksum %q is not a hex sha256 (64 hex digits after #): %w", spec.Name, spec.SHA256, ErrChecksum)
+	}
+	if binDir == "" {
+		return "", fmt.Errorf("plugin %s: no directory for its verified copy", spec.Name)
+	}
+	if err := os.MkdirAll(binDir, 0o700); err != nil {
+		return "", fmt.Errorf("plugin %s: %w", spec.Name, err)
+	}
+	dest := filepath.Join(binDir, strings.ToLower(spec.SHA256)+"-"+filepath.Base(spec.Path))
+	if sum, err := fileSHA256(dest); err == nil && strings.EqualFold(sum, spec.SHA256) {
+		return dest, nil
+	}
+	src, err := os.Open(spec.Path)
+	if err != nil {
+		return "", fmt.Errorf("plugin %s (%s): cannot run it: %w", spec.Name, spec.Path, err)
+	}
+	defer src.Close()
+	if openHook != nil {
+		openHook()
+	}
+	tmp, err := os.CreateTemp(binDir, ".copy-*")
+	if err != nil {
+		return "", fmt.Errorf("plugin %s: %w", spec.Name, err)
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(tmp, h), src); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("plugin %s (%s): reading it: %w", spec.Name, spec.Path, err)
+	}
+	if err := tmp.Chmod(0o700); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("plugin %s: %w", spec.Name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("plugin %s: %w", spec.Name, err)
+	}
+	if have := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(have, spec.SHA256) {
+		return "", fmt.Errorf("plugin %s (%s): checksum mismatch: --plugin asks for sha256 %s, the file has %s; check the path, or put the file's checksum after the # (sha256sum %s): %w",
+			spec.Name, spec.Path, spec.SHA256, have, spec.Path, ErrChecksum)
+	}
+	if err := os.Rename(tmp.Name(), dest); err != nil {
+		return "", fmt.Errorf("plugin %s: %w", spec.Name, err)
+	}
+	return dest, nil
 }
 
 // reattachPlugin connects to the plugin process rec describes, left
@@ -236,15 +303,6 @@ func startError(spec PluginSpec, err error, stderrTail []string, timeout time.Du
 	var pathErr *fs.PathError
 	var execErr *exec.Error
 	switch {
-	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
-		have := "unreadable"
-		if sum, herr := fileSHA256(spec.Path); herr == nil {
-			have = sum
-		}
-		return fmt.Errorf("plugin %s (%s): checksum mismatch: --plugin asks for sha256 %s, the file has %s; check the path, or put the file's checksum after the # (sha256sum %s): %w",
-			spec.Name, spec.Path, spec.SHA256, have, spec.Path, ErrChecksum)
-	case strings.HasPrefix(err.Error(), "error verifying checksum"):
-		return fmt.Errorf("plugin %s (%s): cannot verify its checksum: %v: %w", spec.Name, spec.Path, err, ErrChecksum)
 	case errors.As(err, &pathErr), errors.As(err, &execErr):
 		return fmt.Errorf("plugin %s (%s): cannot run it: %w", spec.Name, spec.Path, err)
 	}

@@ -47,7 +47,7 @@ func TestStartPluginRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := startPlugin(tt.spec, contract.KindTransport, procOptions{}, zerolog.Nop())
+			p, err := startPlugin(tt.spec, contract.KindTransport, procOptions{BinDir: filepath.Join(dir, "bin")}, zerolog.Nop())
 			if err == nil {
 				p.client.Kill()
 				t.Fatalf("startPlugin(%s) succeeded", tt.spec.Path)
@@ -88,5 +88,64 @@ func TestMergeEnv(t *testing.T) {
 	want := []string{"A=1", "C=3", "B=x", "PLUGIN_UNIX_SOCKET_DIR=/state/plugins"}
 	if !slices.Equal(got, want) {
 		t.Errorf("mergeEnv: got %q, want %q", got, want)
+	}
+}
+
+// TestVerifiedExecTOCTOU swaps the plugin's path for another program
+// between the host's open of it and its reading: the bytes that run are
+// the bytes that were hashed (the good plugin answers the handshake), the
+// swapped-in program never runs (it would leave a marker file), and a
+// path that points at the other program from the start is refused.
+func TestVerifiedExecTOCTOU(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "evil-ran")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.sh")
+	if err := os.WriteFile(good, []byte("#!/bin/sh\n"+fakePluginEnv+"=1 exec "+self+" \"$@\"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	evil := filepath.Join(dir, "evil.sh")
+	if err := os.WriteFile(evil, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "plugin")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := fileSHA256(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swap := func() {
+		tmp := link + ".new"
+		if err := os.Symlink(evil, tmp); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Rename(tmp, link); err != nil {
+			t.Error(err)
+		}
+	}
+	openHook = swap
+	t.Cleanup(func() { openHook = nil })
+	p, err := startPlugin(PluginSpec{Name: "x", Path: link, SHA256: sum}, contract.KindTransport, procOptions{BinDir: filepath.Join(dir, "bin")}, zerolog.Nop())
+	openHook = nil
+	if err != nil {
+		t.Fatalf("the verified plugin did not start: %v", err)
+	}
+	p.client.Kill()
+	if target, _ := os.Readlink(link); target != evil {
+		t.Fatalf("the hook did not swap the path (it points at %s)", target)
+	}
+	// Now the path is the other program from the start: refused, and it
+	// never runs.
+	if _, err := startPlugin(PluginSpec{Name: "x", Path: link, SHA256: sum}, contract.KindTransport, procOptions{BinDir: filepath.Join(dir, "bin2")}, zerolog.Nop()); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("start of the swapped path: %v, want ErrChecksum", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the swapped-in program ran")
 	}
 }

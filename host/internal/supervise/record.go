@@ -211,3 +211,32 @@ func resolvePath(p string) string {
 	}
 	return p
 }
+
+// RecordState is what a reattach record says about its plugin, for
+// `tether doctor`.
+type RecordState struct {
+	// Found: the record exists.
+	Found bool
+	// Pid is the process it names.
+	Pid int
+	// Live: the process is alive and is the one the record names.
+	Live bool
+	// Reason says why a found record is stale (Live false).
+	Reason string
+}
+
+// InspectRecord reads the reattach record of plugin name in stateDir and
+// judges it the way a starting host does, changing nothing.
+func InspectRecord(stateDir, name string) (RecordState, error) {
+	rec, found, err := readRecord(recordPath(stateDir, name))
+	if !found {
+		return RecordState{}, err
+	}
+	st := RecordState{Found: true, Pid: rec.Pid}
+	if err != nil {
+		st.Reason = err.Error()
+		return st, nil
+	}
+	st.Live, st.Reason = judgeRecord(rec, readProc(rec.Pid), identityFor(""))
+	return st, nil
+}

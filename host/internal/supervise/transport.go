@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -40,10 +41,11 @@ type Options struct {
 	// <state-dir>/plugins, or a private directory when that path is too
 	// long for a socket.
 	SocketDir string
-	// Token and AllowOrigins configure each transport link's access
-	// checks.
+	// Token, AllowOrigins and AllowHosts configure each transport link's
+	// access checks.
 	Token        string
 	AllowOrigins []string
+	AllowHosts   []string
 	// Endpoints serve the transports' connections, by path.
 	Endpoints map[string]link.Endpoint
 	// RestartLimit is how many times in a row a transport may fail before
@@ -176,7 +178,7 @@ func (t *Transport) start(ctx context.Context) error {
 // launchSpec starts one plugin process on the shared listener and makes
 // its link (not yet running).
 func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
-	opts := procOptions{Env: []string{EnvPluginStateDir + "=" + t.opts.StateDir}, StartTimeout: t.opts.StartTimeout, Metrics: t.metrics}
+	opts := procOptions{Env: []string{EnvPluginStateDir + "=" + t.opts.StateDir}, StartTimeout: t.opts.StartTimeout, Metrics: t.metrics, BinDir: filepath.Join(t.opts.StateDir, "plugins", "bin")}
 	if t.opts.SocketDir != "" {
 		// go-plugin's server makes its socket there, not in /tmp.
 		opts.Env = append(opts.Env, plugin.EnvUnixSocketDir+"="+t.opts.SocketDir)
@@ -224,7 +226,7 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 			Instance:  instance,
 			Transport: proc.tr,
 			Endpoints: t.opts.Endpoints,
-			Access:    &access.Access{Token: t.opts.Token, Bound: t.addr, AllowOrigins: t.opts.AllowOrigins},
+			Access:    &access.Access{Token: t.opts.Token, Bound: t.addr, AllowHosts: t.opts.AllowHosts, AllowOrigins: t.opts.AllowOrigins},
 			Metrics:   t.metrics,
 			Log:       t.log,
 		}),
