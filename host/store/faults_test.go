@@ -84,12 +84,16 @@ func TestWriteFault(t *testing.T) {
 	full := errors.New("database or disk is full")
 	s.SetWriteFault(func() error { return full })
 	writes := map[string]func() error{
-		"CreateSession":  func() error { return s.CreateSession(ctx, Session{Key: NewKey(time.Now().Add(time.Hour)), StartedAt: time.Now()}) },
+		"CreateSession": func() error {
+			return s.CreateSession(ctx, Session{Key: NewKey(time.Now().Add(time.Hour)), StartedAt: time.Now()})
+		},
 		"AppendMessages": func() error { return s.AppendMessages(ctx, key, agent.Message{Role: agent.RoleUser, Text: "x"}) },
 		"Commit": func() error {
 			return s.Commit(ctx, Batch{Events: []Event{{Key: key, Seq: 1, Params: []byte(`{}`)}}}, Retention{})
 		},
-		"StartTurn": func() error { return s.StartTurn(ctx, key, agent.Message{Role: agent.RoleUser, Text: "x"}, Run{ID: "r", Status: "running"}) },
+		"StartTurn": func() error {
+			return s.StartTurn(ctx, key, agent.Message{Role: agent.RoleUser, Text: "x"}, Run{ID: "r", Status: "running"})
+		},
 		"End":       func() error { return s.End(ctx, key, "closed", time.Now()) },
 		"SetCursor": func() error { return s.SetCursor(ctx, key, "e", 3) },
 	}
