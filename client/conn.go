@@ -54,7 +54,7 @@ type Conn struct {
 // socket closes it at once: Dial then returns a *CloseError with the
 // code (wire.CloseUnauthorized, …).
 func Dial(ctx context.Context, baseURL string, o Options) (*Conn, error) {
-	u, token, err := baseEndpoint(baseURL, wire.PathRPC)
+	u, token, err := Endpoint(baseURL, wire.PathRPC)
 	if err != nil {
 		return nil, err
 	}

@@ -90,10 +90,11 @@ func orDefault[T int | int64 | time.Duration](v, def T) T {
 	return v
 }
 
-// baseEndpoint turns a base URL — http(s):// or ws(s)://host[:port][/prefix]
-// [?token=T] — into the ws(s) URL of path below it and the token it
+// Endpoint turns a base URL — http(s):// or ws(s)://host[:port][/prefix]
+// [?token=T], as Dial and AttachPTY take it — into the ws(s) URL of path
+// (wire.PathRPC, wire.PathPTY) below it, and returns the token it
 // carried. Query, fragment and user info are dropped.
-func baseEndpoint(base, path string) (*url.URL, string, error) {
+func Endpoint(base, path string) (*url.URL, string, error) {
 	u, err := wsURL(base)
 	if err != nil {
 		return nil, "", err
@@ -106,7 +107,7 @@ func baseEndpoint(base, path string) (*url.URL, string, error) {
 func wsURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("url %q: %w", raw, err)
+		return nil, fmt.Errorf("invalid URL %q: %w", raw, err)
 	}
 	switch u.Scheme {
 	case "http", "ws":
@@ -114,10 +115,10 @@ func wsURL(raw string) (*url.URL, error) {
 	case "https", "wss":
 		u.Scheme = "wss"
 	default:
-		return nil, fmt.Errorf("url %q: want http(s)://host:port", raw)
+		return nil, fmt.Errorf("invalid URL %q: want http(s)://host:port", raw)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("url %q: no host", raw)
+		return nil, fmt.Errorf("invalid URL %q: no host", raw)
 	}
 	return u, nil
 }

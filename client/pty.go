@@ -79,7 +79,7 @@ func AttachPTY(ctx context.Context, baseURL, attachToken string, o PTYOptions) (
 	if attachToken != "" && !wire.ValidAttachToken(attachToken) {
 		return nil, ErrInvalidAttachToken
 	}
-	base, token, err := baseEndpoint(baseURL, "")
+	base, token, err := Endpoint(baseURL, "")
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,8 @@ func AttachPTY(ctx context.Context, baseURL, attachToken string, o PTYOptions) (
 	return attach(ctx, u, o)
 }
 
-// AttachURL is AttachPTY for an endpoint URL used exactly as given (see
+// AttachURL is AttachPTY for a PTY endpoint URL used exactly as given,
+// path and query included (see Endpoint and wire.PTYURL to build one, or
 // DialURL): the attach token, view flag and cursor are the URL's own,
 // and o's are ignored.
 func AttachURL(ctx context.Context, endpoint string, o PTYOptions) (*PTY, error) {
