@@ -68,6 +68,18 @@ var rules = []rule{
 		},
 	},
 	{
+		name:   "wire imports nothing of ours",
+		from:   under("wire"),
+		forbid: func(_, dep string) bool { return !within(dep, "wire") },
+	},
+	{
+		name: "client never imports host, plugins, contract or testing",
+		from: under("client"),
+		forbid: func(_, dep string) bool {
+			return within(dep, "host") || within(dep, "plugins") || within(dep, "contract") || within(dep, "testing")
+		},
+	},
+	{
 		name:   "non-test code never imports testing",
 		from:   func(pkg string) bool { return !within(pkg, "testing") },
 		forbid: func(_, dep string) bool { return within(dep, "testing") },
@@ -147,6 +159,18 @@ func TestRules(t *testing.T) {
 		{"host/internal/session", "host/store", true},
 		{"host/internal/session", "host/internal/link", false},
 		{"host/internal/session", "host/internal/rpc", false},
+		{"wire", "contract", false},
+		{"wire", "client", false},
+		{"wire", "wire/internal/x", true},
+		{"client", "wire", true},
+		{"client", "host", false},
+		{"client", "host/store", false},
+		{"client", "plugins/ws", false},
+		{"client", "contract", false},
+		{"client", "testing/wsclient", false},
+		{"cmd/tether", "client", true},
+		{"testing/wsclient", "client", true},
+		{"testing/transporttest", "wire", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg+"->"+tt.dep, func(t *testing.T) {
@@ -234,6 +258,35 @@ func TestImports(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWireStandardOnly checks that wire and everything it depends on is
+// the standard library: third parties can take it without a dependency.
+func TestWireStandardOnly(t *testing.T) {
+	root, module := moduleRoot(t)
+	out := goCmd(t, root, "list", "-deps", "-json=ImportPath,Standard", "./wire/...")
+	dec := json.NewDecoder(bytes.NewReader(out))
+	seenWire := false
+	for {
+		var p goPackage
+		err := dec.Decode(&p)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("decoding go list output: %v", err)
+		}
+		switch {
+		case p.ImportPath == module+"/wire":
+			seenWire = true
+		case strings.HasPrefix(p.ImportPath, module+"/wire/"), p.Standard:
+		default:
+			t.Errorf("wire depends on %s, which is not the standard library", p.ImportPath)
+		}
+	}
+	if !seenWire {
+		t.Fatalf("go list -deps ./wire/... did not list %s/wire", module)
 	}
 }
 

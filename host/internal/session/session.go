@@ -165,8 +165,10 @@ type Snapshot struct {
 	Epoch        string          `json:"epoch"`
 }
 
+// statusLocked is "working" while a run is in flight, or while a
+// prompt's turn is being stored (its run starts next), else "idle".
 func (s *Session) statusLocked() string {
-	if s.run != nil {
+	if s.run != nil || s.submitting {
 		return "working"
 	}
 	return "idle"
@@ -196,7 +198,7 @@ func (s *Session) snapshotLocked() Snapshot {
 		MessageCount: len(msgs),
 		Messages:     msgs,
 		Status:       s.statusLocked(),
-		Running:      s.run != nil,
+		Running:      s.run != nil || s.submitting,
 		StartedAt:    s.startedAt.Unix(),
 		LatestSeq:    s.seq,
 		Epoch:        s.epoch,
