@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/wire"
 )
 
 // ptyConn is one /api/pty socket.
@@ -216,13 +217,13 @@ func (c *ptyConn) attach() {
 
 // sendReplayHeader sends the pty.replay text frame of resp.
 func (c *ptyConn) sendReplayHeader(resp contract.AttachResponse) {
-	hdr, _ := json.Marshal(map[string]any{
-		"type":              "pty.replay",
-		"epoch":             resp.Epoch,
-		"start_offset":      resp.StartOffset,
-		"replay_end_offset": resp.ReplayEnd,
-		"reset":             resp.Reset,
-		"reason":            resp.Reason,
+	hdr, _ := json.Marshal(wire.Replay{
+		Type:            wire.ReplayType,
+		Epoch:           resp.Epoch,
+		StartOffset:     resp.StartOffset,
+		ReplayEndOffset: resp.ReplayEnd,
+		Reset:           resp.Reset,
+		Reason:          resp.Reason,
 	})
 	c.out.Send(contract.Command{Kind: contract.CommandSend, Conn: c.id.Conn, Data: hdr})
 }
