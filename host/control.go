@@ -9,12 +9,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/supervise"
 )
 
@@ -202,4 +204,82 @@ func (c *controlServer) Close() {
 	c.cancel()
 	_ = c.ln.Close()
 	c.wg.Wait()
+}
+
+// controlHandler answers the control socket's requests.
+func controlHandler(ts *supervise.Transports, backend *supervise.Backend) func(context.Context, ControlRequest) (ControlResponse, error) {
+	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
+		var spec *PluginSpec
+		if req.Path != "" {
+			if !filepath.IsAbs(req.Path) {
+				return ControlResponse{}, fmt.Errorf("plugin path %q is not absolute", req.Path)
+			}
+			spec = &PluginSpec{Name: req.Name, Path: req.Path, SHA256: req.SHA256}
+		}
+		isPTY := backend != nil && req.Name == backend.Name()
+		var err error
+		switch req.Op {
+		case OpList:
+		case OpReload:
+			switch sup := ts.Get(req.Name); {
+			case sup != nil:
+				_, err = sup.Reload(ctx, spec)
+			case isPTY:
+				_, err = backend.Reload(ctx, spec)
+			default:
+				err = noPlugin(req.Name, ts, backend)
+			}
+		case OpStop:
+			switch {
+			case isPTY:
+				_, err = backend.StopPTYs(ctx)
+			case ts.Get(req.Name) != nil:
+				err = fmt.Errorf("plugin %s is a transport: it is not stopped on its own; unload it (an added transport) or reload it to swap it for a fresh process", req.Name)
+			default:
+				err = noPlugin(req.Name, ts, backend)
+			}
+		case OpLoad:
+			switch {
+			case req.Kind != contract.KindTransport:
+				err = fmt.Errorf("load %s: kind %q cannot be loaded at runtime (only %s)", req.Name, req.Kind, contract.KindTransport)
+			case spec == nil:
+				err = fmt.Errorf("load %s: a plugin path is required", req.Name)
+			default:
+				if err = CheckTransportName(req.Name); err == nil {
+					_, err = ts.Load(ctx, TransportSpec{PluginSpec: *spec, Listen: req.Listen}, nil)
+				}
+			}
+		case OpUnload:
+			if isPTY {
+				err = fmt.Errorf("plugin %s is the PTY backend: stop it with `tether plugins stop %s`", req.Name, req.Name)
+			} else {
+				err = ts.Unload(ctx, req.Name)
+			}
+		default:
+			err = fmt.Errorf("unknown operation %q (want %s, %s, %s, %s or %s)", req.Op, OpList, OpReload, OpLoad, OpUnload, OpStop)
+		}
+		if err != nil {
+			return ControlResponse{}, err
+		}
+		ps := make([]PluginStatus, 0, 4)
+		for _, sup := range ts.List() {
+			ps = append(ps, sup.Status())
+		}
+		if backend != nil {
+			ps = append(ps, backend.Status())
+		}
+		return ControlResponse{Plugins: ps}, nil
+	}
+}
+
+// noPlugin is the error for a name no plugin has.
+func noPlugin(name string, ts *supervise.Transports, backend *supervise.Backend) error {
+	var names []string
+	for _, sup := range ts.List() {
+		names = append(names, sup.Name())
+	}
+	if backend != nil {
+		names = append(names, backend.Name())
+	}
+	return fmt.Errorf("no plugin named %q (plugins: %s)", name, strings.Join(names, ", "))
 }
