@@ -81,12 +81,15 @@ func parseAttach(args []string, stderr io.Writer) (*attachClient, int) {
 	fs := flag.NewFlagSet("tether attach", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	base := fs.String("url", "http://127.0.0.1:7717", "URL of the running host")
-	token := fs.String("token", "", "access token of the running host (also taken from a ?token= in --url)")
+	tf := addTokenFlags(fs)
 	view := fs.Bool("view", false, "watch only: send no input and no resizes")
 	fresh := fs.Bool("new", false, "generate a fresh attach token, print it on stderr and use it")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: tether attach [--view] [--url U] [--token T] ATTACH_TOKEN
-       tether attach [--view] [--url U] [--token T] --new
+		fmt.Fprint(stderr, `usage: tether attach [--view] [--url U] ATTACH_TOKEN
+       tether attach [--view] [--url U] --new
+
+The access token comes from TETHER_TOKEN, or from the host's token file
+(<state-dir>/token) when the host runs on this machine as this user.
 
 Joins the PTY of ATTACH_TOKEN (16-128 characters of A-Z a-z 0-9 _ -),
 starting it if it does not exist. Type Enter ~ . to detach.
@@ -107,9 +110,7 @@ flags:
 		fmt.Fprintln(stderr, "tether attach:", err)
 		return nil, 2
 	}
-	if *token == "" {
-		*token = urlToken
-	}
+	token, tokenFile := tf.resolve(urlToken)
 	rest := fs.Args()
 	var tok string
 	switch {
@@ -132,7 +133,9 @@ flags:
 			return nil, 2
 		}
 	}
-	return newAttachClient(endpoint, *token, tok, *view), 0
+	a := newAttachClient(endpoint, token, tok, *view)
+	a.tokenFile = tokenFile
+	return a, 0
 }
 
 // ptyEndpoint turns --url into the ws(s):// URL of /api/pty (any path
@@ -151,10 +154,11 @@ func ptyEndpoint(base string) (*url.URL, string, error) {
 // sizes and SIGWINCH. Its fields are set before run, which is called
 // once.
 type attachClient struct {
-	endpoint *url.URL // ws(s)://host:port/api/pty
-	token    string   // access token; "" sends none
-	attach   string   // attach token
-	view     bool     // view=1: never send input or resizes
+	endpoint  *url.URL // ws(s)://host:port/api/pty
+	token     string   // access token; "" sends none
+	tokenFile string   // where the token was looked for, for messages
+	attach    string   // attach token
+	view      bool     // view=1: never send input or resizes
 
 	stdin  io.Reader // nil: no input
 	stdout io.Writer // the terminal stream, nothing else
@@ -278,6 +282,9 @@ func (a *attachClient) verdict(ctx context.Context, err error) (code int, msg st
 	}
 	var ce *client.CloseError
 	if errors.As(err, &ce) {
+		if ce.Code == wire.CloseUnauthorized {
+			return 1, "tether: " + tokenHelp(a.token, a.tokenFile), true
+		}
 		return closeVerdict(ce.Code, ce.Reason)
 	}
 	return 0, "", false
@@ -299,7 +306,7 @@ func closeVerdict(code int, reason string) (int, string, bool) {
 	case code == wire.CloseBadRequest:
 		why = "refused: malformed attach token or offset"
 	case code == wire.CloseUnauthorized:
-		why = "refused: missing or wrong access token (--token, TETHER_TOKEN)"
+		why = "refused: missing or wrong access token"
 	case code == wire.CloseForbidden:
 		why = "refused: Host or Origin not allowed"
 	case code == wire.CloseNotFound:

@@ -585,7 +585,7 @@ func TestAttachCloseCodes(t *testing.T) {
 	}{
 		{4409, "superseded", true, 1, "tether: detached: the terminal was opened elsewhere (4409)"},
 		{4410, "exited", true, 0, "tether: session ended (4410)"},
-		{4401, "", false, 1, "tether: refused: missing or wrong access token (--token, TETHER_TOKEN) (4401)"},
+		{4401, "", false, 1, "tether: the host refused the access token (4401 unauthorized): set TETHER_TOKEN to the host's token, or run this as the host's user on its machine so that its token file (<state-dir>/token) is read"},
 		{4403, "", false, 1, "tether: refused: Host or Origin not allowed (4403)"},
 		{4408, "", false, 1, "tether: refused: the host accepts loopback clients only (4408)"},
 		{4400, "", false, 1, "tether: refused: malformed attach token or offset (4400)"},

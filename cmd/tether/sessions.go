@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
 // sessions lists the live and stored sessions of a running host through
@@ -17,8 +19,9 @@ import (
 func sessions(args []string) int {
 	fs := flag.NewFlagSet("tether sessions", flag.ContinueOnError)
 	base := fs.String("url", "http://127.0.0.1:7717", "URL of the running host")
-	token := fs.String("token", "", "access token of the running host")
+	tf := addTokenFlags(fs)
 	limit := fs.Int("limit", 20, "stored sessions to list at most")
+	asJSON := fs.Bool("json", false, "print {\"live\": [...], \"stored\": [...]} as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -28,7 +31,14 @@ func sessions(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, *base, client.Options{Token: *token})
+	_, urlToken, _ := client.Endpoint(*base, wire.PathRPC)
+	token, file := tf.resolve(urlToken)
+	c, err := client.Dial(ctx, *base, client.Options{Token: token})
+	var ce *client.CloseError
+	if errors.As(err, &ce) && ce.Code == wire.CloseUnauthorized {
+		fmt.Fprintln(os.Stderr, "tether sessions:", tokenHelp(token, file))
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tether sessions: connecting to %s: %v\n", *base, err)
 		return 1
@@ -44,6 +54,14 @@ func sessions(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tether sessions:", err)
 		return 1
+	}
+	if *asJSON {
+		b, err := json.MarshalIndent(map[string]any{"live": active, "stored": stored}, "", "  ")
+		if err != nil {
+			return 1
+		}
+		fmt.Println(string(b))
+		return 0
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "LIVE\tKEY\tTITLE\tSTATUS\tMESSAGES\tVIEWERS")

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -182,4 +183,50 @@ func TestAccessNoTetherEnvInPTY(t *testing.T) {
 	if strings.Contains(out, "TETHER_") || strings.Contains(out, s.Token) {
 		t.Errorf("a TETHER_ variable reached the PTY:\n%s", out)
 	}
+}
+
+// TestAccessTokenNeverInArgv runs the documented commands the documented
+// way — tether serve with its token file, tether sessions, tether attach
+// — and reads every process's command line: the token is in none (not in
+// the host's, its plugins' or the clients'), while the clients still get
+// in by reading the host's token file.
+func TestAccessTokenNeverInArgv(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "cat"}})
+	scan := func(when string) {
+		t.Helper()
+		dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range dirs {
+			b, err := os.ReadFile(p)
+			if err == nil && strings.Contains(string(b), s.Token) {
+				t.Errorf("%s: %s holds the token: %q", when, p, strings.ReplaceAll(string(b), "\x00", " "))
+			}
+		}
+	}
+	scan("host running")
+	out, errOut, code := e2e.Tether(t, "sessions", "--url", s.URL, "--state-dir", s.StateDir)
+	if code != 0 || !strings.Contains(out, "LIVE") {
+		t.Fatalf("tether sessions with the token file: exit %d\n%s%s", code, out, errOut)
+	}
+	// attach keeps running: scan while it is connected.
+	cmd := exec.Command(e2e.Build(t), "attach", "--url", s.URL, "--state-dir", s.StateDir, "--new")
+	cmd.Env = append(os.Environ(), "TETHER_TOKEN=")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr e2e.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	waitFor(t, func() bool { return strings.Contains(stderr.String(), "attach token") }, "tether attach to connect")
+	waitFor(t, func() bool {
+		return len(pluginsJSON(t, s.StateDir)) > 0 && pluginsJSON(t, s.StateDir)["pty"].Connections == 1
+	}, "the attach to reach the PTY")
+	scan("tether attach connected")
 }

@@ -164,7 +164,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	if err != nil {
 		client.Kill() // also waits for its stderr, so the tail is complete
 		logw.close()
-		return nil, startError(spec, err, logw.tail(), timeout)
+		return nil, startError(spec, kind, err, logw.tail(), timeout)
 	}
 	p, err := dispense(client, rpc, spec.Name, kind)
 	if err != nil {
@@ -299,7 +299,7 @@ func dispense(client *plugin.Client, rpc plugin.ClientProtocol, name, kind strin
 
 // startError turns go-plugin's start error into one that says which check
 // failed and what to do.
-func startError(spec PluginSpec, err error, stderrTail []string, timeout time.Duration) error {
+func startError(spec PluginSpec, kind string, err error, stderrTail []string, timeout time.Duration) error {
 	var pathErr *fs.PathError
 	var execErr *exec.Error
 	switch {
@@ -316,8 +316,17 @@ func startError(spec PluginSpec, err error, stderrTail []string, timeout time.Du
 		said = fmt.Sprintf("; it wrote %q", strings.Join(stderrTail, " / "))
 	}
 	return fmt.Errorf("plugin %s (%s): handshake failed: it did not answer as a tether plugin (go-plugin, magic cookie %s, protocol version %d, gRPC): %s%s; "+
-		"it is not a tether plugin, or one built for another handshake: point --plugin at a binary that serves contract.ServeTransport or contract.ServeBackend (a script that runs `tether plugin %s` works too): %w",
-		spec.Name, spec.Path, contract.Handshake.MagicCookieKey, contract.Handshake.ProtocolVersion, strings.TrimSpace(cause), said, spec.Name, ErrHandshake)
+		"it is not a tether plugin, or one built for another handshake: point --plugin at a binary that serves contract.ServeTransport or contract.ServeBackend (a script that runs `exec tether plugin %s \"$@\"` works too): %w",
+		spec.Name, spec.Path, contract.Handshake.MagicCookieKey, contract.Handshake.ProtocolVersion, strings.TrimSpace(cause), said, builtinFor(kind), ErrHandshake)
+}
+
+// builtinFor is the built-in plugin of a kind, as `tether plugin NAME`
+// runs it.
+func builtinFor(kind string) string {
+	if kind == contract.KindBackend {
+		return "pty"
+	}
+	return "ws"
 }
 
 // fileSHA256 returns the hex sha256 of the file at path.

@@ -39,6 +39,7 @@ func TestStartPluginRefused(t *testing.T) {
 		want []string
 	}{
 		{"exits at once", PluginSpec{Name: "ws", Path: silent}, ErrHandshake, []string{"handshake failed", silent, "contract.ServeTransport"}},
+		{"an added transport's advice names the built-in", PluginSpec{Name: "u3", Path: silent}, ErrHandshake, []string{"exec tether plugin ws"}},
 		{"prints garbage", PluginSpec{Name: "ws", Path: chatty}, ErrHandshake, []string{"handshake failed", "garbage", "I am no plugin"}},
 		{"other protocol version", PluginSpec{Name: "ws", Path: oldProto}, ErrHandshake, []string{"handshake failed", "version"}},
 		{"checksum mismatch", PluginSpec{Name: "ws", Path: silent, SHA256: strings.Repeat("0", 64)}, ErrChecksum, []string{"checksum mismatch", strings.Repeat("0", 64), sum}},
