@@ -1,6 +1,9 @@
 package contract
 
-// WebSocket close codes used by tether (SPEC §3, §6, §7, §9).
+// WebSocket close codes used by tether: what a transport closes a
+// connection with. They are the protocol's (package wire has the same,
+// for clients; a test keeps the two equal). The JSON-RPC codes are the
+// host's and the clients' only: see package wire.
 const (
 	CloseNormal          = 1000 // normal closure
 	CloseGoingAway       = 1001 // host shutting down
@@ -17,21 +20,6 @@ const (
 	CloseNotLoopback     = 4408 // non-loopback peer on a loopback listener
 	CloseSuperseded      = 4409 // a newer writer took the PTY
 	CloseProcessExited   = 4410 // the PTY's process exited
+	CloseNoSuchTerminal  = 4411 // view=1 for an attach token with no live PTY
 	CloseAbnormalNoFrame = 1006 // reported when a connection ended without a close frame
-)
-
-// JSON-RPC error codes (SPEC §4, §9).
-const (
-	CodeParseError     = -32700 // the frame is not JSON
-	CodeInvalidRequest = -32600 // not a request object, or no string method
-	CodeMethodNotFound = -32601 // unknown method
-	CodeInvalidParams  = -32602 // params not an object, or a field of the wrong type
-	CodeInternalError  = -32603 // a bug or an unexpected failure
-	CodeBusy           = -32000 // more than the allowed number of pending requests
-
-	CodeUnknownSession  = 4001 // unknown runtime session_id; resume by stored key
-	CodeSessionRequired = 4006 // session_id required
-	CodeStoredNotFound  = 4007 // stored session not found, or no longer live
-	CodeSessionBusy     = 4009 // a run is in flight and the call needs the session idle
-	CodeResumeFailed    = 5000 // resume or create failed (agent or database)
 )

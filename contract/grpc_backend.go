@@ -17,7 +17,6 @@ import (
 // Backend by calling the plugin over gRPC.
 type BackendGRPCClient struct {
 	client tetherv1.BackendClient
-	done   <-chan struct{} // closed when the plugin process exits; nil in-memory
 }
 
 var _ Backend = (*BackendGRPCClient)(nil)
@@ -26,10 +25,6 @@ var _ Backend = (*BackendGRPCClient)(nil)
 func NewBackendGRPCClient(c tetherv1.BackendClient) *BackendGRPCClient {
 	return &BackendGRPCClient{client: c}
 }
-
-// Done returns a channel closed when the plugin process has exited, or nil
-// when the client was not made by go-plugin.
-func (c *BackendGRPCClient) Done() <-chan struct{} { return c.done }
 
 func viewerToProto(v TransportID) *tetherv1.Viewer {
 	if v.IsZero() {

@@ -15,7 +15,6 @@ import (
 // implements Transport by calling the plugin over gRPC.
 type TransportGRPCClient struct {
 	client tetherv1.TransportClient
-	done   <-chan struct{} // closed when the plugin process exits; nil in-memory
 
 	mu     sync.Mutex // guards the fields below
 	stream tetherv1.Transport_LinkClient
@@ -29,10 +28,6 @@ var _ Transport = (*TransportGRPCClient)(nil)
 func NewTransportGRPCClient(c tetherv1.TransportClient) *TransportGRPCClient {
 	return &TransportGRPCClient{client: c, ready: make(chan struct{})}
 }
-
-// Done returns a channel closed when the plugin process has exited, or nil
-// when the client was not made by go-plugin.
-func (c *TransportGRPCClient) Done() <-chan struct{} { return c.done }
 
 // Start implements Transport.
 func (c *TransportGRPCClient) Start(ctx context.Context, req StartRequest) (StartResponse, error) {

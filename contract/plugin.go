@@ -50,12 +50,10 @@ func (p *TransportPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error
 	return nil
 }
 
-// GRPCClient returns a *TransportGRPCClient. ctx is cancelled when the
-// plugin process exits; the client's Done channel reports it.
-func (p *TransportPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
-	cl := NewTransportGRPCClient(tetherv1.NewTransportClient(c))
-	cl.done = ctx.Done()
-	return cl, nil
+// GRPCClient returns a *TransportGRPCClient. When the plugin process
+// exits its streams (Link) end: that is the host's death signal.
+func (p *TransportPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
+	return NewTransportGRPCClient(tetherv1.NewTransportClient(c)), nil
 }
 
 // TransportServeConfig is the go-plugin ServeConfig for a transport; tests
@@ -92,12 +90,10 @@ func (p *BackendPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	return nil
 }
 
-// GRPCClient returns a *BackendGRPCClient. ctx is cancelled when the
-// plugin process exits; the client's Done channel reports it.
-func (p *BackendPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
-	cl := NewBackendGRPCClient(tetherv1.NewBackendClient(c))
-	cl.done = ctx.Done()
-	return cl, nil
+// GRPCClient returns a *BackendGRPCClient. When the plugin process exits
+// its Output stream ends: that is the host's death signal.
+func (p *BackendPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
+	return NewBackendGRPCClient(tetherv1.NewBackendClient(c)), nil
 }
 
 // BackendServeConfig is the go-plugin ServeConfig for a backend; tests set

@@ -46,12 +46,14 @@ func ParseTransportID(s string) (TransportID, error) {
 
 // NewInstanceID returns a random plugin instance id (16 lower-case hex
 // characters). The host gives each plugin process it starts a new one.
-func NewInstanceID() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("contract: crypto/rand failed: %v", err))
-	}
-	return hex.EncodeToString(b[:])
+func NewInstanceID() string { return RandomHex(8) }
+
+// RandomHex returns n bytes from crypto/rand as 2n lower-case hex
+// characters: the one source of tether's random ids, epochs and tokens.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails: crypto/rand crashes the program instead
+	return hex.EncodeToString(b)
 }
 
 // EventKind says what happened to a transport connection.
@@ -212,4 +214,17 @@ type Transport interface {
 	Exec(ctx context.Context, cmds []Command) error
 	// Stop closes the listener and every connection.
 	Stop(ctx context.Context, req StopRequest) error
+}
+
+// WithoutTetherEnv returns env without its TETHER_* variables: tether's
+// own settings (the access token among them) never reach a PTY's shell,
+// an agent's process or a plugin the host starts.
+func WithoutTetherEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TETHER_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -9,14 +9,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/supervise"
 )
 
-// ControlSocket is the name of the host's control socket in its state dir.
+// ControlSocket is the name of the host's control socket in its socket
+// dir (SocketDir: <state-dir>/plugins, unless that is too long a path).
 // `tether plugins` talks to the running host through it: one JSON
 // ControlRequest line in, one ControlResponse line out, then the host
 // closes the connection. The socket has mode 0600 in the 0700 state dir:
@@ -44,8 +49,6 @@ const (
 var (
 	// ErrNoHost: no host answers on the state dir's control socket.
 	ErrNoHost = errors.New("no tether host is running on this state dir")
-	// ErrHostRunning: another host already serves this state dir.
-	ErrHostRunning = errors.New("another tether host is running on this state dir")
 )
 
 // controlTimeout bounds one control request (a reload waits for the new
@@ -76,39 +79,13 @@ type ControlResponse struct {
 }
 
 // PluginStatus describes one plugin of the running host.
-type PluginStatus struct {
-	Name string `json:"name"`
-	Kind string `json:"kind"` // transport or backend
-	// State is starting, running, restarting (died; the next attempt is
-	// due), failed (a transport that failed RestartLimit times in a row;
-	// reload it to try again) or stopped.
-	State string `json:"state"`
-	// Addr is the address a transport serves.
-	Addr string `json:"addr,omitempty"`
-	// Pid, Version and Started describe the running process (zero when
-	// none runs).
-	Pid     int       `json:"pid,omitempty"`
-	Version string    `json:"version,omitempty"`
-	Started time.Time `json:"started,omitzero"`
-	// Restarts counts the times the supervisor restarted it after it
-	// died; LastError is why it last died or failed to start.
-	Restarts  int    `json:"restarts"`
-	LastError string `json:"last_error,omitempty"`
-	// Connections is the sockets it carries (transport) or the sockets
-	// attached to its PTYs (backend).
-	Connections int `json:"connections"`
-	// PTYs is the backend's live PTYs; Reattached says the host
-	// reattached to it (it was started by an earlier host).
-	PTYs       int    `json:"ptys,omitempty"`
-	Reattached bool   `json:"reattached,omitempty"`
-	Path       string `json:"path,omitempty"`
-}
+type PluginStatus = supervise.PluginStatus
 
 // Control sends req to the host running on stateDir and returns its
 // answer. It fails with ErrNoHost when nothing listens on the control
 // socket.
 func Control(ctx context.Context, stateDir string, req ControlRequest) (ControlResponse, error) {
-	path := filepath.Join(stateDir, ControlSocket)
+	path := filepath.Join(SocketDir(stateDir), ControlSocket)
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
@@ -149,19 +126,11 @@ type controlServer struct {
 	wg     sync.WaitGroup
 }
 
-// listenControl makes the control socket in stateDir. A socket left by a
-// host that died is replaced; one that answers belongs to a running host,
-// and this one must not start (ErrHostRunning): two hosts would share the
-// database and fight over the PTY plugin.
-func listenControl(stateDir string) (*net.UnixListener, error) {
-	path := filepath.Join(stateDir, ControlSocket)
-	if len(path) > maxSocketPath {
-		return nil, fmt.Errorf("control socket %s: path longer than %d bytes; use a shorter --state-dir", path, maxSocketPath)
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("%s answers: %w (stop it first, or use another --state-dir)", path, ErrHostRunning)
-	}
+// listenControl makes the control socket in the socket dir. Only the
+// holder of the state dir's lock calls it, so a socket file there is one
+// a host that died left behind: it is replaced.
+func listenControl(sockDir string) (*net.UnixListener, error) {
+	path := filepath.Join(sockDir, ControlSocket)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
@@ -235,4 +204,82 @@ func (c *controlServer) Close() {
 	c.cancel()
 	_ = c.ln.Close()
 	c.wg.Wait()
+}
+
+// controlHandler answers the control socket's requests.
+func controlHandler(ts *supervise.Transports, backend *supervise.Backend) func(context.Context, ControlRequest) (ControlResponse, error) {
+	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
+		var spec *PluginSpec
+		if req.Path != "" {
+			if !filepath.IsAbs(req.Path) {
+				return ControlResponse{}, fmt.Errorf("plugin path %q is not absolute", req.Path)
+			}
+			spec = &PluginSpec{Name: req.Name, Path: req.Path, SHA256: req.SHA256}
+		}
+		isPTY := backend != nil && req.Name == backend.Name()
+		var err error
+		switch req.Op {
+		case OpList:
+		case OpReload:
+			switch sup := ts.Get(req.Name); {
+			case sup != nil:
+				_, err = sup.Reload(ctx, spec)
+			case isPTY:
+				_, err = backend.Reload(ctx, spec)
+			default:
+				err = noPlugin(req.Name, ts, backend)
+			}
+		case OpStop:
+			switch {
+			case isPTY:
+				_, err = backend.StopPTYs(ctx)
+			case ts.Get(req.Name) != nil:
+				err = fmt.Errorf("plugin %s is a transport: it is not stopped on its own; unload it (an added transport) or reload it to swap it for a fresh process", req.Name)
+			default:
+				err = noPlugin(req.Name, ts, backend)
+			}
+		case OpLoad:
+			switch {
+			case req.Kind != contract.KindTransport:
+				err = fmt.Errorf("load %s: kind %q cannot be loaded at runtime (only %s)", req.Name, req.Kind, contract.KindTransport)
+			case spec == nil:
+				err = fmt.Errorf("load %s: a plugin path is required", req.Name)
+			default:
+				if err = CheckTransportName(req.Name); err == nil {
+					_, err = ts.Load(ctx, TransportSpec{PluginSpec: *spec, Listen: req.Listen}, nil)
+				}
+			}
+		case OpUnload:
+			if isPTY {
+				err = fmt.Errorf("plugin %s is the PTY backend: stop it with `tether plugins stop %s`", req.Name, req.Name)
+			} else {
+				err = ts.Unload(ctx, req.Name)
+			}
+		default:
+			err = fmt.Errorf("unknown operation %q (want %s, %s, %s, %s or %s)", req.Op, OpList, OpReload, OpLoad, OpUnload, OpStop)
+		}
+		if err != nil {
+			return ControlResponse{}, err
+		}
+		ps := make([]PluginStatus, 0, 4)
+		for _, sup := range ts.List() {
+			ps = append(ps, sup.Status())
+		}
+		if backend != nil {
+			ps = append(ps, backend.Status())
+		}
+		return ControlResponse{Plugins: ps}, nil
+	}
+}
+
+// noPlugin is the error for a name no plugin has.
+func noPlugin(name string, ts *supervise.Transports, backend *supervise.Backend) error {
+	var names []string
+	for _, sup := range ts.List() {
+		names = append(names, sup.Name())
+	}
+	if backend != nil {
+		names = append(names, backend.Name())
+	}
+	return fmt.Errorf("no plugin named %q (plugins: %s)", name, strings.Join(names, ", "))
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +19,51 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/access"
+	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/ptyroute"
+	"github.com/tether-agent/tether/host/internal/rpc"
+	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/host/internal/supervise"
 	"github.com/tether-agent/tether/host/store"
 )
+
+// PluginSpec says how to run a plugin process: its name, executable,
+// arguments and optional expected sha256.
+type PluginSpec = supervise.PluginSpec
+
+// TransportSpec is one transport plugin the host runs, under its name,
+// and the address it serves.
+type TransportSpec = supervise.TransportSpec
+
+// PrimaryTransport is the name of the transport that serves --listen.
+const PrimaryTransport = supervise.PrimaryTransport
+
+// EnvPluginStateDir names the environment variable through which the host
+// tells the plugins it starts its state directory.
+const EnvPluginStateDir = supervise.EnvPluginStateDir
+
+// Plugin start errors; test for them with errors.Is.
+var (
+	// ErrPrimaryFailed: the primary transport failed its restart limit in
+	// a row; Run shut the host down (tether serve exits with status 3).
+	ErrPrimaryFailed = errors.New("primary transport failed")
+	// ErrChecksum: the plugin binary's checksum did not match.
+	ErrChecksum = supervise.ErrChecksum
+	// ErrHandshake: the binary did not answer a tether plugin's handshake.
+	ErrHandshake = supervise.ErrHandshake
+)
+
+// CheckTransportName reports whether name may name an added transport.
+func CheckTransportName(name string) error { return supervise.CheckTransportName(name) }
+
+// StopRecordedPlugin stops the plugin named name that a host left running
+// on stateDir, when no host runs there to do it (see supervise).
+func StopRecordedPlugin(ctx context.Context, stateDir, name string, log zerolog.Logger) (pid int, stopped bool, err error) {
+	return supervise.StopRecordedPlugin(ctx, stateDir, SocketDir(stateDir), name, log)
+}
 
 // Config configures a host.
 type Config struct {
@@ -29,7 +73,14 @@ type Config struct {
 	Token string
 	// StateDir holds state.db (created with mode 0700).
 	StateDir string
-	// OrphanGrace: see TableConfig.
+	// TokenFile is where the access token is kept (default
+	// <state-dir>/token).
+	TokenFile string
+	// TLSCert and TLSKey are PEM files: with them the public listener
+	// serves HTTPS/WSS.
+	TLSCert, TLSKey string
+	// OrphanGrace is how long a session with no viewer stays parked before
+	// it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
 	// SessionTTL: a parked, idle live session older than this is
 	// persisted and released (0 = never).
@@ -42,8 +93,13 @@ type Config struct {
 	JournalPerSession, JournalTotal int
 	// AllowOrigins are extra accepted Origins.
 	AllowOrigins []string
+	// AllowHosts are extra accepted Host names ("NAME" with any port or
+	// none, "NAME:PORT" exactly), e.g. behind a reverse proxy.
+	AllowHosts []string
+	// Pprof also serves /debug/pprof on the admin listener.
+	Pprof bool
 	// Agents builds each live session's agent.
-	Agents contract.AgentFactory
+	Agents agent.Factory
 	// Transport is the primary transport plugin, built-in or external,
 	// serving Listen under the name PrimaryTransport.
 	Transport PluginSpec
@@ -57,17 +113,22 @@ type Config struct {
 	RestartLimit int
 	// PluginStartTimeout bounds a plugin's go-plugin handshake (0: 15s).
 	PluginStartTimeout time.Duration
+	// HealthInterval and HealthTimeout: every plugin is pinged this often,
+	// and one that does not answer in time is killed and restarted with
+	// reason unresponsive (0 interval: no pings).
+	HealthInterval, HealthTimeout time.Duration
 	// PTY is the PTY backend plugin to run and its configuration; a zero
 	// Spec.Path switches /api/pty off (4404).
 	PTY PTYConfig
 	// StopPTYs stops the PTY plugin (and its PTYs) at shutdown instead
-	// of leaving it running for the next host (SPEC §6.3).
+	// of leaving it running for the next host, see the README).
 	StopPTYs bool
 	// Reload, when it delivers, swaps every transport plugin for a fresh
 	// process, like `tether plugins reload NAME` (tether serve sends
 	// SIGHUP's here).
 	Reload <-chan struct{}
-	// AdminListen, if set, serves /metrics and /debug/pprof.
+	// AdminListen, if set, serves /metrics, /healthz and (with Pprof)
+	// /debug/pprof, behind the access token and the Host check.
 	AdminListen string
 	// PingInterval and PeerTimeout tune the transport's liveness checks
 	// (0 = the transport's defaults, 20s and 60s).
@@ -85,13 +146,19 @@ type PTYConfig struct {
 	contract.BackendConfig
 }
 
-// shutdownBudget is how long a shutdown may take in all (SPEC §2: exit
+// shutdownBudget is how long a shutdown may take in all (the host exits
 // within 5 s).
 const shutdownBudget = 4 * time.Second
 
 // Run starts the host and serves until ctx is done, then shuts down:
 // clients are closed with 1001, sessions are persisted with reason
-// shutdown, and plugins are stopped.
+// shutdown, and plugins are stopped (the PTY plugin is left running for
+// the next host unless StopPTYs).
+//
+// Start order: the state dir and its control socket (refusing a second
+// host), the database, the table and the gateway, the public listener,
+// the PTY backend, the transports, the control server, then the admin
+// listener; shutdown runs in reverse.
 func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -99,39 +166,59 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	// Refuse to start beside a running host before touching its
-	// database or its plugins.
-	ctlLn, err := listenControl(cfg.StateDir)
+	// One host per state dir: refuse to start beside a running host
+	// before touching its database or its plugins.
+	lock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.unlock()
+	sockDir := SocketDir(cfg.StateDir)
+	if err := makeSocketDir(sockDir); err != nil {
+		return err
+	}
+	if sockDir != filepath.Join(cfg.StateDir, "plugins") {
+		cfg.Log.Info().Str("dir", sockDir).Msg("state dir too long for Unix socket paths; sockets are kept in a private directory")
+		// Removed at exit, unless a PTY plugin left running for the next
+		// host still has its socket there (Remove takes only an empty
+		// directory). Deferred first, so it runs last.
+		defer os.Remove(sockDir)
+	}
+	ctlLn, err := listenControl(sockDir)
 	if err != nil {
 		return err
 	}
 	defer ctlLn.Close() // until the control server owns it
-	st, err := store.Open(ctx, filepath.Join(cfg.StateDir, "state.db"))
+	dbPath := filepath.Join(cfg.StateDir, "state.db")
+	warnIfHistoryMissing(cfg, dbPath)
+	st, err := store.Open(ctx, dbPath)
 	if err != nil {
 		return fmt.Errorf("open state: %w", err)
 	}
 	defer st.Close()
 
-	metrics := NewMetrics()
-	table := NewTable(TableConfig{
+	m := metrics.New()
+	m.BuildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
+	table := session.NewTable(session.Config{
 		Store:       st,
 		Agents:      cfg.Agents,
 		OrphanGrace: cfg.OrphanGrace,
 		Log:         cfg.Log,
-		Metrics:     metrics,
+		Metrics:     m,
 		SessionTTL:  cfg.SessionTTL,
 		MaxLive:     cfg.MaxLiveSessions,
 		Retention:   store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal},
 	})
-	gw := NewGateway(table, st, cfg.Version, cfg.Log, metrics)
+	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
 	defer gw.Close()
+	endpoints := map[string]link.Endpoint{"/api/ws": gw}
 
 	// A TCP public listener is the host's own: every transport plugin
-	// process inherits it (see supervisor), so it stays bound across
-	// plugin crashes and swaps. Bound first: a taken port fails the
-	// start before any plugin is touched.
+	// process inherits it, so it stays bound across plugin crashes and
+	// swaps. Bound first: a taken port fails the start before any plugin
+	// is touched.
 	var ln *net.TCPListener
-	if hostListens(cfg.Listen) {
+	if supervise.HostListens(cfg.Listen) {
 		l, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -140,16 +227,43 @@ func Run(ctx context.Context, cfg Config) error {
 		ln = l.(*net.TCPListener)
 	}
 
-	var router *PTYRouter
-	var bsup *backendSupervisor
+	// The primary transport failing for good ends the host (exit status
+	// 3), so that a service manager restarts it whole.
+	primaryFailed := make(chan string, 1)
+	opts := supervise.Options{
+		PrimaryFailed: func(lastErr string) {
+			select {
+			case primaryFailed <- lastErr:
+			default:
+			}
+		},
+		StateDir:     cfg.StateDir,
+		SocketDir:    sockDir,
+		Token:        cfg.Token,
+		AllowOrigins: cfg.AllowOrigins,
+		AllowHosts:   cfg.AllowHosts,
+		Endpoints:    endpoints,
+		RestartLimit: cfg.RestartLimit,
+		StartTimeout: cfg.PluginStartTimeout,
+
+		HealthInterval: cfg.HealthInterval,
+		HealthTimeout:  cfg.HealthTimeout,
+		PingInterval:   cfg.PingInterval,
+		PeerTimeout:    cfg.PeerTimeout,
+		Metrics:        m,
+		Log:            cfg.Log,
+	}
+	var router *ptyroute.Router
+	var backend *supervise.Backend
 	serving := false // the listening line is out
 	if cfg.PTY.Spec.Path != "" {
-		router = NewPTYRouter(cfg.Log, metrics)
-		bsup = newBackendSupervisor(cfg, router, metrics)
-		if err := bsup.start(ctx); err != nil {
+		router = ptyroute.New(cfg.Log, m)
+		endpoints["/api/pty"] = router
+		backend = supervise.NewBackend(opts, cfg.PTY.Spec, cfg.PTY.BackendConfig, router)
+		if err := backend.Start(ctx); err != nil {
 			return err
 		}
-		metrics.SetPTYSource(bsup.ptyCount)
+		m.SetPTYSource(backend.PTYCount)
 		defer func() {
 			// The sockets are closed by now; let their detaches reach
 			// the plugin before letting go of it. A host that failed to
@@ -157,179 +271,168 @@ func Run(ctx context.Context, cfg Config) error {
 			router.Wait()
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget/2)
 			defer cancel()
-			bsup.stop(sctx, !cfg.StopPTYs && (serving || bsup.reattachedNow()))
+			backend.Stop(sctx, !cfg.StopPTYs && (serving || backend.ReattachedNow()))
 		}()
 	}
-	ts := newTransports(cfg, gw, router, metrics)
+	ts := supervise.NewTransports(opts)
 	primary := cfg.Transport
 	primary.Name = PrimaryTransport
-	sup, err := ts.load(ctx, TransportSpec{PluginSpec: primary, Listen: cfg.Listen}, ln)
+	sup, err := ts.Load(ctx, TransportSpec{PluginSpec: primary, Listen: cfg.Listen}, ln)
 	if err != nil {
 		return err
 	}
 	for _, t := range cfg.Transports {
-		if _, err := ts.load(ctx, t, nil); err != nil {
-			ts.stop(context.Background())
+		if _, err := ts.Load(ctx, t, nil); err != nil {
+			ts.Stop(context.Background())
 			return err
 		}
 	}
-	addr := sup.addr
-	ctl := newControlServer(ctlLn, controlHandler(cfg, ts, bsup), cfg.Log)
+	ctl := newControlServer(ctlLn, controlHandler(ts, backend), cfg.Log)
 	defer ctl.Close()
-	var reloads sync.WaitGroup
-	reloadCtx, stopReloads := context.WithCancel(context.WithoutCancel(ctx))
-	defer func() {
-		stopReloads()
-		reloads.Wait()
-	}()
-	if cfg.Reload != nil {
-		reloads.Add(1)
-		go func() {
-			defer reloads.Done()
-			for {
-				select {
-				case <-reloadCtx.Done():
-					return
-				case <-cfg.Reload:
-				}
-				for _, sup := range ts.list() {
-					cfg.Log.Info().Str("plugin", sup.name).Msg("reload requested (SIGHUP)")
-					if _, err := sup.reload(reloadCtx, nil); err != nil {
-						cfg.Log.Error().Err(err).Str("plugin", sup.name).Msg("reload failed; the running plugin keeps serving")
-					}
-				}
-			}
-		}()
+	stopReloads := reloadOnSignal(ctx, cfg, ts)
+	defer stopReloads()
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
 	}
-	var admin *http.Server
-	var adminDone chan struct{}
 	if cfg.AdminListen != "" {
-		ln, err := net.Listen("tcp", cfg.AdminListen)
+		stopAdmin, addr, err := serveAdmin(cfg, m)
 		if err != nil {
-			ts.stop(context.Background())
-			return fmt.Errorf("admin listener: %w", err)
+			ts.Stop(context.Background())
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		adminDone = make(chan struct{})
-		go func() {
-			defer close(adminDone)
-			if err := admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				cfg.Log.Error().Err(err).Msg("admin listener")
-			}
-		}()
-		defer func() {
-			_ = admin.Close()
-			<-adminDone
-		}()
-		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", addr, cfg.Token)
-		fmt.Fprintf(cfg.Stdout, "tether admin on http://%s\n", ln.Addr())
+		defer stopAdmin()
+		fmt.Fprintf(cfg.Stdout, "tether listening on %s://%s/?token=%s\n", scheme, access.BrowserAddr(sup.Addr()), cfg.Token)
+		fmt.Fprintf(cfg.Stdout, "tether admin on http://%s\n", access.BrowserAddr(addr))
 	} else {
-		fmt.Fprintf(cfg.Stdout, "tether listening on http://%s/?token=%s\n", addr, cfg.Token)
+		fmt.Fprintf(cfg.Stdout, "tether listening on %s://%s/?token=%s\n", scheme, access.BrowserAddr(sup.Addr()), cfg.Token)
 	}
 	serving = true
-	cfg.Log.Info().Str("addr", addr).Msg("tether serving")
+	cfg.Log.Info().Str("addr", sup.Addr()).Msg("tether serving")
 
-	<-ctx.Done()
-	cfg.Log.Info().Msg("shutting down")
+	var runErr error
+	select {
+	case <-ctx.Done():
+		cfg.Log.Info().Msg("shutting down")
+	case last := <-primaryFailed:
+		runErr = fmt.Errorf("transport %s failed %d times in a row (last: %s): %w", PrimaryTransport, cfg.RestartLimit, last, ErrPrimaryFailed)
+		cfg.Log.Error().Err(runErr).Msg("shutting down: the primary transport keeps failing and nothing serves --listen")
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
 	// No more control requests or reloads; stop accepting; interrupt
 	// runs while their viewers are still connected (they get
 	// message.complete "interrupted") and persist; then close every
-	// socket with 1001 and stop the transport plugin. The PTY plugin is
+	// socket with 1001 and stop the transport plugins. The PTY plugin is
 	// let go (or stopped) last, by the deferred calls.
 	ctl.Close()
 	stopReloads()
-	reloads.Wait()
-	ts.drain()
+	ts.Drain()
 	if err := table.Shutdown(sctx); err != nil {
 		cfg.Log.Error().Err(err).Msg("sessions did not all persist in time")
 	}
-	ts.stop(sctx)
-	return nil
+	ts.Stop(sctx)
+	return runErr
 }
 
-// controlHandler answers the control socket's requests.
-func controlHandler(cfg Config, ts *transports, bsup *backendSupervisor) func(context.Context, ControlRequest) (ControlResponse, error) {
-	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
-		var spec *PluginSpec
-		if req.Path != "" {
-			if !filepath.IsAbs(req.Path) {
-				return ControlResponse{}, fmt.Errorf("plugin path %q is not absolute", req.Path)
+// reloadOnSignal swaps every transport for a fresh process each time
+// cfg.Reload delivers (SIGHUP), until the returned stop is called (it
+// waits for a reload in flight; calling it again is a no-op).
+func reloadOnSignal(ctx context.Context, cfg Config, ts *supervise.Transports) (stop func()) {
+	if cfg.Reload == nil {
+		return func() {}
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-cfg.Reload:
 			}
-			spec = &PluginSpec{Name: req.Name, Path: req.Path, SHA256: req.SHA256}
-		}
-		isPTY := bsup != nil && req.Name == bsup.spec.Name
-		var err error
-		switch req.Op {
-		case OpList:
-		case OpReload:
-			switch sup := ts.get(req.Name); {
-			case sup != nil:
-				_, err = sup.reload(ctx, spec)
-			case isPTY:
-				_, err = bsup.reload(ctx, spec)
-			default:
-				err = noPlugin(req.Name, ts, bsup)
-			}
-		case OpStop:
-			switch {
-			case isPTY:
-				_, err = bsup.stopPTYs(ctx)
-			case ts.get(req.Name) != nil:
-				err = fmt.Errorf("plugin %s is a transport: it is not stopped on its own; unload it (an added transport) or reload it to swap it for a fresh process", req.Name)
-			default:
-				err = noPlugin(req.Name, ts, bsup)
-			}
-		case OpLoad:
-			switch {
-			case req.Kind != contract.KindTransport:
-				err = fmt.Errorf("load %s: kind %q cannot be loaded at runtime (only %s)", req.Name, req.Kind, contract.KindTransport)
-			case spec == nil:
-				err = fmt.Errorf("load %s: a plugin path is required", req.Name)
-			default:
-				if err = CheckTransportName(req.Name); err == nil {
-					_, err = ts.load(ctx, TransportSpec{PluginSpec: *spec, Listen: req.Listen}, nil)
+			for _, sup := range ts.List() {
+				cfg.Log.Info().Str("plugin", sup.Name()).Msg("reload requested (SIGHUP)")
+				if _, err := sup.Reload(rctx, nil); err != nil {
+					cfg.Log.Error().Err(err).Str("plugin", sup.Name()).Msg("reload failed; the running plugin keeps serving")
 				}
 			}
-		case OpUnload:
-			if isPTY {
-				err = fmt.Errorf("plugin %s is the PTY backend: stop it with `tether plugins stop %s`", req.Name, req.Name)
-			} else {
-				err = ts.unload(ctx, req.Name)
-			}
-		default:
-			err = fmt.Errorf("unknown operation %q (want %s, %s, %s, %s or %s)", req.Op, OpList, OpReload, OpLoad, OpUnload, OpStop)
 		}
-		if err != nil {
-			return ControlResponse{}, err
-		}
-		ps := make([]PluginStatus, 0, 4)
-		for _, sup := range ts.list() {
-			ps = append(ps, sup.status())
-		}
-		if bsup != nil {
-			ps = append(ps, bsup.status())
-		}
-		return ControlResponse{Plugins: ps}, nil
+	})
+	return func() {
+		cancel()
+		wg.Wait()
 	}
 }
 
-// noPlugin is the error for a name no plugin has.
-func noPlugin(name string, ts *transports, bsup *backendSupervisor) error {
-	var names []string
-	for _, sup := range ts.list() {
-		names = append(names, sup.name)
+// serveAdmin serves the admin listener: /metrics, /healthz and, with
+// cfg.Pprof, /debug/pprof. Every request must pass the Host check (403:
+// a DNS-rebinding page cannot read it) and present the access token
+// (Authorization: Bearer, or ?token= for a browser; else 401): a CPU
+// profile or the process's command line is not for anyone who can reach
+// the port.
+func serveAdmin(cfg Config, m *metrics.Metrics) (stop func(), addr string, err error) {
+	ln, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return nil, "", fmt.Errorf("admin listener: %w", err)
 	}
-	if bsup != nil {
-		names = append(names, bsup.spec.Name)
+	acc := &access.Access{Token: cfg.Token, Bound: ln.Addr().String(), AllowHosts: cfg.AllowHosts}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return fmt.Errorf("no plugin named %q (plugins: %s)", name, strings.Join(names, ", "))
+	guard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !acc.HostOK(r.Host) {
+			http.Error(w, "forbidden host", http.StatusForbidden)
+			return
+		}
+		token := r.URL.Query().Get("token")
+		if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+			token = strings.TrimSpace(h[7:])
+		}
+		if !acc.TokenOK(token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tether admin"`)
+			http.Error(w, "unauthorized: present the access token (Authorization: Bearer TOKEN, or ?token=TOKEN)", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: guard, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Log.Error().Err(err).Msg("admin listener")
+		}
+	}()
+	return func() {
+		_ = srv.Close()
+		<-done
+	}, ln.Addr().String(), nil
+}
+
+// warnIfHistoryMissing warns when state.db is missing or empty on a state
+// dir that was used before (it has a token file): the host starts with no
+// history, and the operator should know that it was not found.
+func warnIfHistoryMissing(cfg Config, dbPath string) {
+	tokenFile := cfg.TokenFile
+	if tokenFile == "" {
+		tokenFile = filepath.Join(cfg.StateDir, "token")
+	}
+	if _, err := os.Stat(tokenFile); err != nil {
+		return // a new state dir
+	}
+	fi, err := os.Stat(dbPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		cfg.Log.Warn().Str("file", dbPath).Msg("state.db not found on a state dir used before: starting with no history (restore it from a backup to get the sessions back)")
+	case err == nil && fi.Size() == 0:
+		cfg.Log.Warn().Str("file", dbPath).Msg("state.db is empty on a state dir used before: starting with no history (restore it from a backup to get the sessions back)")
+	}
 }

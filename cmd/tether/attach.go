@@ -1,33 +1,26 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/signal"
-	"regexp"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/gobwas/ws"
-	"github.com/gobwas/ws/wsutil"
 	"golang.org/x/term"
+
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
-// tether attach joins a keep-alive PTY of a running host (SPEC §2, §6.1)
-// from the local terminal:
+// tether attach joins a keep-alive PTY of a running host from the local
+// terminal, through package client:
 //
 //	tether attach [--view] [--url U] [--token T] ATTACH_TOKEN
 //	tether attach [--view] [--url U] [--token T] --new
@@ -41,7 +34,7 @@ import (
 //
 // Ways out: the PTY's process exits (4410, status 0); another writer
 // takes the PTY (4409, status 1); the host refuses the socket (4400,
-// 4401, 4403, 4404, 4408, 1011: status 1); the escape sequence Enter ~ .
+// 4401, 4403, 4404, 4408, 4411, 1011: status 1); the escape sequence Enter ~ .
 // typed at the start of a line (status 0; "~~" sends one "~"), like ssh;
 // or the process ending (SIGINT, SIGTERM, SIGHUP: closing the terminal or
 // kill). Ctrl-C, Ctrl-\ and Ctrl-Z are sent to the PTY like any other
@@ -50,12 +43,11 @@ import (
 
 // Timings of tether attach.
 const (
-	attachDialTimeout  = 10 * time.Second // one dial and handshake
+	attachDialTimeout  = 10 * time.Second // one dial, handshake and pty.replay
 	attachRetryFor     = time.Minute      // reconnect this long, then give up
 	attachPingEvery    = 15 * time.Second // client pings; a read times out after 3×
 	attachWriteTimeout = 10 * time.Second // one frame write
 	attachCloseWait    = time.Second      // wait for the host's close reply
-	attachMaxText      = 64 << 10         // longest text message accepted
 	attachMaxPending   = 64 << 10         // input held while not attached
 )
 
@@ -65,16 +57,11 @@ var attachBackoff = []time.Duration{
 	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second,
 }
 
-// attachTokenRE is the form of an attach token (SPEC §6).
-var attachTokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
-
 var (
 	// errDetached means the user typed the escape sequence ~. to detach.
 	errDetached = errors.New("detached")
 	// errStdout means writing the terminal stream to stdout failed.
 	errStdout = errors.New("writing to stdout")
-	// errProtocol means the host did not speak the /api/pty protocol.
-	errProtocol = errors.New("protocol error")
 )
 
 // attach is "tether attach".
@@ -94,12 +81,15 @@ func parseAttach(args []string, stderr io.Writer) (*attachClient, int) {
 	fs := flag.NewFlagSet("tether attach", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	base := fs.String("url", "http://127.0.0.1:7717", "URL of the running host")
-	token := fs.String("token", "", "access token of the running host (also taken from a ?token= in --url)")
+	tf := addTokenFlags(fs)
 	view := fs.Bool("view", false, "watch only: send no input and no resizes")
 	fresh := fs.Bool("new", false, "generate a fresh attach token, print it on stderr and use it")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: tether attach [--view] [--url U] [--token T] ATTACH_TOKEN
-       tether attach [--view] [--url U] [--token T] --new
+		fmt.Fprint(stderr, `usage: tether attach [--view] [--url U] ATTACH_TOKEN
+       tether attach [--view] [--url U] --new
+
+The access token comes from TETHER_TOKEN, or from the host's token file
+(<state-dir>/token) when the host runs on this machine as this user.
 
 Joins the PTY of ATTACH_TOKEN (16-128 characters of A-Z a-z 0-9 _ -),
 starting it if it does not exist. Type Enter ~ . to detach.
@@ -120,9 +110,7 @@ flags:
 		fmt.Fprintln(stderr, "tether attach:", err)
 		return nil, 2
 	}
-	if *token == "" {
-		*token = urlToken
-	}
+	token, tokenFile := tf.resolve(urlToken)
 	rest := fs.Args()
 	var tok string
 	switch {
@@ -130,7 +118,7 @@ flags:
 		fmt.Fprintln(stderr, "tether attach: --new takes no attach token")
 		return nil, 2
 	case *fresh:
-		tok = newAttachToken()
+		tok = wire.NewAttachToken()
 		fmt.Fprintf(stderr, "tether: attach token %s\n", tok)
 	case len(rest) == 0:
 		fs.Usage()
@@ -140,44 +128,24 @@ flags:
 		return nil, 2
 	default:
 		tok = rest[0]
-		if !attachTokenRE.MatchString(tok) {
+		if !wire.ValidAttachToken(tok) {
 			fmt.Fprintln(stderr, "tether attach: invalid attach token: want 16-128 characters of A-Z a-z 0-9 _ -")
 			return nil, 2
 		}
 	}
-	return newAttachClient(endpoint, *token, tok, *view), 0
-}
-
-// newAttachToken returns 128 random bits in hex. Hex, not base64url, so a
-// token never starts with "-" and reads as a flag.
-func newAttachToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(b[:])
+	a := newAttachClient(endpoint, token, tok, *view)
+	a.tokenFile = tokenFile
+	return a, 0
 }
 
 // ptyEndpoint turns --url into the ws(s):// URL of /api/pty (any path
 // of base kept as a prefix), and returns a ?token= it carried: the URL
 // tether serve prints works as --url.
 func ptyEndpoint(base string) (*url.URL, string, error) {
-	u, err := url.Parse(base)
+	u, token, err := client.Endpoint(base, wire.PathPTY)
 	if err != nil {
-		return nil, "", fmt.Errorf("--url %q: %w", base, err)
+		return nil, "", fmt.Errorf("--url: %w", err)
 	}
-	switch u.Scheme {
-	case "http", "ws":
-		u.Scheme = "ws"
-	case "https", "wss":
-		u.Scheme = "wss"
-	default:
-		return nil, "", fmt.Errorf("--url %q: want http(s)://host:port", base)
-	}
-	if u.Host == "" {
-		return nil, "", fmt.Errorf("--url %q: no host", base)
-	}
-	token := u.Query().Get("token")
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/api/pty"
-	u.RawPath, u.RawQuery, u.Fragment, u.User = "", "", "", nil
 	return u, token, nil
 }
 
@@ -186,10 +154,11 @@ func ptyEndpoint(base string) (*url.URL, string, error) {
 // sizes and SIGWINCH. Its fields are set before run, which is called
 // once.
 type attachClient struct {
-	endpoint *url.URL // ws(s)://host:port/api/pty
-	token    string   // access token; "" sends none
-	attach   string   // attach token
-	view     bool     // view=1: never send input or resizes
+	endpoint  *url.URL // ws(s)://host:port/api/pty
+	token     string   // access token; "" sends none
+	tokenFile string   // where the token was looked for, for messages
+	attach    string   // attach token
+	view      bool     // view=1: never send input or resizes
 
 	stdin  io.Reader // nil: no input
 	stdout io.Writer // the terminal stream, nothing else
@@ -208,14 +177,11 @@ type attachClient struct {
 	writeTimeout time.Duration
 	closeWait    time.Duration
 
-	// The fields below are owned by run (the cursor is written by a
-	// connection's reader, and read only after that reader has ended).
+	// The fields below are owned by run.
 	in      <-chan []byte // stdin chunks; nil once stdin has ended
 	esc     escaper
-	pending []byte // input to send once attached
-	epoch   string
-	offset  int64 // bytes of output received, counted from the PTY's start
-	cursor  bool  // epoch and offset are known: reattach with them
+	pending []byte      // input to send once attached
+	last    *client.PTY // the last attachment: its cursor is the next one's
 }
 
 func newAttachClient(endpoint *url.URL, token, attach string, view bool) *attachClient {
@@ -233,25 +199,6 @@ func newAttachClient(endpoint *url.URL, token, attach string, view bool) *attach
 		writeTimeout: attachWriteTimeout,
 		closeWait:    attachCloseWait,
 	}
-}
-
-// wsURL is the URL of the next attempt, with the cursor once known.
-func (a *attachClient) wsURL() string {
-	q := url.Values{}
-	q.Set("attach", a.attach)
-	if a.token != "" {
-		q.Set("token", a.token)
-	}
-	if a.view {
-		q.Set("view", "1")
-	}
-	if a.cursor {
-		q.Set("offset", strconv.FormatInt(a.offset, 10))
-		q.Set("epoch", a.epoch)
-	}
-	u := *a.endpoint
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // say writes one status line to stderr, on a line of its own.
@@ -330,11 +277,14 @@ func (a *attachClient) verdict(ctx context.Context, err error) (code int, msg st
 		return 0, "tether: detached", true
 	case ctx.Err() != nil:
 		return 1, "", true
-	case errors.Is(err, errStdout), errors.Is(err, errProtocol):
+	case errors.Is(err, errStdout), errors.Is(err, client.ErrProtocol):
 		return 1, "tether: " + err.Error(), true
 	}
-	var ce wsutil.ClosedError
+	var ce *client.CloseError
 	if errors.As(err, &ce) {
+		if ce.Code == wire.CloseUnauthorized {
+			return 1, "tether: " + tokenHelp(a.token, a.tokenFile), true
+		}
 		return closeVerdict(ce.Code, ce.Reason)
 	}
 	return 0, "", false
@@ -342,28 +292,30 @@ func (a *attachClient) verdict(ctx context.Context, err error) (code int, msg st
 
 // closeVerdict maps a close code from the host to an exit status and a
 // message, or to a reconnect (final false).
-func closeVerdict(code ws.StatusCode, reason string) (int, string, bool) {
+func closeVerdict(code int, reason string) (int, string, bool) {
 	var why string
-	switch code {
-	case ws.StatusGoingAway, ws.StatusAbnormalClosure, 1012, 1013:
+	switch {
+	case wire.Reconnectable(code):
 		return 0, "", false // host restarting, connection lost, too slow: reattach
-	case 4409:
+	case code == wire.CloseSuperseded:
 		return 1, "tether: detached: the terminal was opened elsewhere (4409)", true
-	case 4410:
+	case code == wire.CloseProcessExited:
 		return 0, "tether: session ended (4410)", true
-	case ws.StatusNormalClosure:
+	case code == wire.CloseNormal:
 		return 0, "tether: the host closed the connection (1000)", true
-	case 4400:
+	case code == wire.CloseBadRequest:
 		why = "refused: malformed attach token or offset"
-	case 4401:
-		why = "refused: missing or wrong access token (--token, TETHER_TOKEN)"
-	case 4403:
+	case code == wire.CloseUnauthorized:
+		why = "refused: missing or wrong access token"
+	case code == wire.CloseForbidden:
 		why = "refused: Host or Origin not allowed"
-	case 4404:
+	case code == wire.CloseNotFound:
 		why = "refused: the PTY endpoint is switched off"
-	case 4408:
+	case code == wire.CloseNotLoopback:
 		why = "refused: the host accepts loopback clients only"
-	case ws.StatusInternalServerError:
+	case code == wire.CloseNoSuchTerminal:
+		why = "no such terminal"
+	case code == wire.CloseInternalError:
 		why = "host error"
 	default:
 		why = "connection closed by the host"
@@ -436,38 +388,51 @@ type connResult struct {
 	err      error // why it ended; never nil
 }
 
-// dial connects and upgrades, watching for the escape sequence meanwhile.
-func (a *attachClient) dial(ctx context.Context) (net.Conn, *bufio.Reader, error) {
+// attachOnce makes one attachment: the first with no cursor, every later
+// one with the last one's (its epoch and the offset after the last byte
+// shown).
+func (a *attachClient) attachOnce(ctx context.Context) (*client.PTY, error) {
+	if a.last != nil {
+		return a.last.Reattach(ctx, nil)
+	}
+	o := client.PTYOptions{
+		Options: client.Options{
+			Token:        a.token,
+			DialTimeout:  a.dialTimeout,
+			WriteTimeout: a.writeTimeout,
+			CloseWait:    a.closeWait,
+		},
+		ReadTimeout: 3 * a.pingEvery,
+	}
+	u := *a.endpoint
+	u.RawQuery = wire.PTYQuery{Attach: a.attach, View: a.view}.Encode()
+	return client.AttachURL(ctx, u.String(), o)
+}
+
+// dial attaches, watching for the escape sequence meanwhile.
+func (a *attachClient) dial(ctx context.Context) (*client.PTY, error) {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type dialed struct {
-		conn net.Conn
-		br   *bufio.Reader
-		err  error
+		p   *client.PTY
+		err error
 	}
 	ch := make(chan dialed, 1)
-	target := a.wsURL()
 	go func() {
-		conn, br, _, err := ws.Dialer{Timeout: a.dialTimeout}.Dial(dctx, target)
-		ch <- dialed{conn, br, err}
+		p, err := a.attachOnce(dctx)
+		ch <- dialed{p, err}
 	}()
 	for {
 		select {
 		case d := <-ch:
-			if d.err != nil {
-				return nil, nil, d.err
-			}
-			if d.br == nil {
-				d.br = bufio.NewReaderSize(d.conn, 32<<10)
-			}
-			return d.conn, d.br, nil
+			return d.p, d.err
 		case b, ok := <-a.in:
 			if err := a.idleInput(b, ok); err != nil {
 				cancel()
-				if d := <-ch; d.conn != nil {
-					_ = d.conn.Close()
+				if d := <-ch; d.p != nil {
+					_ = d.p.CloseWith(wire.CloseNormal, "detached")
 				}
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	}
@@ -475,41 +440,48 @@ func (a *attachClient) dial(ctx context.Context) (net.Conn, *bufio.Reader, error
 
 // connect makes one attachment and serves it until it ends.
 func (a *attachClient) connect(ctx context.Context, reattach bool) connResult {
-	conn, src, err := a.dial(ctx)
+	p, err := a.dial(ctx)
 	if err != nil {
-		return connResult{err: err}
+		var de *client.DialError
+		return connResult{dialed: !errors.As(err, &de), err: err}
 	}
-	c := &wsConn{conn: conn, writeTimeout: a.writeTimeout}
-	replayed := make(chan struct{}, 1)
+	a.last = p
+	res := connResult{dialed: true, replayed: true}
+	if p.Replay().Reset && reattach {
+		// What is shown no longer continues: clear the screen first.
+		if _, err := io.WriteString(a.stdout, "\x1bc"); err != nil {
+			p.Abort()
+			res.err = fmt.Errorf("%w: %v", errStdout, err)
+			return res
+		}
+	}
 	readErr := make(chan error, 1)
-	go func() { readErr <- a.readLoop(c, src, reattach, replayed) }()
+	go func() { readErr <- a.readLoop(p) }()
 
-	res := connResult{dialed: true}
 	// finish ends the connection, after a close handshake if polite, and
 	// waits for the reader.
 	finish := func(err error, polite bool) connResult {
 		if polite {
-			_ = c.write(ws.OpClose, ws.NewCloseFrameBody(ws.StatusNormalClosure, "detached"))
-			t := time.NewTimer(a.closeWait)
-			select {
-			case <-readErr:
-				readErr = nil
-			case <-t.C:
-			}
-			t.Stop()
+			_ = p.CloseWith(wire.CloseNormal, "detached")
+		} else {
+			p.Abort()
 		}
-		_ = conn.Close()
 		if readErr != nil {
 			<-readErr
-		}
-		select {
-		case <-replayed:
-			res.replayed = true
-		default:
 		}
 		res.err = err
 		return res
 	}
+
+	if err := a.resize(p); err != nil {
+		return finish(err, false)
+	}
+	if len(a.pending) > 0 && !a.view {
+		if _, err := p.Write(a.pending); err != nil {
+			return finish(err, false)
+		}
+	}
+	a.pending = nil
 
 	var ping <-chan time.Time
 	if a.pingEvery > 0 {
@@ -522,37 +494,18 @@ func (a *attachClient) connect(ctx context.Context, reattach bool) connResult {
 		case err := <-readErr:
 			readErr = nil
 			return finish(err, false)
-		case <-replayed:
-			res.replayed = true
-			if err := a.resize(c); err != nil {
+		case <-a.winch:
+			if err := a.resize(p); err != nil {
 				return finish(err, false)
 			}
-			if len(a.pending) > 0 {
-				if err := c.write(ws.OpBinary, a.pending); err != nil {
-					return finish(err, false)
-				}
-				a.pending = nil
-			}
-		case <-a.winch:
-			if res.replayed {
-				if err := a.resize(c); err != nil {
-					return finish(err, false)
-				}
-			}
 		case b, ok := <-a.in:
-			if !res.replayed {
-				if err := a.idleInput(b, ok); err != nil {
-					return finish(err, true)
-				}
-				continue
-			}
 			if !ok {
 				a.in = nil // stdin ended: keep showing output
 				continue
 			}
 			out, detach := a.esc.feed(b)
 			if len(out) > 0 && !a.view {
-				if err := c.write(ws.OpBinary, out); err != nil {
+				if _, err := p.Write(out); err != nil {
 					return finish(err, false)
 				}
 			}
@@ -560,7 +513,7 @@ func (a *attachClient) connect(ctx context.Context, reattach bool) connResult {
 				return finish(errDetached, true)
 			}
 		case <-ping:
-			if err := c.write(ws.OpPing, nil); err != nil {
+			if err := p.Ping(); err != nil {
 				return finish(err, false)
 			}
 		case <-ctx.Done():
@@ -569,8 +522,9 @@ func (a *attachClient) connect(ctx context.Context, reattach bool) connResult {
 	}
 }
 
-// resize sends the terminal size, unless viewing or there is no terminal.
-func (a *attachClient) resize(c *wsConn) error {
+// resize sends the terminal size, unless viewing or there is no terminal
+// (or a size the host would drop).
+func (a *attachClient) resize(p *client.PTY) error {
 	if a.view || a.size == nil {
 		return nil
 	}
@@ -578,157 +532,27 @@ func (a *attachClient) resize(c *wsConn) error {
 	if !ok {
 		return nil
 	}
-	return c.write(ws.OpText, []byte(fmt.Sprintf("\x1b[RESIZE:%d;%d]", cols, rows)))
+	if err := p.Resize(cols, rows); err != nil && !errors.Is(err, client.ErrInvalidSize) {
+		return err
+	}
+	return nil
 }
 
-// readLoop reads the host's frames: pty.replay first, then output, which
-// goes to stdout and moves the cursor. It returns why the connection
-// ended (a wsutil.ClosedError for a close frame).
-func (a *attachClient) readLoop(c *wsConn, src io.Reader, reattach bool, replayed chan<- struct{}) error {
-	rd := &wsutil.Reader{
-		Source:         src,
-		State:          ws.StateClientSide,
-		OnIntermediate: c.control,
-	}
-	out := countingWriter{w: a.stdout, n: &a.offset}
+// readLoop copies the PTY's output to stdout, and returns why the
+// connection ended (a *client.CloseError for a close frame).
+func (a *attachClient) readLoop(p *client.PTY) error {
 	buf := make([]byte, 32<<10)
-	gotReplay := false
 	for {
-		if a.pingEvery > 0 {
-			_ = c.conn.SetReadDeadline(time.Now().Add(3 * a.pingEvery))
+		n, err := p.Read(buf)
+		if n > 0 {
+			if _, werr := a.stdout.Write(buf[:n]); werr != nil {
+				return fmt.Errorf("%w: %v", errStdout, werr)
+			}
 		}
-		h, err := rd.NextFrame()
 		if err != nil {
 			return err
 		}
-		switch {
-		case h.OpCode.IsControl():
-			if err := c.control(h, rd); err != nil {
-				return err
-			}
-		case h.OpCode == ws.OpText:
-			msg, err := io.ReadAll(io.LimitReader(rd, attachMaxText+1))
-			if err != nil {
-				return err
-			}
-			if len(msg) > attachMaxText {
-				return fmt.Errorf("%w: text message over %d bytes", errProtocol, attachMaxText)
-			}
-			if gotReplay {
-				continue // nothing else is defined; ignore
-			}
-			if err := a.replay(msg, reattach); err != nil {
-				return err
-			}
-			gotReplay = true
-			replayed <- struct{}{}
-		case h.OpCode == ws.OpBinary:
-			if !gotReplay {
-				return fmt.Errorf("%w: output before pty.replay", errProtocol)
-			}
-			if _, err := io.CopyBuffer(out, rd, buf); err != nil {
-				return err
-			}
-		default:
-			if err := rd.Discard(); err != nil {
-				return err
-			}
-		}
 	}
-}
-
-// replay takes the pty.replay header: a reset moves the cursor to the
-// start of the replayed window (and, on a reattach, clears the screen
-// first, since what is shown no longer continues); a resume keeps it.
-func (a *attachClient) replay(msg []byte, reattach bool) error {
-	var r struct {
-		Type        string          `json:"type"`
-		Epoch       json.RawMessage `json:"epoch"`
-		StartOffset int64           `json:"start_offset"`
-		Reset       bool            `json:"reset"`
-	}
-	if err := json.Unmarshal(msg, &r); err != nil || r.Type != "pty.replay" {
-		return fmt.Errorf("%w: want pty.replay first, got %.200q", errProtocol, msg)
-	}
-	var epoch string
-	if json.Unmarshal(r.Epoch, &epoch) != nil {
-		epoch = string(r.Epoch) // lenient: a number
-	}
-	if r.Reset {
-		if reattach {
-			if _, err := io.WriteString(a.stdout, "\x1bc"); err != nil {
-				return fmt.Errorf("%w: %v", errStdout, err)
-			}
-		}
-		a.offset = r.StartOffset
-	}
-	a.epoch, a.cursor = epoch, true
-	return nil
-}
-
-// countingWriter adds what it writes to *n.
-type countingWriter struct {
-	w io.Writer
-	n *int64
-}
-
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	*c.n += int64(n)
-	if err != nil {
-		return n, fmt.Errorf("%w: %v", errStdout, err)
-	}
-	return n, nil
-}
-
-// wsConn writes whole client frames (masked), one at a time.
-type wsConn struct {
-	conn         net.Conn
-	writeTimeout time.Duration
-
-	mu        sync.Mutex // serialises frames; guards the field below
-	closeSent bool       // a close frame went out: send no other
-}
-
-func (c *wsConn) write(op ws.OpCode, p []byte) error {
-	b, err := ws.CompileFrame(ws.MaskFrame(ws.NewFrame(op, true, p)))
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closeSent {
-		return net.ErrClosed
-	}
-	c.closeSent = op == ws.OpClose
-	if c.writeTimeout > 0 {
-		_ = c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
-	}
-	_, err = c.conn.Write(b)
-	return err
-}
-
-// control answers a control frame: a pong for a ping; for a close, a
-// close reply (best effort: the host may be gone already) and a
-// wsutil.ClosedError.
-func (c *wsConn) control(h ws.Header, body io.Reader) error {
-	p, err := io.ReadAll(io.LimitReader(body, ws.MaxControlFramePayloadSize))
-	if err != nil {
-		return err
-	}
-	switch h.OpCode {
-	case ws.OpPing:
-		return c.write(ws.OpPong, p)
-	case ws.OpClose:
-		code, reason := ws.ParseCloseFrameData(p)
-		if code.Empty() {
-			_ = c.write(ws.OpClose, nil)
-			return wsutil.ClosedError{Code: ws.StatusNoStatusRcvd}
-		}
-		_ = c.write(ws.OpClose, ws.NewCloseFrameBody(code, ""))
-		return wsutil.ClosedError{Code: code, Reason: reason}
-	}
-	return nil
 }
 
 // escaper finds the escape sequence ~. at the start of a line, like ssh:

@@ -22,6 +22,8 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-agent/tether/wire"
 )
 
 // testWait bounds every wait in these tests; nothing sleeps a fixed time.
@@ -65,7 +67,7 @@ func newFakePTYHost(t testing.TB) *fakePTYHost {
 		f.conns <- &fakePTY{t: t, conn: conn, rw: struct {
 			io.Reader
 			io.Writer
-		}{rw.Reader, conn}, query: r.URL.Query()}
+		}{rw.Reader, conn}, query: r.URL.Query(), auth: r.Header.Get("Authorization")}
 	}))
 	t.Cleanup(func() {
 		srv.Close()
@@ -100,6 +102,7 @@ type fakePTY struct {
 	conn  net.Conn
 	rw    io.ReadWriter
 	query url.Values
+	auth  string // the Authorization header
 }
 
 func (p *fakePTY) replay(epoch string, start, end int64, reset bool, reason string) {
@@ -166,12 +169,25 @@ func (p *fakePTY) closeWith(code ws.StatusCode, reason string) {
 // drop cuts the TCP connection without a close frame (1006).
 func (p *fakePTY) drop() { _ = p.conn.Close() }
 
+// wantQuery checks the query of the request, and its access token: want
+// "token" is the bearer token of the Authorization header (a token never
+// travels in the URL).
 func (p *fakePTY) wantQuery(want map[string]string) {
 	p.t.Helper()
-	for _, k := range []string{"attach", "token", "view", "offset", "epoch"} {
+	for _, k := range []string{"attach", "view", "offset", "epoch"} {
 		if got := p.query.Get(k); got != want[k] {
 			p.t.Errorf("query %s=%q, want %q (query %s)", k, got, want[k], p.query.Encode())
 		}
+	}
+	if p.query.Has("token") {
+		p.t.Errorf("query %s carries the access token", p.query.Encode())
+	}
+	wantAuth := ""
+	if want["token"] != "" {
+		wantAuth = "Bearer " + want["token"]
+	}
+	if p.auth != wantAuth {
+		p.t.Errorf("Authorization %q, want %q", p.auth, wantAuth)
 	}
 }
 
@@ -569,11 +585,12 @@ func TestAttachCloseCodes(t *testing.T) {
 	}{
 		{4409, "superseded", true, 1, "tether: detached: the terminal was opened elsewhere (4409)"},
 		{4410, "exited", true, 0, "tether: session ended (4410)"},
-		{4401, "", false, 1, "tether: refused: missing or wrong access token (--token, TETHER_TOKEN) (4401)"},
+		{4401, "", false, 1, "tether: the host refused the access token (4401 unauthorized): set TETHER_TOKEN to the host's token, or run this as the host's user on its machine so that its token file (<state-dir>/token) is read"},
 		{4403, "", false, 1, "tether: refused: Host or Origin not allowed (4403)"},
 		{4408, "", false, 1, "tether: refused: the host accepts loopback clients only (4408)"},
 		{4400, "", false, 1, "tether: refused: malformed attach token or offset (4400)"},
 		{4404, "", false, 1, "tether: refused: the PTY endpoint is switched off (4404)"},
+		{4411, "no such terminal", false, 1, "tether: no such terminal: no such terminal (4411)"},
 		{1011, "registry full", false, 1, "tether: host error: registry full (1011)"},
 	} {
 		t.Run(tc.line, func(t *testing.T) {
@@ -694,7 +711,7 @@ func TestAttachNew(t *testing.T) {
 		if got, want := stderr.String(), "tether: attach token "+a.attach+"\n"; got != want {
 			t.Errorf("stderr %q, want %q", got, want)
 		}
-		if !attachTokenRE.MatchString(a.attach) || strings.HasPrefix(a.attach, "-") {
+		if !wire.ValidAttachToken(a.attach) || strings.HasPrefix(a.attach, "-") {
 			t.Errorf("token %q is not a valid attach token", a.attach)
 		}
 		if seen[a.attach] {

@@ -27,7 +27,13 @@ func envName(flagName string) string {
 // parseFlags parses args, then fills every flag not given on the command
 // line from its TETHER_<NAME> variable. A repeatable flag's variable may
 // hold several values separated by commas.
+//
+// Help asked for (-h, --help) goes to stdout and the caller exits 0 on
+// flag.ErrHelp; errors go to stderr.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	if helpAsked(args) {
+		fs.SetOutput(os.Stdout)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,4 +63,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 	})
 	return err
+}
+
+// helpAsked reports whether args ask for help (-h, --help) before "--".
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			return true
+		}
+	}
+	return false
 }

@@ -11,6 +11,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -24,7 +25,7 @@ func main() {
 
 func run(args []string) int {
 	if len(args) == 0 {
-		usage()
+		usage(os.Stderr)
 		return 2
 	}
 	switch args[0] {
@@ -38,26 +39,31 @@ func run(args []string) int {
 		return pluginMain(args[1:])
 	case "plugins":
 		return pluginsCmd(args[1:])
+	case "doctor":
+		return doctor(args[1:])
 	case "version", "--version", "-version":
 		fmt.Println("tether", version)
 		return 0
 	case "help", "-h", "--help", "-help":
-		usage()
+		usage(os.Stdout)
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "tether: unknown command %q\n", args[0])
-	usage()
+	usage(os.Stderr)
 	return 2
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage: tether <command> [flags]
+// usage prints the commands to w: stdout when asked for, stderr after a
+// mistake.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: tether <command> [flags]
 
 commands:
   serve      run the host: the session table, the gateway and its plugins
   sessions   list the live and stored sessions of a running host
   attach     join a PTY of a running host from this terminal (ATTACH_TOKEN or --new)
   plugins    list, reload or stop the plugins of a running host (control socket)
+  doctor     check the state dir, database, plugins, disk, port and token file
   version    print the version
 
 Run "tether <command> -h" for a command's flags. Every flag can also be set

@@ -40,6 +40,9 @@ socket.
 func pluginsCmd(args []string) int {
 	fs := flag.NewFlagSet("tether plugins", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), pluginsUsage) }
+	if helpAsked(args) {
+		fs.SetOutput(os.Stdout)
+	}
 	stateDir := fs.String("state-dir", defaultStateDir(), "state dir of the running host")
 	pluginPath := fs.String("plugin-path", "", "reload: the new plugin binary, PATH[#sha256]")
 	asJSON := fs.Bool("json", false, "list: print the host's answer as JSON")

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,10 +50,18 @@ func serve(args []string) int {
 		stopPTYs     = fs.Bool("stop-ptys", false, "on shutdown also stop the PTY plugin (and its PTYs) instead of leaving it for the next host")
 		restartLimit = fs.Int("plugin-restart-limit", 5, "a transport plugin that fails this many times in a row (crashes within a minute of starting, or fails to start) is marked failed and not restarted until reloaded (0 = restart forever)")
 		startTimeout = fs.Duration("plugin-start-timeout", 15*time.Second, "how long a plugin may take to answer the go-plugin handshake")
+		healthEvery  = fs.Duration("plugin-health-interval", 5*time.Second, "the host pings every plugin this often (0 = never)")
+		healthWait   = fs.Duration("plugin-health-timeout", 3*time.Second, "a plugin that does not answer its health ping in this long is killed and restarted (unresponsive)")
 		listens      strList
+		allowHosts   strList
+		tokenFile    = fs.String("token-file", "", "where the access token is kept (mode 0600): read when --token/TETHER_TOKEN is not given, created with a random token when missing (default <state-dir>/token)")
+		pprofOn      = fs.Bool("pprof", false, "also serve /debug/pprof on --admin-listen (it shows the process's command line and memory: token-protected, but enable it only when you need it)")
+		tlsCert      = fs.String("tls-cert", "", "PEM certificate: serve HTTPS/WSS on --listen (with --tls-key)")
+		tlsKey       = fs.String("tls-key", "", "PEM private key for --tls-cert")
 	)
 	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB suffix")
 	fs.Var(&allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
+	fs.Var(&allowHosts, "allow-host", "an extra accepted Host name: NAME (any port or none, as behind a reverse proxy) or NAME:PORT (repeatable)")
 	fs.Var(&plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one; transport:NAME=PATH[#sha256] adds a transport named NAME (repeatable)")
 	fs.Var(&listens, "transport-listen", "NAME=ADDR: the address an added transport serves (default unix:<state-dir>/NAME.sock; a TCP host:port is bound by the host) (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
@@ -70,8 +76,23 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "tether serve:", err)
 		return 2
 	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		fmt.Fprintln(os.Stderr, "tether serve: --tls-cert and --tls-key go together")
+		return 2
+	}
+	if *tokenFile == "" {
+		*tokenFile = filepath.Join(*stateDir, "token")
+	}
 	if *token == "" {
-		*token = randomToken()
+		t, created, err := loadOrCreateToken(*stateDir, *tokenFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tether serve:", err)
+			return 1
+		}
+		if created {
+			log.Info().Str("file", *tokenFile).Msg("new access token created")
+		}
+		*token = t
 	}
 	agents, err := agentFactory(*agentKind, *agentCommand, *echoDelay)
 	if err != nil {
@@ -180,12 +201,19 @@ func serve(args []string) int {
 		JournalPerSession: *journalPer,
 		JournalTotal:      *journalTotal,
 		AllowOrigins:      allowOrigins,
+		AllowHosts:        allowHosts,
+		TokenFile:         *tokenFile,
+		Pprof:             *pprofOn,
+		TLSCert:           *tlsCert,
+		TLSKey:            *tlsKey,
 		Agents:            agents,
 		Transport:         transport,
 		Transports:        extra,
 		RestartLimit:      *restartLimit,
 
 		PluginStartTimeout: *startTimeout,
+		HealthInterval:     *healthEvery,
+		HealthTimeout:      *healthWait,
 		PTY: host.PTYConfig{Spec: backend, BackendConfig: contract.BackendConfig{
 			Argv:        ptyArgv,
 			TTL:         *ptyTTL,
@@ -201,12 +229,24 @@ func serve(args []string) int {
 		Stdout:       os.Stdout,
 		Log:          log,
 	})
+	if errors.Is(err, host.ErrPrimaryFailed) {
+		return exitPrimaryFailed
+	}
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// SIGINT or SIGTERM while starting: a clean stop.
+		log.Info().Err(err).Msg("stopped before serving")
+		return 0
+	}
 	if err != nil {
 		log.Error().Err(err).Msg("tether serve failed")
 		return 1
 	}
 	return 0
 }
+
+// exitPrimaryFailed is tether serve's exit status when the primary
+// transport failed its restart limit: a service manager restarts the host.
+const exitPrimaryFailed = 3
 
 // defaultStateDir is $XDG_STATE_HOME/tether, else ~/.local/state/tether.
 func defaultStateDir() string {
@@ -221,15 +261,55 @@ func defaultStateDir() string {
 }
 
 // randomToken returns 128 random bits as hex.
-func randomToken() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+func randomToken() string { return contract.RandomHex(16) }
+
+// loadOrCreateToken reads the access token from path, or creates path
+// (mode 0600, in a state dir of mode 0700) with a random token when it is
+// missing, so that the token — and every page, bookmark and client that
+// holds it — survives restarts. A token file others may read is made
+// 0600 again.
+func loadOrCreateToken(stateDir, path string) (token string, created bool, err error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		t := strings.TrimSpace(string(b))
+		if t == "" {
+			return "", false, fmt.Errorf("token file %s is empty: put a token in it, or remove it to have one made", path)
+		}
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(path, 0o600); err != nil {
+				return "", false, fmt.Errorf("token file %s: readable by others and cannot be made 0600: %w", path, err)
+			}
+		}
+		return t, false, nil
 	}
-	return hex.EncodeToString(b[:])
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return "", false, fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	t := randomToken()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return loadOrCreateToken(stateDir, path) // another host made it first
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	if _, err := f.WriteString(t + "\n"); err != nil {
+		f.Close()
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	return t, true, nil
 }
 
-func agentFactory(kind, command string, delay time.Duration) (contract.AgentFactory, error) {
+func agentFactory(kind, command string, delay time.Duration) (agent.Factory, error) {
 	switch kind {
 	case "echo":
 		return agent.NewEchoFactory(delay), nil

@@ -1,8 +1,10 @@
-// Package agent holds tether's built-in agents, implementations of
-// contract.Agent that the host can use without a plugin: Echo, which answers
-// a prompt with its own words (for tests and demos), and Exec, which runs a
-// command per prompt and streams its standard output. ParseCommandLine
-// splits the command lines given on tether's command line into words.
+// Package agent is the host's side of the agents that answer prompts: the
+// Agent and Factory interfaces a live session's runs go through (an
+// embedding program may implement them), the display Message, and the
+// built-in agents: Echo, which answers a prompt with its own words (for
+// tests and demos), and Exec, which runs a command per prompt and streams
+// its standard output. ParseCommandLine splits the command lines given on
+// tether's command line into words.
 package agent
 
 import "errors"

@@ -6,11 +6,9 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/tether-agent/tether/contract"
 )
 
-var _ contract.Agent = (*Echo)(nil)
+var _ Agent = (*Echo)(nil)
 
 // Echo is an agent that answers a prompt with the prompt's own text, one
 // delta per word, where a delta is the word with the whitespace that follows
@@ -25,8 +23,8 @@ type Echo struct {
 
 // NewEchoFactory returns a factory of Echo agents that wait delay before
 // each delta (0 = none).
-func NewEchoFactory(delay time.Duration) contract.AgentFactory {
-	return contract.AgentFactoryFunc(func(ctx context.Context, sessionKey string) (contract.Agent, error) {
+func NewEchoFactory(delay time.Duration) Factory {
+	return FactoryFunc(func(ctx context.Context, sessionKey string) (Agent, error) {
 		return &Echo{Delay: delay}, nil
 	})
 }
@@ -34,7 +32,7 @@ func NewEchoFactory(delay time.Duration) contract.AgentFactory {
 // Run emits the words of prompt. A cancelled ctx stops it at once, before
 // the next delta, with an error wrapping ctx.Err(). An empty prompt emits
 // nothing and returns nil.
-func (e *Echo) Run(ctx context.Context, history []contract.Message, prompt string, emit func(delta string)) error {
+func (e *Echo) Run(ctx context.Context, history []Message, prompt string, emit func(delta string)) error {
 	for _, delta := range echoDeltas(prompt) {
 		if err := e.wait(ctx); err != nil {
 			return err

@@ -17,7 +17,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 )
 
-var _ contract.Agent = (*Exec)(nil)
+var _ Agent = (*Exec)(nil)
 
 const (
 	// stderrTail is how much of the end of a command's standard error a
@@ -53,12 +53,12 @@ type Exec struct {
 // (and keep serving) while it is missing; every NewAgent does, and returns
 // an error wrapping ErrCommandNotFound (and the exec.LookPath error) when
 // argv[0] cannot be found or is not executable.
-func NewExecFactory(argv []string) (contract.AgentFactory, error) {
+func NewExecFactory(argv []string) (Factory, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, fmt.Errorf("exec agent: %w", ErrNoCommand)
 	}
 	argv = append([]string(nil), argv...)
-	return contract.AgentFactoryFunc(func(ctx context.Context, sessionKey string) (contract.Agent, error) {
+	return FactoryFunc(func(ctx context.Context, sessionKey string) (Agent, error) {
 		if _, err := exec.LookPath(argv[0]); err != nil {
 			return nil, fmt.Errorf("exec agent: %w: %w", ErrCommandNotFound, err)
 		}
@@ -75,7 +75,7 @@ func (e *Exec) Close() error { return nil }
 // standard error) when it cannot be started or exits otherwise, and an error
 // wrapping ctx.Err() when ctx is cancelled first: then the command's process
 // group is killed and waited for, and nothing more is emitted.
-func (e *Exec) Run(ctx context.Context, history []contract.Message, prompt string, emit func(delta string)) error {
+func (e *Exec) Run(ctx context.Context, history []Message, prompt string, emit func(delta string)) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("exec agent: %w", err)
 	}
@@ -88,6 +88,7 @@ func (e *Exec) Run(ctx context.Context, history []contract.Message, prompt strin
 		return fmt.Errorf("%w: %s: %w", ErrRunFailed, e.argv[0], err)
 	}
 	cmd := exec.Command(e.argv[0], e.argv[1:]...)
+	cmd.Env = contract.WithoutTetherEnv(os.Environ())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.stdinR, p.stdoutW, p.stderrW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err := cmd.Start()

@@ -15,12 +15,10 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/tether-agent/tether/contract"
 )
 
 // newExec builds an Exec agent for argv, closed when the test ends.
-func newExec(tb testing.TB, argv ...string) contract.Agent {
+func newExec(tb testing.TB, argv ...string) Agent {
 	tb.Helper()
 	f, err := NewExecFactory(argv)
 	if err != nil {
@@ -39,7 +37,7 @@ func newExec(tb testing.TB, argv ...string) contract.Agent {
 }
 
 // collect runs a with prompt and returns the deltas and the error.
-func collect(ctx context.Context, a contract.Agent, prompt string) ([]string, error) {
+func collect(ctx context.Context, a Agent, prompt string) ([]string, error) {
 	var deltas []string
 	err := a.Run(ctx, nil, prompt, func(d string) { deltas = append(deltas, d) })
 	return deltas, err

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -34,9 +34,9 @@ func Example() {
 		return
 	}
 	if err := st.AppendMessages(ctx, parent.Key,
-		contract.Message{Role: contract.RoleUser, Text: "hello"},
-		contract.Message{Role: contract.RoleAssistant, Text: "hello"},
-		contract.Message{Role: contract.RoleUser, Text: "again"},
+		agent.Message{Role: agent.RoleUser, Text: "hello"},
+		agent.Message{Role: agent.RoleAssistant, Text: "hello"},
+		agent.Message{Role: agent.RoleUser, Text: "again"},
 	); err != nil {
 		fmt.Println(err)
 		return
@@ -48,7 +48,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	if err := st.AppendMessages(ctx, child.Key, contract.Message{Role: contract.RoleUser, Text: "branched"}); err != nil {
+	if err := st.AppendMessages(ctx, child.Key, agent.Message{Role: agent.RoleUser, Text: "branched"}); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -37,15 +37,34 @@ func (r Retention) withDefaults() Retention {
 // sessions it touched to the retention bounds. Events whose seq is already
 // journaled for their session are ignored.
 func (s *Store) AppendEvents(ctx context.Context, events []Event, keep Retention) error {
+	return s.write(func() error { return s.appendEvents(ctx, events, keep) })
+}
+
+func (s *Store) appendEvents(ctx context.Context, events []Event, keep Retention) error {
 	if len(events) == 0 {
 		return nil
 	}
-	keep = keep.withDefaults()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("append events: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if err := appendEventsTx(ctx, tx, events, keep); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("append events: commit: %w", err)
+	}
+	return nil
+}
+
+// appendEventsTx journals events in tx and prunes the sessions it touched
+// to the retention bounds.
+func appendEventsTx(ctx context.Context, tx *sql.Tx, events []Event, keep Retention) error {
+	if len(events) == 0 {
+		return nil
+	}
+	keep = keep.withDefaults()
 	stmt, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO events (session_key, seq, params) VALUES (?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
@@ -67,9 +86,6 @@ func (s *Store) AppendEvents(ctx context.Context, events []Event, keep Retention
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?`, keep.Total); err != nil {
 		return fmt.Errorf("prune events: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("append events: commit: %w", err)
 	}
 	return nil
 }
@@ -120,6 +136,10 @@ type Run struct {
 
 // StartRun records a run in flight.
 func (s *Store) StartRun(ctx context.Context, key string, r Run) error {
+	return s.write(func() error { return s.startRun(ctx, key, r) })
+}
+
+func (s *Store) startRun(ctx context.Context, key string, r Run) error {
 	_, err := s.db.ExecContext(ctx,
 		`INSERT INTO runs (session_key, run_id, status, started_at, start_seq) VALUES (?, ?, ?, ?, ?)`,
 		key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq))
@@ -131,6 +151,10 @@ func (s *Store) StartRun(ctx context.Context, key string, r Run) error {
 
 // EndRun records how a run ended; a run already ended keeps its status.
 func (s *Store) EndRun(ctx context.Context, key, runID, status string, at time.Time) error {
+	return s.write(func() error { return s.endRun(ctx, key, runID, status, at) })
+}
+
+func (s *Store) endRun(ctx context.Context, key, runID, status string, at time.Time) error {
 	_, err := s.db.ExecContext(ctx,
 		`UPDATE runs SET status = ?, ended_at = ? WHERE session_key = ? AND run_id = ? AND ended_at IS NULL`,
 		status, unixOf(at), key, runID)

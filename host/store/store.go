@@ -16,20 +16,20 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
 )
 
 // Errors returned by the store. Test for them with errors.Is.
@@ -56,7 +56,8 @@ const defaultListLimit = 100
 
 // Store is an open state database. Its methods are safe for concurrent use.
 type Store struct {
-	db *sql.DB
+	db    *sql.DB
+	fault atomic.Pointer[func() error] // SetWriteFault's hook; nil: none
 
 	closeOnce sync.Once
 	closeErr  error
@@ -96,16 +97,41 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	st := &Store{db: db}
+	if err := st.QuickCheck(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%s is damaged (restore it from a backup, or move it aside to start with no history): %w", path, err)
+	}
 	if err := migrateTo(ctx, db, latestVersion); err != nil {
+		if code := sqliteCode(err) & 0xff; code == sqlite3.SQLITE_CORRUPT || code == sqlite3.SQLITE_NOTADB {
+			_ = db.Close()
+			return nil, fmt.Errorf("%s is damaged (restore it from a backup, or move it aside to start with no history): %v: %w", path, err, ErrDamaged)
+		}
 		_ = db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return st, nil
+}
+
+// Check opens the database at path read-only, with no change to it or its
+// schema, and runs quick_check: an error wrapping ErrDamaged when the file
+// is damaged. A running host may hold it open meanwhile.
+func Check(ctx context.Context, path string) error {
+	db, err := openDBMode(path, "ro")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return (&Store{db: db}).QuickCheck(ctx)
 }
 
 // openDB opens the database file at path with the connection settings every
 // Store uses, without touching its schema.
-func openDB(path string) (*sql.DB, error) {
+func openDB(path string) (*sql.DB, error) { return openDBMode(path, "") }
+
+// openDBMode is openDB with a SQLite open mode ("ro", or "" for
+// read-write-create).
+func openDBMode(path, mode string) (*sql.DB, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -116,6 +142,9 @@ func openDB(path string) (*sql.DB, error) {
 	// before it writes never fails to upgrade its lock.
 	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)",
 		escapePath(abs), busyTimeout.Milliseconds())
+	if mode != "" {
+		dsn = fmt.Sprintf("file:%s?mode=%s&_pragma=busy_timeout(%d)", escapePath(abs), mode, busyTimeout.Milliseconds())
+	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -128,6 +157,9 @@ func openDB(path string) (*sql.DB, error) {
 	db.SetConnMaxIdleTime(0)
 	if err := db.Ping(); err != nil {
 		_ = db.Close()
+		if code := sqliteCode(err) & 0xff; code == sqlite3.SQLITE_CORRUPT || code == sqlite3.SQLITE_NOTADB {
+			return nil, fmt.Errorf("%s is damaged (restore it from a backup, or move it aside to start with no history): %v: %w", path, err, ErrDamaged)
+		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return db, nil
@@ -164,9 +196,7 @@ func (s *Store) Close() error {
 // NewKey returns a stored key "YYYYMMDD_HHMMSS_xxxxxx": the UTC time of now
 // followed by 6 random lower-case hex characters from crypto/rand.
 func NewKey(now time.Time) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
-	return now.UTC().Format("20060102_150405") + "_" + hex.EncodeToString(b[:])
+	return now.UTC().Format("20060102_150405") + "_" + contract.RandomHex(3)
 }
 
 // ValidKey reports whether k has the shape of a stored key,
@@ -199,6 +229,10 @@ func ValidKey(k string) bool {
 // stored (ErrExists otherwise); sess.Parent, when set, must be a stored
 // session. MessageCount is ignored.
 func (s *Store) CreateSession(ctx context.Context, sess Session) error {
+	return s.write(func() error { return s.createSession(ctx, sess) })
+}
+
+func (s *Store) createSession(ctx context.Context, sess Session) error {
 	if sess.Key == "" {
 		return fmt.Errorf("create session: empty key: %w", ErrInvalid)
 	}
@@ -344,7 +378,11 @@ func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
 // AppendMessages appends msgs, in order, to the own rows of the session with
 // that key, in one transaction: either all are stored or none. It returns an
 // error wrapping ErrNotFound when there is no such session.
-func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...contract.Message) (err error) {
+func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...agent.Message) error {
+	return s.write(func() error { return s.appendMessages(ctx, key, msgs...) })
+}
+
+func (s *Store) appendMessages(ctx context.Context, key string, msgs ...agent.Message) (err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("append messages to %s: begin: %w", key, err)
@@ -391,8 +429,8 @@ func mustExist(ctx context.Context, q queryer, key string) error {
 
 // Messages returns the session's own rows in order (not the parent's
 // prefix), or an error wrapping ErrNotFound.
-func (s *Store) Messages(ctx context.Context, key string) ([]contract.Message, error) {
-	var out []contract.Message
+func (s *Store) Messages(ctx context.Context, key string) ([]agent.Message, error) {
+	var out []agent.Message
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		if err := mustExist(ctx, tx, key); err != nil {
 			return err
@@ -409,20 +447,20 @@ func (s *Store) Messages(ctx context.Context, key string) ([]contract.Message, e
 
 // ownMessages returns the first limit own rows of the session (all of them
 // when limit < 0), never nil.
-func ownMessages(ctx context.Context, q queryer, key string, limit int) ([]contract.Message, error) {
+func ownMessages(ctx context.Context, q queryer, key string, limit int) ([]agent.Message, error) {
 	rows, err := q.QueryContext(ctx,
 		`SELECT role, text FROM messages WHERE session_key = ? ORDER BY seq LIMIT ?`, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: messages: %w", key, err)
 	}
 	defer rows.Close()
-	out := []contract.Message{}
+	out := []agent.Message{}
 	for rows.Next() {
 		var role, text string
 		if err := rows.Scan(&role, &text); err != nil {
 			return nil, fmt.Errorf("session %s: messages: %w", key, err)
 		}
-		out = append(out, contract.Message{Role: contract.Role(role), Text: text})
+		out = append(out, agent.Message{Role: agent.Role(role), Text: text})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("session %s: messages: %w", key, err)
@@ -488,8 +526,8 @@ func displayCounts(chain []link) (displayOf []int) {
 // rows (recursively: the parent's own display prefix too) cut to the first
 // ForkCount rows, followed by the session's own rows. It returns an error
 // wrapping ErrNotFound when key is not stored.
-func (s *Store) DisplayMessages(ctx context.Context, key string) ([]contract.Message, error) {
-	var out []contract.Message
+func (s *Store) DisplayMessages(ctx context.Context, key string) ([]agent.Message, error) {
+	var out []agent.Message
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		chain, err := lineage(ctx, tx, key)
 		if err != nil {
@@ -505,7 +543,7 @@ func (s *Store) DisplayMessages(ctx context.Context, key string) ([]contract.Mes
 		for i := 1; i < len(chain); i++ {
 			want[i] = min(want[i-1], chain[i-1].forkCount, displayOf[i])
 		}
-		out = make([]contract.Message, 0, displayOf[0])
+		out = make([]agent.Message, 0, displayOf[0])
 		for i := len(chain) - 1; i >= 0; i-- {
 			inherited := 0
 			if i+1 < len(chain) {
@@ -563,6 +601,10 @@ func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 // and returns nil. It returns an error wrapping ErrNotFound when key is not
 // stored, and ErrInvalid for an empty reason.
 func (s *Store) End(ctx context.Context, key, reason string, at time.Time) error {
+	return s.write(func() error { return s.end(ctx, key, reason, at) })
+}
+
+func (s *Store) end(ctx context.Context, key, reason string, at time.Time) error {
 	if reason == "" {
 		return fmt.Errorf("end session %s: empty reason: %w", key, ErrInvalid)
 	}
@@ -576,6 +618,10 @@ func (s *Store) End(ctx context.Context, key, reason string, at time.Time) error
 // live again. It returns an error wrapping ErrNotFound when key is not
 // stored.
 func (s *Store) Reopen(ctx context.Context, key string) error {
+	return s.write(func() error { return s.reopen(ctx, key) })
+}
+
+func (s *Store) reopen(ctx context.Context, key string) error {
 	res, err := s.db.ExecContext(ctx,
 		`UPDATE sessions SET ended_at = NULL, end_reason = '' WHERE key = ?`, key)
 	return s.checkUpdate(ctx, "reopen session", key, res, err)
@@ -584,6 +630,10 @@ func (s *Store) Reopen(ctx context.Context, key string) error {
 // SetCursor persists the session's event cursor. It returns an error
 // wrapping ErrNotFound when key is not stored.
 func (s *Store) SetCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
+	return s.write(func() error { return s.setCursor(ctx, key, epoch, lastSeq) })
+}
+
+func (s *Store) setCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
 	res, err := s.db.ExecContext(ctx,
 		`UPDATE sessions SET epoch = ?, last_seq = ? WHERE key = ?`, epoch, int64(lastSeq), key)
 	return s.checkUpdate(ctx, "set cursor of", key, res, err)
@@ -592,6 +642,10 @@ func (s *Store) SetCursor(ctx context.Context, key, epoch string, lastSeq uint64
 // SetTitle sets the session's title. It returns an error wrapping
 // ErrNotFound when key is not stored.
 func (s *Store) SetTitle(ctx context.Context, key, title string) error {
+	return s.write(func() error { return s.setTitle(ctx, key, title) })
+}
+
+func (s *Store) setTitle(ctx context.Context, key, title string) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET title = ? WHERE key = ?`, title, key)
 	return s.checkUpdate(ctx, "set title of", key, res, err)
 }

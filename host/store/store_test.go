@@ -14,7 +14,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
 )
 
 // t0 is a fixed start time for test sessions.
@@ -48,13 +48,13 @@ func mustCreate(tb testing.TB, s *Store, sess Session) {
 // roles, or fails the test.
 func mustAppend(tb testing.TB, s *Store, key string, texts ...string) {
 	tb.Helper()
-	msgs := make([]contract.Message, len(texts))
+	msgs := make([]agent.Message, len(texts))
 	for i, text := range texts {
-		role := contract.RoleUser
+		role := agent.RoleUser
 		if i%2 == 1 {
-			role = contract.RoleAssistant
+			role = agent.RoleAssistant
 		}
-		msgs[i] = contract.Message{Role: role, Text: text}
+		msgs[i] = agent.Message{Role: role, Text: text}
 	}
 	if err := s.AppendMessages(context.Background(), key, msgs...); err != nil {
 		tb.Fatalf("AppendMessages(%s): got error %v, want nil", key, err)
@@ -62,7 +62,7 @@ func mustAppend(tb testing.TB, s *Store, key string, texts ...string) {
 }
 
 // texts returns the texts of msgs.
-func texts(msgs []contract.Message) []string {
+func texts(msgs []agent.Message) []string {
 	out := []string{}
 	for _, m := range msgs {
 		out = append(out, m.Text)
@@ -190,7 +190,7 @@ func TestUpdatesOnUnknownSession(t *testing.T) {
 		{"SetCursor", func() error { return s.SetCursor(ctx, key, "e", 1) }},
 		{"SetTitle", func() error { return s.SetTitle(ctx, key, "t") }},
 		{"AppendMessages", func() error {
-			return s.AppendMessages(ctx, key, contract.Message{Role: contract.RoleUser, Text: "x"})
+			return s.AppendMessages(ctx, key, agent.Message{Role: agent.RoleUser, Text: "x"})
 		}},
 		{"Messages", func() error { _, err := s.Messages(ctx, key); return err }},
 		{"DisplayMessages", func() error { _, err := s.DisplayMessages(ctx, key); return err }},
@@ -285,10 +285,10 @@ func TestMessagesInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Messages: got error %v, want nil", err)
 	}
-	want := []contract.Message{
-		{Role: contract.RoleUser, Text: "1"},
-		{Role: contract.RoleAssistant, Text: "2"},
-		{Role: contract.RoleUser, Text: "3"},
+	want := []agent.Message{
+		{Role: agent.RoleUser, Text: "1"},
+		{Role: agent.RoleAssistant, Text: "2"},
+		{Role: agent.RoleUser, Text: "3"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Messages: got %v, want %v", got, want)
@@ -395,9 +395,9 @@ func TestDisplayModel(t *testing.T) {
 			if err := s.CreateSession(ctx, sess); err != nil {
 				rt.Fatalf("CreateSession(%d): got error %v, want nil", i, err)
 			}
-			var msgs []contract.Message
+			var msgs []agent.Message
 			for _, text := range n.own {
-				msgs = append(msgs, contract.Message{Role: contract.RoleUser, Text: text})
+				msgs = append(msgs, agent.Message{Role: agent.RoleUser, Text: text})
 			}
 			if err := s.AppendMessages(ctx, sess.Key, msgs...); err != nil {
 				rt.Fatalf("AppendMessages(%d): got error %v, want nil", i, err)
@@ -527,8 +527,8 @@ func TestConcurrentAppend(t *testing.T) {
 			for r := range rounds {
 				// Each call appends a pair, which must stay adjacent.
 				err := s.AppendMessages(ctx, key,
-					contract.Message{Role: contract.RoleUser, Text: fmt.Sprintf("%d/%d/q", g, r)},
-					contract.Message{Role: contract.RoleAssistant, Text: fmt.Sprintf("%d/%d/a", g, r)})
+					agent.Message{Role: agent.RoleUser, Text: fmt.Sprintf("%d/%d/q", g, r)},
+					agent.Message{Role: agent.RoleAssistant, Text: fmt.Sprintf("%d/%d/a", g, r)})
 				if err != nil {
 					errs <- err
 					return

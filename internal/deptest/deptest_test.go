@@ -40,10 +40,43 @@ var rules = []rule{
 		},
 	},
 	{
-		name: "contract imports nothing from host, plugins, testing or cmd",
-		from: under("contract"),
+		name:   "contract imports nothing of ours but contract",
+		from:   under("contract"),
+		forbid: func(_, dep string) bool { return !within(dep, "contract") },
+	},
+	{
+		// The table's records are reached only through its exported
+		// API, and only by the gateways that bind viewers and the wiring:
+		// a PTY router, a transport link or a supervisor that could reach
+		// a session would be a second teardown path.
+		name: "only the gateways and the wiring reach the session table",
+		from: func(pkg string) bool {
+			return within(pkg, "host") && pkg != "host" && !within(pkg, "host/internal/rpc") && !within(pkg, "host/internal/session")
+		},
+		forbid: func(_, dep string) bool { return within(dep, "host/internal/session") },
+	},
+	{
+		name: "the session table knows nothing of transports, PTYs or plugins",
+		from: under("host/internal/session"),
 		forbid: func(_, dep string) bool {
-			return within(dep, "host") || within(dep, "plugins") || within(dep, "testing") || within(dep, "cmd")
+			for _, d := range []string{"host/internal/rpc", "host/internal/link", "host/internal/ptyroute", "host/internal/supervise", "host/internal/access", "plugins", "cmd"} {
+				if within(dep, d) {
+					return true
+				}
+			}
+			return false
+		},
+	},
+	{
+		name:   "wire imports nothing of ours",
+		from:   under("wire"),
+		forbid: func(_, dep string) bool { return !within(dep, "wire") },
+	},
+	{
+		name: "client never imports host, plugins, contract or testing",
+		from: under("client"),
+		forbid: func(_, dep string) bool {
+			return within(dep, "host") || within(dep, "plugins") || within(dep, "contract") || within(dep, "testing")
 		},
 	},
 	{
@@ -117,6 +150,27 @@ func TestRules(t *testing.T) {
 		{"testing/e2e", "host", true},
 		{"testingx", "testing", false},
 		{"internal/deptest", "testing/transporttest", false},
+		{"contract", "wire", false},
+		{"host", "host/internal/session", true},
+		{"host/internal/rpc", "host/internal/session", true},
+		{"host/internal/ptyroute", "host/internal/session", false},
+		{"host/internal/supervise", "host/internal/session", false},
+		{"host/internal/link", "host/internal/session", false},
+		{"host/internal/session", "host/store", true},
+		{"host/internal/session", "host/internal/link", false},
+		{"host/internal/session", "host/internal/rpc", false},
+		{"wire", "contract", false},
+		{"wire", "client", false},
+		{"wire", "wire/internal/x", true},
+		{"client", "wire", true},
+		{"client", "host", false},
+		{"client", "host/store", false},
+		{"client", "plugins/ws", false},
+		{"client", "contract", false},
+		{"client", "testing/wsclient", false},
+		{"cmd/tether", "client", true},
+		{"testing/wsclient", "client", true},
+		{"testing/transporttest", "wire", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg+"->"+tt.dep, func(t *testing.T) {
@@ -204,6 +258,35 @@ func TestImports(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWireStandardOnly checks that wire and everything it depends on is
+// the standard library: third parties can take it without a dependency.
+func TestWireStandardOnly(t *testing.T) {
+	root, module := moduleRoot(t)
+	out := goCmd(t, root, "list", "-deps", "-json=ImportPath,Standard", "./wire/...")
+	dec := json.NewDecoder(bytes.NewReader(out))
+	seenWire := false
+	for {
+		var p goPackage
+		err := dec.Decode(&p)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("decoding go list output: %v", err)
+		}
+		switch {
+		case p.ImportPath == module+"/wire":
+			seenWire = true
+		case strings.HasPrefix(p.ImportPath, module+"/wire/"), p.Standard:
+		default:
+			t.Errorf("wire depends on %s, which is not the standard library", p.ImportPath)
+		}
+	}
+	if !seenWire {
+		t.Fatalf("go list -deps ./wire/... did not list %s/wire", module)
 	}
 }
 

@@ -1,8 +1,6 @@
 package pty
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -132,7 +130,7 @@ func childEnv() []string {
 	for _, kv := range env {
 		// The shell gets the plugin's environment without go-plugin's
 		// handshake variables (TETHER_PLUGIN, PLUGIN_*).
-		if !strings.HasPrefix(kv, "TERM=") && !strings.HasPrefix(kv, "TETHER_PLUGIN=") && !strings.HasPrefix(kv, "PLUGIN_") {
+		if !strings.HasPrefix(kv, "TERM=") && !strings.HasPrefix(kv, "TETHER_") && !strings.HasPrefix(kv, "PLUGIN_") {
 			out = append(out, kv)
 		}
 	}
@@ -140,11 +138,7 @@ func childEnv() []string {
 }
 
 // newEpoch returns a fresh random PTY epoch: 16 hex characters.
-func newEpoch() string {
-	var p [8]byte
-	_, _ = rand.Read(p[:]) // never fails (crypto/rand, Go 1.24)
-	return hex.EncodeToString(p[:])
-}
+func newEpoch() string { return contract.RandomHex(8) }
 
 // drain is the one reader of rec's master: it appends everything to the
 // ring and wakes the Output sender. While a stream is linked it never

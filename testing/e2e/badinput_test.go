@@ -36,6 +36,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
+	"github.com/tether-agent/tether/wire"
 )
 
 const (
@@ -336,7 +337,7 @@ func badGarbage(n int) [][]byte {
 // the host is left with.
 func TestBadInputBattery(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{Args: []string{
-		"--admin-listen", "127.0.0.1:0",
+		"--admin-listen", "127.0.0.1:0", "--pprof",
 		"--orphan-grace", "0",
 		"--allow-origin", "https://ok.example",
 		"--pty-command", badPTYCommand,
@@ -412,14 +413,14 @@ func TestBadInputBattery(t *testing.T) {
 		frames := badGarbage(300)
 		for _, f := range frames {
 			r := badExchange(t, c, f, false)
-			if string(r.ID) != "null" || r.Error == nil || r.Error.Code != contract.CodeParseError || r.Result != nil {
-				t.Errorf("frame %.60q: got id %s error %+v, want id null and %d", f, r.ID, r.Error, contract.CodeParseError)
+			if string(r.ID) != "null" || r.Error == nil || r.Error.Code != wire.CodeParseError || r.Result != nil {
+				t.Errorf("frame %.60q: got id %s error %+v, want id null and %d", f, r.ID, r.Error, wire.CodeParseError)
 			}
 		}
 		// Valid JSON that is not one request object.
 		for _, f := range []string{`[]`, `[{"jsonrpc":"2.0","id":1,"method":"session.list"}]`, `42`, `"x"`, `true`, `null`, `[[[[[[[[[[]]]]]]]]]]`} {
-			if r := badExchange(t, c, []byte(f), false); string(r.ID) != "null" || r.Error == nil || r.Error.Code != contract.CodeInvalidRequest {
-				t.Errorf("frame %s: got id %s error %+v, want id null and %d", f, r.ID, r.Error, contract.CodeInvalidRequest)
+			if r := badExchange(t, c, []byte(f), false); string(r.ID) != "null" || r.Error == nil || r.Error.Code != wire.CodeInvalidRequest {
+				t.Errorf("frame %s: got id %s error %+v, want id null and %d", f, r.ID, r.Error, wire.CodeInvalidRequest)
 			}
 		}
 		errsAlive(t, c)
@@ -431,8 +432,8 @@ func TestBadInputBattery(t *testing.T) {
 		for _, f := range [][]byte{
 			[]byte(`{"jsonrpc":"2.0","id":1,"method":"session.list"}`), {}, {0, 0xff, 0xfe}, []byte("\xff not utf-8 either"), bytes.Repeat([]byte{7}, 100000),
 		} {
-			if r := badExchange(t, c, f, true); string(r.ID) != "null" || r.Error == nil || r.Error.Code != contract.CodeInvalidRequest {
-				t.Errorf("binary frame %.40q: got id %s error %+v, want id null and %d", f, r.ID, r.Error, contract.CodeInvalidRequest)
+			if r := badExchange(t, c, f, true); string(r.ID) != "null" || r.Error == nil || r.Error.Code != wire.CodeInvalidRequest {
+				t.Errorf("binary frame %.40q: got id %s error %+v, want id null and %d", f, r.ID, r.Error, wire.CodeInvalidRequest)
 			}
 		}
 		errsAlive(t, c)
@@ -445,8 +446,8 @@ func TestBadInputBattery(t *testing.T) {
 			t.Helper()
 			cases++
 			err := c.Call(errsCtx(t), method, params, nil)
-			if got := wsclient.ErrorCode(err); got != contract.CodeInvalidParams {
-				t.Errorf("%s %s: got %v (code %d), want %d", method, params, err, got, contract.CodeInvalidParams)
+			if got := wsclient.ErrorCode(err); got != wire.CodeInvalidParams {
+				t.Errorf("%s %s: got %v (code %d), want %d", method, params, err, got, wire.CodeInvalidParams)
 			}
 		}
 		for _, m := range badMethods {

@@ -29,6 +29,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
+	"github.com/tether-agent/tether/wire"
 )
 
 // errsStep bounds one step (a call, a dial, a close) of these tests.
@@ -155,19 +156,19 @@ func TestErrorsJSONRPC(t *testing.T) {
 		wantID string
 		code   int
 	}{
-		{"not JSON", "not json", "null", contract.CodeParseError},
-		{"empty frame", "", "null", contract.CodeParseError},
-		{"truncated object", `{"jsonrpc":"2.0","id":900001,`, "null", contract.CodeParseError},
-		{"two values", `{"jsonrpc":"2.0","id":900002,"method":"session.list"} {}`, "null", contract.CodeParseError},
-		{"array [1]", `[1]`, "null", contract.CodeInvalidRequest},
-		{"batch", `[{"jsonrpc":"2.0","id":900003,"method":"session.list"}]`, "null", contract.CodeInvalidRequest},
-		{"number", `42`, "null", contract.CodeInvalidRequest},
-		{"no method", `{"id":900004}`, "900004", contract.CodeInvalidRequest},
-		{"method as a number", `{"jsonrpc":"2.0","id":900005,"method":5}`, "900005", contract.CodeInvalidRequest},
-		{"method null", `{"jsonrpc":"2.0","id":900006,"method":null}`, "900006", contract.CodeInvalidRequest},
-		{"jsonrpc 1.0", `{"jsonrpc":"1.0","id":900007,"method":"session.list"}`, "900007", contract.CodeInvalidRequest},
-		{"object id", `{"jsonrpc":"2.0","id":{"a":1},"method":"session.list"}`, "null", contract.CodeInvalidRequest},
-		{"string id kept", `{"jsonrpc":"2.0","id":"abc","method":"no.such.method"}`, `"abc"`, contract.CodeMethodNotFound},
+		{"not JSON", "not json", "null", wire.CodeParseError},
+		{"empty frame", "", "null", wire.CodeParseError},
+		{"truncated object", `{"jsonrpc":"2.0","id":900001,`, "null", wire.CodeParseError},
+		{"two values", `{"jsonrpc":"2.0","id":900002,"method":"session.list"} {}`, "null", wire.CodeParseError},
+		{"array [1]", `[1]`, "null", wire.CodeInvalidRequest},
+		{"batch", `[{"jsonrpc":"2.0","id":900003,"method":"session.list"}]`, "null", wire.CodeInvalidRequest},
+		{"number", `42`, "null", wire.CodeInvalidRequest},
+		{"no method", `{"id":900004}`, "900004", wire.CodeInvalidRequest},
+		{"method as a number", `{"jsonrpc":"2.0","id":900005,"method":5}`, "900005", wire.CodeInvalidRequest},
+		{"method null", `{"jsonrpc":"2.0","id":900006,"method":null}`, "900006", wire.CodeInvalidRequest},
+		{"jsonrpc 1.0", `{"jsonrpc":"1.0","id":900007,"method":"session.list"}`, "900007", wire.CodeInvalidRequest},
+		{"object id", `{"jsonrpc":"2.0","id":{"a":1},"method":"session.list"}`, "null", wire.CodeInvalidRequest},
+		{"string id kept", `{"jsonrpc":"2.0","id":"abc","method":"no.such.method"}`, `"abc"`, wire.CodeMethodNotFound},
 	}
 	for _, tt := range rawTests {
 		t.Run("raw/"+tt.name, func(t *testing.T) {
@@ -193,8 +194,8 @@ func TestErrorsJSONRPC(t *testing.T) {
 			t.Fatalf("SendBinary: %v", err)
 		}
 		r, raw := errsNextResponse(t, c)
-		if string(r.ID) != "null" || r.Error == nil || r.Error.Code != contract.CodeInvalidRequest {
-			t.Errorf("response %s: want id null and code %d", raw, contract.CodeInvalidRequest)
+		if string(r.ID) != "null" || r.Error == nil || r.Error.Code != wire.CodeInvalidRequest {
+			t.Errorf("response %s: want id null and code %d", raw, wire.CodeInvalidRequest)
 		}
 		errsAlive(t, c)
 	})
@@ -219,31 +220,31 @@ func TestErrorsJSONRPC(t *testing.T) {
 		params any
 		code   int
 	}{
-		{"unknown method", "no.such.method", nil, contract.CodeMethodNotFound},
-		{"unknown method with params", "session.nope", map[string]any{"session_id": sid}, contract.CodeMethodNotFound},
-		{"params an array", "session.list", json.RawMessage(`[1]`), contract.CodeInvalidParams},
-		{"params a string", "session.active_list", json.RawMessage(`"x"`), contract.CodeInvalidParams},
-		{"params a number", "session.create", json.RawMessage(`7`), contract.CodeInvalidParams},
-		{"params checked before the method", "no.such.method", json.RawMessage(`[1]`), contract.CodeInvalidParams},
-		{"resume session_id a number", "session.resume", map[string]any{"session_id": 5}, contract.CodeInvalidParams},
-		{"activate session_id an object", "session.activate", map[string]any{"session_id": map[string]any{}}, contract.CodeInvalidParams},
-		{"close session_id a bool", "session.close", map[string]any{"session_id": true}, contract.CodeInvalidParams},
-		{"last_seen a string, unknown session", "session.events.since", map[string]any{"session_id": "deadbeef", "last_seen": "x"}, contract.CodeInvalidParams},
-		{"last_seen a numeric string", "session.events.since", map[string]any{"session_id": sid, "last_seen": "5"}, contract.CodeInvalidParams},
-		{"last_seen negative", "session.events.since", map[string]any{"session_id": sid, "last_seen": -1}, contract.CodeInvalidParams},
-		{"last_seen negative, unknown session", "session.events.since", map[string]any{"session_id": "deadbeef", "last_seen": -1}, contract.CodeInvalidParams},
-		{"last_seen a fraction", "session.events.since", map[string]any{"session_id": sid, "last_seen": 1.5}, contract.CodeInvalidParams},
-		{"last_seen missing", "session.events.since", map[string]any{"session_id": sid}, contract.CodeInvalidParams},
-		{"last_seen above int64", "session.events.since", json.RawMessage(fmt.Sprintf(`{"session_id":%q,"last_seen":9223372036854775808}`, sid)), contract.CodeInvalidParams},
-		{"create title a number", "session.create", map[string]any{"title": 5}, contract.CodeInvalidParams},
-		{"create close_on_disconnect a string", "session.create", map[string]any{"close_on_disconnect": "yes"}, contract.CodeInvalidParams},
-		{"create cols negative", "session.create", map[string]any{"cols": -1}, contract.CodeInvalidParams},
-		{"create parent a number", "session.create", map[string]any{"parent_session_id": 1}, contract.CodeInvalidParams},
-		{"submit text a number", "prompt.submit", map[string]any{"session_id": sid, "text": 5}, contract.CodeInvalidParams},
-		{"submit text missing", "prompt.submit", map[string]any{"session_id": sid}, contract.CodeInvalidParams},
-		{"list limit a string", "session.list", map[string]any{"limit": "10"}, contract.CodeInvalidParams},
-		{"list limit a fraction", "session.list", map[string]any{"limit": 0.5}, contract.CodeInvalidParams},
-		{"resume cols a string", "session.resume", map[string]any{"session_id": "20200101_000000_abcdef", "cols": "80"}, contract.CodeInvalidParams},
+		{"unknown method", "no.such.method", nil, wire.CodeMethodNotFound},
+		{"unknown method with params", "session.nope", map[string]any{"session_id": sid}, wire.CodeMethodNotFound},
+		{"params an array", "session.list", json.RawMessage(`[1]`), wire.CodeInvalidParams},
+		{"params a string", "session.active_list", json.RawMessage(`"x"`), wire.CodeInvalidParams},
+		{"params a number", "session.create", json.RawMessage(`7`), wire.CodeInvalidParams},
+		{"params checked before the method", "no.such.method", json.RawMessage(`[1]`), wire.CodeInvalidParams},
+		{"resume session_id a number", "session.resume", map[string]any{"session_id": 5}, wire.CodeInvalidParams},
+		{"activate session_id an object", "session.activate", map[string]any{"session_id": map[string]any{}}, wire.CodeInvalidParams},
+		{"close session_id a bool", "session.close", map[string]any{"session_id": true}, wire.CodeInvalidParams},
+		{"last_seen a string, unknown session", "session.events.since", map[string]any{"session_id": "deadbeef", "last_seen": "x"}, wire.CodeInvalidParams},
+		{"last_seen a numeric string", "session.events.since", map[string]any{"session_id": sid, "last_seen": "5"}, wire.CodeInvalidParams},
+		{"last_seen negative", "session.events.since", map[string]any{"session_id": sid, "last_seen": -1}, wire.CodeInvalidParams},
+		{"last_seen negative, unknown session", "session.events.since", map[string]any{"session_id": "deadbeef", "last_seen": -1}, wire.CodeInvalidParams},
+		{"last_seen a fraction", "session.events.since", map[string]any{"session_id": sid, "last_seen": 1.5}, wire.CodeInvalidParams},
+		{"last_seen missing", "session.events.since", map[string]any{"session_id": sid}, wire.CodeInvalidParams},
+		{"last_seen above int64", "session.events.since", json.RawMessage(fmt.Sprintf(`{"session_id":%q,"last_seen":9223372036854775808}`, sid)), wire.CodeInvalidParams},
+		{"create title a number", "session.create", map[string]any{"title": 5}, wire.CodeInvalidParams},
+		{"create close_on_disconnect a string", "session.create", map[string]any{"close_on_disconnect": "yes"}, wire.CodeInvalidParams},
+		{"create cols negative", "session.create", map[string]any{"cols": -1}, wire.CodeInvalidParams},
+		{"create parent a number", "session.create", map[string]any{"parent_session_id": 1}, wire.CodeInvalidParams},
+		{"submit text a number", "prompt.submit", map[string]any{"session_id": sid, "text": 5}, wire.CodeInvalidParams},
+		{"submit text missing", "prompt.submit", map[string]any{"session_id": sid}, wire.CodeInvalidParams},
+		{"list limit a string", "session.list", map[string]any{"limit": "10"}, wire.CodeInvalidParams},
+		{"list limit a fraction", "session.list", map[string]any{"limit": 0.5}, wire.CodeInvalidParams},
+		{"resume cols a string", "session.resume", map[string]any{"session_id": "20200101_000000_abcdef", "cols": "80"}, wire.CodeInvalidParams},
 	}
 	for _, tt := range callTests {
 		t.Run("call/"+tt.name, func(t *testing.T) {
@@ -281,7 +282,7 @@ func TestErrorsDomain(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.method, func(t *testing.T) {
-				errsWantCode(t, c, tt.method, tt.params, contract.CodeUnknownSession)
+				errsWantCode(t, c, tt.method, tt.params, wire.CodeUnknownSession)
 			})
 		}
 	})
@@ -315,12 +316,12 @@ func TestErrorsDomain(t *testing.T) {
 					case "null":
 						params["session_id"] = nil
 					}
-					errsWantCode(t, c, m.method, params, contract.CodeSessionRequired)
+					errsWantCode(t, c, m.method, params, wire.CodeSessionRequired)
 				})
 			}
 			if len(m.others) == 0 {
 				t.Run(m.method+"/no params", func(t *testing.T) {
-					errsWantCode(t, c, m.method, nil, contract.CodeSessionRequired)
+					errsWantCode(t, c, m.method, nil, wire.CodeSessionRequired)
 				})
 			}
 		}
@@ -339,7 +340,7 @@ func TestErrorsDomain(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				errsWantCode(t, c, tt.method, tt.params, contract.CodeStoredNotFound)
+				errsWantCode(t, c, tt.method, tt.params, wire.CodeStoredNotFound)
 			})
 		}
 	})
@@ -359,8 +360,8 @@ func TestErrorsDomain(t *testing.T) {
 		if started.Status != "streaming" || started.RunID == "" {
 			t.Fatalf("first prompt.submit: got %+v, want streaming with a run_id", started)
 		}
-		errsWantCode(t, c, "prompt.submit", map[string]any{"session_id": sid, "text": "second"}, contract.CodeSessionBusy)
-		errsWantCode(t, c, "prompt.submit", map[string]any{"session_id": sid, "text": long}, contract.CodeSessionBusy)
+		errsWantCode(t, c, "prompt.submit", map[string]any{"session_id": sid, "text": "second"}, wire.CodeSessionBusy)
+		errsWantCode(t, c, "prompt.submit", map[string]any{"session_id": sid, "text": long}, wire.CodeSessionBusy)
 
 		// The run in flight is unharmed: interrupt it and see it end.
 		var intr struct {
@@ -426,10 +427,10 @@ func TestErrorsBusy(t *testing.T) {
 		switch {
 		case r.Error == nil && r.Result != nil:
 			results++
-		case r.Error != nil && r.Error.Code == contract.CodeBusy && r.Result == nil:
+		case r.Error != nil && r.Error.Code == wire.CodeBusy && r.Result == nil:
 			busy++
 		default:
-			t.Errorf("response %s: want a result or error %d", raw, contract.CodeBusy)
+			t.Errorf("response %s: want a result or error %d", raw, wire.CodeBusy)
 		}
 	}
 	t.Logf("%d requests: %d results, %d busy", n, results, busy)
@@ -624,13 +625,13 @@ func TestErrorsAgentBuild(t *testing.T) {
 		params map[string]any
 		code   int
 	}{
-		{"create", "session.create", nil, contract.CodeResumeFailed},
-		{"create with a title", "session.create", map[string]any{"title": "new"}, contract.CodeResumeFailed},
-		{"resume by key", "session.resume", map[string]any{"session_id": key}, contract.CodeResumeFailed},
-		{"resume by title", "session.resume", map[string]any{"session_id": "stored before"}, contract.CodeResumeFailed},
-		{"branch", "session.branch", map[string]any{"session_id": key}, contract.CodeResumeFailed},
+		{"create", "session.create", nil, wire.CodeResumeFailed},
+		{"create with a title", "session.create", map[string]any{"title": "new"}, wire.CodeResumeFailed},
+		{"resume by key", "session.resume", map[string]any{"session_id": key}, wire.CodeResumeFailed},
+		{"resume by title", "session.resume", map[string]any{"session_id": "stored before"}, wire.CodeResumeFailed},
+		{"branch", "session.branch", map[string]any{"session_id": key}, wire.CodeResumeFailed},
 		// Lookups fail as before: the build is never reached.
-		{"resume of a missing key", "session.resume", map[string]any{"session_id": "20200101_000000_abcdef"}, contract.CodeStoredNotFound},
+		{"resume of a missing key", "session.resume", map[string]any{"session_id": "20200101_000000_abcdef"}, wire.CodeStoredNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

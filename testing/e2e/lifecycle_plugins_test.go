@@ -56,8 +56,8 @@ func TestLifecyclePluginsCommands(t *testing.T) {
 	}
 	// A second host on the same state dir refuses to start, and leaves
 	// the running one's plugins alone.
-	if _, errOut, code := e2e.Tether(t, "serve", "--listen", "127.0.0.1:0", "--state-dir", s.StateDir); code != 1 || !strings.Contains(errOut, "another tether host is running") {
-		t.Errorf("a second serve on the state dir: exit %d %q, want 1 and another tether host is running", code, errOut)
+	if _, errOut, code := e2e.Tether(t, "serve", "--listen", "127.0.0.1:0", "--state-dir", s.StateDir); code != 1 || !strings.Contains(errOut, "is in use by pid") {
+		t.Errorf("a second serve on the state dir: exit %d %q, want 1 and a message that it is in use by pid N", code, errOut)
 	}
 	if got := readPTYRecord(t, s.StateDir); got != rec || !pidAlive(rec.PID) {
 		t.Errorf("the PTY plugin after a refused second host: %+v, want %+v alive", got, rec)

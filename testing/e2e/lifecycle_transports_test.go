@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,10 @@ func serveFakeTransport(kind string) {
 	switch kind {
 	case "crash":
 		contract.ServeTransport(crashTransport{})
+	case "flood":
+		// The plugin's own stderr, as real plugins keep it: once serving,
+		// go-plugin replaces os.Stderr with a stream the host ignores.
+		contract.ServeTransport(floodTransport{stderr: os.Stderr})
 	default:
 		fmt.Fprintf(os.Stderr, "unknown fake transport %q\n", kind)
 		os.Exit(2)
@@ -50,6 +55,30 @@ func (crashTransport) Link(context.Context, contract.EventSink) error {
 func (crashTransport) Exec(context.Context, []contract.Command) error { return nil }
 
 func (crashTransport) Stop(context.Context, contract.StopRequest) error { return nil }
+
+// floodTransport writes floodLines lines to its stderr when started,
+// then serves nothing until the host lets go of it.
+type floodTransport struct {
+	crashTransport
+	stderr *os.File
+}
+
+// floodLines is how many stderr lines the flood transport writes.
+const floodLines = 20000
+
+func (f floodTransport) Start(context.Context, contract.StartRequest) (contract.StartResponse, error) {
+	w := bufio.NewWriterSize(f.stderr, 1<<16)
+	for i := range floodLines {
+		fmt.Fprintf(w, "{\"level\":\"info\",\"message\":\"flood line %d\"}\n", i)
+	}
+	w.Flush()
+	return contract.StartResponse{Addr: "flood:nowhere", Version: "flood-1"}, nil
+}
+
+func (floodTransport) Link(ctx context.Context, _ contract.EventSink) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
 
 // fakeTransportScript writes a plugin script that runs this test binary
 // as the fake transport kind.

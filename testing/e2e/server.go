@@ -391,15 +391,37 @@ func (s *Server) Get(tb testing.TB, path string) (status int, body string) {
 	return httpGet(tb, s.URL+path)
 }
 
+// AdminGet fetches path from the admin listener with the access token.
+func (s *Server) AdminGet(tb testing.TB, path string) (status int, body string) {
+	tb.Helper()
+	if s.AdminURL == "" {
+		tb.Fatalf("e2e: AdminGet %s: no admin URL; start the server with --admin-listen 127.0.0.1:0", path)
+	}
+	return httpGetAuth(tb, s.AdminURL+path, s.Token)
+}
+
 // httpGet fetches url without keeping the connection (no goroutine of an
 // idle connection outlives the call).
 func httpGet(tb testing.TB, url string) (int, string) {
+	tb.Helper()
+	return httpGetAuth(tb, url, "")
+}
+
+// httpGetAuth is httpGet with Authorization: Bearer token (when not "").
+func httpGetAuth(tb testing.TB, url, token string) (int, string) {
 	tb.Helper()
 	client := &http.Client{
 		Timeout:   httpTimeout,
 		Transport: &http.Transport{DisableKeepAlives: true},
 	}
-	resp, err := client.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		tb.Fatalf("e2e: GET %s: %v", url, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		tb.Fatalf("e2e: GET %s: %v", url, err)
 	}
@@ -457,7 +479,7 @@ func (s *Server) Metric(tb testing.TB, name string, labels ...string) float64 {
 	if s.AdminURL == "" {
 		tb.Fatalf("e2e: Metric %s: no admin URL; start the server with --admin-listen 127.0.0.1:0", name)
 	}
-	status, body := httpGet(tb, s.AdminURL+"/metrics")
+	status, body := s.AdminGet(tb, "/metrics")
 	if status != http.StatusOK {
 		tb.Fatalf("e2e: GET %s/metrics: status %d\n%s", s.AdminURL, status, body)
 	}

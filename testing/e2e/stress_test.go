@@ -168,7 +168,12 @@ func adminGet(tb testing.TB, s *e2e.Server, path string) string {
 		tb.Fatalf("no admin URL: start the server with --admin-listen 127.0.0.1:0")
 	}
 	cl := &http.Client{Timeout: stressStep, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := cl.Get(s.AdminURL + path)
+	req, err := http.NewRequest(http.MethodGet, s.AdminURL+path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := cl.Do(req)
 	if err != nil {
 		tb.Fatalf("GET %s: %v", path, err)
 	}
@@ -311,7 +316,7 @@ func checkStored(tb testing.TB, c *wsclient.Client, want map[string]string, mess
 // its key, then closes it. Rounds alternate close_on_disconnect.
 func TestStressStaleDisconnect(t *testing.T) {
 	n := stressRounds(t)
-	s := e2e.Start(t, e2e.Config{Args: []string{"--orphan-grace", "0", "--admin-listen", "127.0.0.1:0", "--log-level", "info"}})
+	s := e2e.Start(t, e2e.Config{Args: []string{"--orphan-grace", "0", "--admin-listen", "127.0.0.1:0", "--pprof", "--log-level", "info"}})
 	observer := s.Dial(t)
 	baseline := goroutineBaseline(t, s)
 
@@ -419,7 +424,7 @@ func TestStressStaleDisconnect(t *testing.T) {
 func TestStressResumeStorm(t *testing.T) {
 	n := stressRounds(t)
 	const grace = 2 * time.Second
-	s := e2e.Start(t, e2e.Config{Args: []string{"--admin-listen", "127.0.0.1:0", "--orphan-grace", grace.String(), "--log-level", "info"}})
+	s := e2e.Start(t, e2e.Config{Args: []string{"--admin-listen", "127.0.0.1:0", "--pprof", "--orphan-grace", grace.String(), "--log-level", "info"}})
 	observer := s.Dial(t)
 	baseline := goroutineBaseline(t, s)
 

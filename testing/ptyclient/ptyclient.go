@@ -1,40 +1,36 @@
-// Package ptyclient is a test client for tether's /api/pty endpoint: it
-// reads the pty.replay control frame, collects the output bytes and counts
-// the offset, and can write input, resize, close or drop the connection.
+// Package ptyclient is a test client for tether's /api/pty endpoint: a
+// thin wrapper over package client that dials a URL exactly as given
+// (tests send malformed queries and tokens in the query), collects every
+// output byte in memory, and can write input, resize, close or drop the
+// connection. A socket the host refuses before pty.replay is not an
+// error: Dial returns a Client already closed with the code.
 package ptyclient
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync"
 	"time"
 
-	"github.com/gobwas/ws"
-	"github.com/gobwas/ws/wsutil"
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
+// closeWait is how long Close waits for the host's answer.
+const closeWait = 2 * time.Second
+
 // Replay is the pty.replay control frame.
-type Replay struct {
-	Type            string `json:"type"`
-	Epoch           string `json:"epoch"`
-	StartOffset     int64  `json:"start_offset"`
-	ReplayEndOffset int64  `json:"replay_end_offset"`
-	Reset           bool   `json:"reset"`
-	Reason          string `json:"reason"`
-}
+type Replay = wire.Replay
+
+// ErrClosed: the connection ended.
+var ErrClosed = errors.New("connection closed")
 
 // Client is one /api/pty connection.
 type Client struct {
-	conn net.Conn
-	done chan struct{} // closed when the reader returns
-	hdr  chan struct{} // closed when the replay frame arrived (or the conn ended)
-
-	wmu sync.Mutex // serialises writes
+	pty  *client.PTY   // nil when the host refused before pty.replay
+	done chan struct{} // closed when the connection has ended
 
 	mu     sync.Mutex // guards the fields below
 	cond   *sync.Cond
@@ -45,95 +41,58 @@ type Client struct {
 	texts  [][]byte // text frames after the replay frame (unexpected)
 }
 
-// Dial connects to url (ws://host:port/api/pty?...).
+// Dial connects to url (ws://host:port/api/pty?...) and reads the
+// pty.replay frame.
 func Dial(ctx context.Context, url string) (*Client, error) {
-	conn, br, _, err := ws.Dial(ctx, url)
-	if err != nil {
-		return nil, fmt.Errorf("ptyclient: dial: %w", err)
-	}
-	c := &Client{conn: conn, done: make(chan struct{}), hdr: make(chan struct{})}
+	c := &Client{done: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
-	var r io.Reader = conn
-	if br != nil {
-		r = io.MultiReader(br, conn)
+	p, err := client.AttachURL(ctx, url, client.PTYOptions{
+		Options: client.Options{DialTimeout: -1, CloseWait: closeWait},
+		OnText: func(b []byte) {
+			c.mu.Lock()
+			c.texts = append(c.texts, b)
+			c.mu.Unlock()
+		},
+	})
+	var ce *client.CloseError
+	switch {
+	case errors.As(err, &ce):
+		c.code, c.reason = ce.Code, ce.Reason
+		close(c.done)
+		return c, nil
+	case err != nil:
+		return nil, fmt.Errorf("ptyclient: %w", err)
 	}
-	go c.read(r)
+	r := p.Replay()
+	c.pty, c.replay = p, &r
+	go c.read()
 	return c, nil
 }
 
-func (c *Client) read(r io.Reader) {
+func (c *Client) read() {
 	defer close(c.done)
-	hdrOnce := sync.OnceFunc(func() { close(c.hdr) })
-	defer hdrOnce()
-	code, reason := 1006, ""
-	defer func() {
-		c.mu.Lock()
-		c.code, c.reason = code, reason
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	}()
-	rd := wsutil.Reader{Source: r, State: ws.StateClientSide, CheckUTF8: false}
+	buf := make([]byte, 64<<10)
 	for {
-		h, err := rd.NextFrame()
-		if err != nil {
-			return
-		}
-		if h.OpCode.IsControl() {
-			payload := make([]byte, h.Length)
-			if _, err := io.ReadFull(&rd, payload); err != nil {
-				return
-			}
-			switch h.OpCode {
-			case ws.OpClose:
-				cc, rs := ws.ParseCloseFrameData(payload)
-				code, reason = int(cc), rs
-				if code == 0 {
-					code = 1005
-				}
-				c.wmu.Lock()
-				_ = wsutil.WriteClientMessage(c.conn, ws.OpClose, ws.NewCloseFrameBody(cc, ""))
-				c.wmu.Unlock()
-				return
-			case ws.OpPing:
-				c.wmu.Lock()
-				_ = wsutil.WriteClientMessage(c.conn, ws.OpPong, payload)
-				c.wmu.Unlock()
-			}
-			continue
-		}
-		payload, err := io.ReadAll(&rd)
-		if err != nil {
-			return
-		}
+		n, err := c.pty.Read(buf)
 		c.mu.Lock()
-		switch {
-		case h.OpCode == ws.OpText && c.replay == nil:
-			var rp Replay
-			if json.Unmarshal(payload, &rp) == nil && rp.Type == "pty.replay" {
-				c.replay = &rp
-				hdrOnce()
-			} else {
-				c.texts = append(c.texts, payload)
+		c.out.Write(buf[:n])
+		if err != nil {
+			c.code, c.reason = wire.CloseAbnormal, ""
+			var ce *client.CloseError
+			if errors.As(err, &ce) {
+				c.code, c.reason = ce.Code, ce.Reason
 			}
-		case h.OpCode == ws.OpText:
-			c.texts = append(c.texts, payload)
-		default:
-			c.out.Write(payload)
 		}
 		c.cond.Broadcast()
 		c.mu.Unlock()
+		if err != nil {
+			return
+		}
 	}
 }
 
-// Replay waits for the pty.replay frame.
+// Replay returns the pty.replay frame.
 func (c *Client) Replay(ctx context.Context) (Replay, error) {
-	select {
-	case <-c.hdr:
-	case <-ctx.Done():
-		return Replay{}, ctx.Err()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.replay == nil {
 		return Replay{}, fmt.Errorf("ptyclient: closed with %d %q before pty.replay", c.code, c.reason)
 	}
@@ -182,9 +141,7 @@ func (c *Client) WaitOutput(ctx context.Context, ok func(out []byte) bool) error
 		}
 		select {
 		case <-c.done:
-			if c.code != 0 {
-				return fmt.Errorf("ptyclient: closed with %d %q (have %d bytes, tail %q): %w", c.code, c.reason, c.out.Len(), tail(c.out.Bytes()), ErrClosed)
-			}
+			return fmt.Errorf("ptyclient: closed with %d %q (have %d bytes, tail %q): %w", c.code, c.reason, c.out.Len(), tail(c.out.Bytes()), ErrClosed)
 		default:
 		}
 		c.cond.Wait()
@@ -198,26 +155,27 @@ func tail(b []byte) []byte {
 	return b
 }
 
-// ErrClosed: the connection ended.
-var ErrClosed = errors.New("connection closed")
-
 // Write sends input as a binary frame.
 func (c *Client) Write(p []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return wsutil.WriteClientBinary(c.conn, p)
+	if c.pty == nil {
+		return ErrClosed
+	}
+	_, err := c.pty.Write(p)
+	return err
 }
 
 // WriteText sends a text frame.
 func (c *Client) WriteText(p []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return wsutil.WriteClientText(c.conn, p)
+	if c.pty == nil {
+		return ErrClosed
+	}
+	return c.pty.WriteText(p)
 }
 
-// Resize sends the resize escape.
+// Resize sends the resize escape (any numbers: the host drops a size out
+// of range).
 func (c *Client) Resize(cols, rows int) error {
-	return c.WriteText(fmt.Appendf(nil, "\x1b[RESIZE:%d;%d]", cols, rows))
+	return c.WriteText(wire.EncodeResize(cols, rows))
 }
 
 // Closed is closed when the connection has ended.
@@ -239,22 +197,16 @@ func (c *Client) CloseCode(ctx context.Context) (int, string, error) {
 // Close sends a close frame and waits for the connection to end (at most
 // 2 s), then closes it.
 func (c *Client) Close() {
-	c.wmu.Lock()
-	_ = wsutil.WriteClientMessage(c.conn, ws.OpClose, ws.NewCloseFrameBody(ws.StatusNormalClosure, ""))
-	c.wmu.Unlock()
-	select {
-	case <-c.done:
-	case <-time.After(2 * time.Second):
+	if c.pty != nil {
+		_ = c.pty.Close()
 	}
-	_ = c.conn.Close()
 	<-c.done
 }
 
 // Drop ends the TCP connection abruptly (RST), without a close frame.
 func (c *Client) Drop() {
-	if tc, ok := c.conn.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
+	if c.pty != nil {
+		c.pty.Abort()
 	}
-	_ = c.conn.Close()
 	<-c.done
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/gobwas/ws"
 
-	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Message is one data message, as a client sends or receives it.
@@ -39,7 +39,7 @@ func (m Message) String() string {
 
 // CloseError is what ClientConn.Receive returns once the transport has
 // ended the connection: the close code and reason the client received, or
-// Code 1006 (contract.CloseAbnormalNoFrame) when the connection ended
+// Code 1006 (wire.CloseAbnormal) when the connection ended
 // without one.
 type CloseError struct {
 	Code   int
@@ -198,7 +198,7 @@ func (c *wsConn) Receive(ctx context.Context) (Message, error) {
 		case ws.OpPong:
 			continue
 		case ws.OpClose:
-			ce := &CloseError{Code: 1005}
+			ce := &CloseError{Code: wire.CloseNoStatus}
 			if len(p) >= 2 {
 				ce.Code, ce.Reason = int(binary.BigEndian.Uint16(p)), string(p[2:])
 			}
@@ -233,7 +233,7 @@ func (c *wsConn) readErr(ctx context.Context, err error, midFrame bool) error {
 		return ctx.Err()
 	}
 	if isConnEnd(err) {
-		ce := &CloseError{Code: contract.CloseAbnormalNoFrame}
+		ce := &CloseError{Code: wire.CloseAbnormal}
 		c.mu.Lock()
 		c.closed = ce
 		c.mu.Unlock()

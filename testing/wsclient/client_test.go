@@ -95,6 +95,12 @@ func (s *testServer) accept() {
 			if _, err := u.Upgrade(conn); err != nil {
 				return
 			}
+			// As the host does, unless the test plays a refusal.
+			if !strings.Contains(sc.uri, "noready") {
+				if err := sc.send(readyEvent); err != nil {
+					return
+				}
+			}
 			s.handler(sc)
 		}()
 	}
@@ -109,6 +115,11 @@ func (s *testServer) close() {
 	s.mu.Unlock()
 	s.wg.Wait()
 }
+
+// readyEvent is the host's first frame.
+var readyEvent = map[string]any{"jsonrpc": "2.0", "method": "event", "params": map[string]any{
+	"type": "gateway.ready", "payload": map[string]any{"version": "test"},
+}}
 
 func (sc *serverConn) writeFrame(f ws.Frame) error {
 	b, err := ws.CompileFrame(f)
@@ -404,6 +415,9 @@ func TestEventsInOrder(t *testing.T) {
 	if err := c.Call(ctx, "events", map[string]any{"n": n}, nil); err != nil {
 		t.Fatalf("Call events: %v", err)
 	}
+	if e, err := c.NextEvent(ctx); err != nil || e.Type != "gateway.ready" || !strings.Contains(string(e.Raw), `"version":"test"`) {
+		t.Fatalf("first event: got %+v, %v; want gateway.ready", e, err)
+	}
 	for i := 1; i <= n; i++ {
 		e, err := c.NextEvent(ctx)
 		if err != nil {
@@ -555,6 +569,9 @@ func TestCloseCodeReported(t *testing.T) {
 	if !errors.Is(err, ErrClosed) || !errors.As(err, &ce) || ce.Code != 4401 {
 		t.Errorf("Call after close: got %v, want a *CloseError 4401", err)
 	}
+	if e, err := c.NextEvent(ctx); err != nil || e.Type != "gateway.ready" {
+		t.Errorf("NextEvent after close: got %+v, %v; want the gateway.ready that came before", e, err)
+	}
 	if _, err := c.NextEvent(ctx); !errors.Is(err, ErrClosed) {
 		t.Errorf("NextEvent after close: got %v, want ErrClosed", err)
 	}
@@ -563,6 +580,50 @@ func TestCloseCodeReported(t *testing.T) {
 	}
 	if _, ok := <-c.Events(); ok {
 		t.Error("Events channel still open after close")
+	}
+}
+
+// TestRefusedBeforeReady: a socket closed before gateway.ready (an
+// access refusal) dials, and shows the code as a closed client.
+func TestRefusedBeforeReady(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		code int
+		h    func(*serverConn)
+	}{
+		{"close frame", 4403, func(sc *serverConn) { sc.sendClose(4403, "forbidden"); wsutil.ReadClientData(sc) }},
+		{"dropped", CloseAbnormal, func(*serverConn) {}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newServer(t, tt.h)
+			c := dial(t, s.url+"?noready=1", Options{})
+			select {
+			case <-c.Closed():
+			default:
+				t.Fatal("a refused client is not closed")
+			}
+			if code, _ := c.CloseCode(); code != tt.code {
+				t.Errorf("CloseCode: %d, want %d", code, tt.code)
+			}
+			ctx := testContext(t)
+			if _, err := c.NextEvent(ctx); !errors.Is(err, ErrClosed) {
+				t.Errorf("NextEvent: %v, want ErrClosed", err)
+			}
+			var ce *CloseError
+			if err := c.Call(ctx, "echo", nil, nil); !errors.As(err, &ce) || ce.Code != tt.code {
+				t.Errorf("Call: %v", err)
+			}
+			if err := c.SendRaw([]byte("{}")); !errors.Is(err, ErrClosed) {
+				t.Errorf("SendRaw: %v", err)
+			}
+			if _, ok := <-c.Events(); ok {
+				t.Error("Events open")
+			}
+			if _, ok := <-c.RawResponses(); ok {
+				t.Error("RawResponses open")
+			}
+			c.Drop()
+		})
 	}
 }
 

@@ -30,6 +30,19 @@ func (q *queue[T]) push(v T) {
 	q.wake = make(chan struct{})
 }
 
+// pushFront puts v before every queued item (for an item that arrived
+// first but was handed over last).
+func (q *queue[T]) pushFront(v T) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	q.items = append([]T{v}, q.items...)
+	close(q.wake)
+	q.wake = make(chan struct{})
+}
+
 // close marks the end of the stream: items already queued can still be
 // popped, then pop reports errQueueClosed.
 func (q *queue[T]) close() {

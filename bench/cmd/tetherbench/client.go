@@ -22,9 +22,12 @@ type closeError struct {
 
 func (e *closeError) Error() string { return fmt.Sprintf("closed %d %q", e.code, e.reason) }
 
-// wsc is the one WebSocket client every row uses, for tether and for the
-// baselines alike, so that client costs cancel out in the ratios: gobwas/ws,
-// a buffered reader, masked writes.
+// wsc is the measuring instrument of the rows that compare tether with a
+// baseline server (rpc, pty-stream, reattach, idle): the same client on
+// both sides, so that client costs cancel out in the ratios — gobwas/ws,
+// a buffered reader, masked writes. It knows nothing of tether's
+// protocol beyond framing; rows that measure tether alone (storm,
+// recovery) and the set-up of the others use package client.
 type wsc struct {
 	nc  net.Conn
 	br  *bufio.Reader
@@ -178,19 +181,4 @@ func (c *rpcClient) call(method string, params string) (json.RawMessage, error) 
 		}
 		return r.Result, nil
 	}
-}
-
-// snapshot is the part of a session snapshot the rows use.
-type snapshot struct {
-	SessionID  string `json:"session_id"`
-	SessionKey string `json:"session_key"`
-	LatestSeq  int64  `json:"latest_seq"`
-}
-
-func (c *rpcClient) callInto(v any, method, params string) error {
-	raw, err := c.call(method, params)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(raw, v)
 }

@@ -202,6 +202,12 @@ func cleanEnv() []string {
 	return env
 }
 
+// baseURL is the host's base URL for package client (the token goes in
+// client.Options, as a header).
+func (s *server) baseURL() string { return "http://" + s.addr }
+
+// wsURL is the URL of path with the token in the query, for the wsc
+// instrument.
 func (s *server) wsURL(path, query string) string {
 	q := "token=" + url.QueryEscape(s.token)
 	if query != "" {

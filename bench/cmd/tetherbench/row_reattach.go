@@ -2,35 +2,28 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
-// replayFrame is tether's pty.replay header.
-type replayFrame struct {
-	Type            string `json:"type"`
-	Epoch           string `json:"epoch"`
-	StartOffset     int64  `json:"start_offset"`
-	ReplayEndOffset int64  `json:"replay_end_offset"`
-	Reset           bool   `json:"reset"`
-	Reason          string `json:"reason"`
-}
-
-// readReplay dials url and reads the replay to its last byte. want is the
-// replay length to expect when there is no pty.replay frame (baseline).
-func readReplay(ctx context.Context, url string, want int64) (time.Duration, replayFrame, error) {
+// readReplay dials url with the wsc instrument and reads the replay to
+// its last byte. want is the replay length to expect when there is no
+// pty.replay frame (baseline).
+func readReplay(ctx context.Context, url string, want int64) (time.Duration, wire.Replay, error) {
 	d, _, rf, err := readReplayTimed(ctx, url, want)
 	return d, rf, err
 }
 
 // readReplayTimed is readReplay that also returns when the pty.replay
 // frame (or, without one, the first byte) arrived.
-func readReplayTimed(ctx context.Context, url string, want int64) (time.Duration, time.Duration, replayFrame, error) {
+func readReplayTimed(ctx context.Context, url string, want int64) (time.Duration, time.Duration, wire.Replay, error) {
 	var first time.Duration
 	d, rf, err := readReplayHook(ctx, url, want, func(t time.Duration) {
 		if first == 0 {
@@ -40,15 +33,15 @@ func readReplayTimed(ctx context.Context, url string, want int64) (time.Duration
 	return d, first, rf, err
 }
 
-func readReplayHook(ctx context.Context, url string, want int64, mark func(time.Duration)) (time.Duration, replayFrame, error) {
+func readReplayHook(ctx context.Context, url string, want int64, mark func(time.Duration)) (time.Duration, wire.Replay, error) {
 	t0 := time.Now()
 	c, err := dial(ctx, url, 256<<10)
 	if err != nil {
-		return 0, replayFrame{}, err
+		return 0, wire.Replay{}, err
 	}
 	defer c.close()
 	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	var rf replayFrame
+	var rf wire.Replay
 	got := int64(0)
 	for want < 0 || got < want {
 		h, err := c.next()
@@ -65,10 +58,13 @@ func readReplayHook(ctx context.Context, url string, want int64, mark func(time.
 			if err != nil {
 				return 0, rf, err
 			}
-			if err := json.Unmarshal(p, &rf); err != nil || rf.Type != "pty.replay" {
-				return 0, rf, fmt.Errorf("unexpected text frame %q", p)
+			if rf, err = wire.DecodeReplay(p); err != nil {
+				return 0, rf, fmt.Errorf("unexpected text frame %q: %w", p, err)
 			}
-			want = rf.ReplayEndOffset - rf.StartOffset
+			want = rf.ReplayEndOffset - rf.StartOffset // a fresh attach: the whole ring
+			if rf.Snapshot {
+				want = rf.SnapshotBytes
+			}
 			continue
 		}
 		n, err := io.Copy(io.Discard, &c.rd)
@@ -107,7 +103,12 @@ func rowReattach(cfg config, rep *report) error {
 	// Fill: wait until the whole 2 MiB went through the ring.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, rf, err := readReplay(ctx, url, -1)
+		var rf wire.Replay
+		p, err := client.AttachPTY(ctx, ts.baseURL(), token, client.PTYOptions{Options: client.Options{Token: ts.token}})
+		if err == nil {
+			rf = p.Replay()
+			p.Abort()
+		}
 		if err == nil && rf.ReplayEndOffset >= 2*ring {
 			if rf.ReplayEndOffset-rf.StartOffset != ring {
 				return fmt.Errorf("ring holds %d bytes, want %d", rf.ReplayEndOffset-rf.StartOffset, ring)

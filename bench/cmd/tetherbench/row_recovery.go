@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gobwas/ws"
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
 const pollEvery = 5 * time.Millisecond
@@ -81,46 +81,24 @@ func zombie(pid int) bool {
 	return i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
-// ptyAttached dials /api/pty until a pty.replay frame arrives; it returns
-// the frame.
-func ptyAttached(ctx context.Context, url string) (replayFrame, error) {
+// ptyAttached attaches to the PTY of attach at the host at base until a
+// pty.replay header arrives; it returns the header and when it came.
+func ptyAttached(ctx context.Context, base, token, attach string) (wire.Replay, time.Time, error) {
 	for {
-		rf, err := tryAttach(ctx, url)
+		p, err := client.AttachPTY(ctx, base, attach, client.PTYOptions{
+			Options: client.Options{Token: token, DialTimeout: 2 * time.Second},
+		})
 		if err == nil {
-			return rf, nil
+			at := time.Now()
+			rf := p.Replay()
+			_ = p.Close()
+			return rf, at, nil
 		}
 		if ctx.Err() != nil {
-			return rf, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			return wire.Replay{}, time.Time{}, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		}
 		time.Sleep(pollEvery)
 	}
-}
-
-func tryAttach(ctx context.Context, url string) (replayFrame, error) {
-	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c, err := dial(actx, url, 0)
-	if err != nil {
-		return replayFrame{}, err
-	}
-	defer c.close()
-	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
-	h, err := c.next()
-	if err != nil {
-		return replayFrame{}, err
-	}
-	if h.OpCode != ws.OpText {
-		return replayFrame{}, fmt.Errorf("first frame is not pty.replay")
-	}
-	p, err := io.ReadAll(&c.rd)
-	if err != nil {
-		return replayFrame{}, err
-	}
-	var rf replayFrame
-	if err := json.Unmarshal(p, &rf); err != nil || rf.Type != "pty.replay" {
-		return rf, fmt.Errorf("first frame %q", p)
-	}
-	return rf, nil
 }
 
 // coldStart starts tether on a known port and times exec to the URL line
@@ -138,26 +116,26 @@ func coldStart(cfg config) (urlLine, ptyReady, reattach time.Duration, err error
 		return 0, 0, 0, err
 	}
 	o := tetherOpts{listen: addr, token: token, stateDir: state, ptyCommand: "sleep 3600"}
-	url := fmt.Sprintf("ws://%s/api/pty?token=%s&attach=%s", addr, token, randToken())
+	base, attach := "http://"+addr, randToken()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	type res struct {
-		rf  replayFrame
+		rf  wire.Replay
 		err error
 		at  time.Time
 	}
-	measure := func() (time.Duration, time.Duration, replayFrame, *server, error) {
+	measure := func() (time.Duration, time.Duration, wire.Replay, *server, error) {
 		done := make(chan res, 1)
 		t0 := time.Now()
 		go func() {
-			rf, err := ptyAttached(ctx, url)
-			done <- res{rf, err, time.Now()}
+			rf, at, err := ptyAttached(ctx, base, token, attach)
+			done <- res{rf, err, at}
 		}()
 		ts, err := startTether(cfg.bin, o)
 		line := time.Since(t0)
 		if err != nil {
-			return 0, 0, replayFrame{}, nil, err
+			return 0, 0, wire.Replay{}, nil, err
 		}
 		r := <-done
 		if r.err != nil {

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
 // rpcLoad runs every client's call in a loop for warm+dur and returns the
@@ -28,7 +32,7 @@ func rpcLoad(clients []*rpcClient, params []string, warm, dur time.Duration) ([]
 				if !t0.Before(until) {
 					break
 				}
-				if _, err := c.call("session.events.since", params[i]); err != nil {
+				if _, err := c.call(wire.MethodEventsSince, params[i]); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err
@@ -68,6 +72,15 @@ func rowRPC(cfg config, rep *report) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
+	// The sessions are made on a socket of their own; the measured
+	// sockets only call session.events.since, tether's and the
+	// baselines' alike.
+	ctl, err := client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token})
+	if err != nil {
+		return fmt.Errorf("dial tether: %w", err)
+	}
+	defer ctl.Close()
+
 	warm := min(cfg.rpcDur/4, 250*time.Millisecond)
 	for _, k := range cfg.rpcClients {
 		var tc, ec, rc []*rpcClient
@@ -78,12 +91,16 @@ func rowRPC(cfg config, rep *report) error {
 				return fmt.Errorf("dial tether: %w", err)
 			}
 			defer c.drop()
-			var snap snapshot
-			if err := c.callInto(&snap, "session.create", `{"title":"bench"}`); err != nil {
+			snap, err := ctl.Create(ctx, wire.CreateParams{Title: "bench"})
+			if err != nil {
+				return err
+			}
+			p, err := json.Marshal(wire.EventsSinceParams{SessionID: snap.SessionID, LastSeen: snap.LatestSeq})
+			if err != nil {
 				return err
 			}
 			tc = append(tc, c)
-			tparams = append(tparams, fmt.Sprintf(`{"session_id":%q,"last_seen":%d}`, snap.SessionID, snap.LatestSeq))
+			tparams = append(tparams, string(p))
 			e, err := dialRPC(ctx, "ws://"+echo.addr+"/", true)
 			if err != nil {
 				return fmt.Errorf("dial echo: %w", err)

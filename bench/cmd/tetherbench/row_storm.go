@@ -5,19 +5,14 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
-type activeList struct {
-	Sessions []struct {
-		ID         string `json:"id"`
-		SessionKey string `json:"session_key"`
-		Viewers    int    `json:"viewers"`
-	} `json:"sessions"`
-}
-
 // dialMany opens n JSON-RPC sockets, 32 at a time, each past gateway.ready.
-func dialMany(ctx context.Context, url string, n int) ([]*rpcClient, error) {
-	out := make([]*rpcClient, n)
+func dialMany(ctx context.Context, ts *server, n int) ([]*client.Conn, error) {
+	out := make([]*client.Conn, n)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
@@ -28,7 +23,7 @@ func dialMany(ctx context.Context, url string, n int) ([]*rpcClient, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := dialRPC(ctx, url, true)
+			c, err := client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token})
 			if err != nil {
 				mu.Lock()
 				if first == nil {
@@ -44,7 +39,7 @@ func dialMany(ctx context.Context, url string, n int) ([]*rpcClient, error) {
 	if first != nil {
 		for _, c := range out {
 			if c != nil {
-				c.drop()
+				c.Abort()
 			}
 		}
 		return nil, first
@@ -60,26 +55,25 @@ func rowStorm(cfg config, rep *report) error {
 	defer ts.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	url := ts.wsURL("/api/ws", "")
-	ctl, err := dialRPC(ctx, url, true)
+	ctl, err := client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token})
 	if err != nil {
 		return err
 	}
-	defer ctl.drop()
+	defer ctl.Abort()
 
 	var p50, p99, pmax sample
 	exact := 0
 	var bad []string
 	for r := 0; r < cfg.n; r++ {
 		// A stored key: create a session and close it (persisted, not live).
-		var snap snapshot
-		if err := ctl.callInto(&snap, "session.create", fmt.Sprintf(`{"title":"storm-%d"}`, r)); err != nil {
+		snap, err := ctl.Create(ctx, wire.CreateParams{Title: fmt.Sprintf("storm-%d", r)})
+		if err != nil {
 			return err
 		}
-		if _, err := ctl.call("session.close", fmt.Sprintf(`{"session_id":%q}`, snap.SessionID)); err != nil {
+		if _, err := ctl.CloseSession(ctx, snap.SessionID); err != nil {
 			return err
 		}
-		socks, err := dialMany(ctx, url, cfg.storm)
+		socks, err := dialMany(ctx, ts, cfg.storm)
 		if err != nil {
 			return fmt.Errorf("dialing %d sockets: %w", cfg.storm, err)
 		}
@@ -88,15 +82,14 @@ func rowStorm(cfg config, rep *report) error {
 		errs := make([]error, len(socks))
 		gate := make(chan struct{})
 		var wg sync.WaitGroup
-		params := fmt.Sprintf(`{"session_id":%q}`, snap.SessionKey)
 		for i, c := range socks {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-gate
 				t0 := time.Now()
-				var s snapshot
-				errs[i] = c.callInto(&s, "session.resume", params)
+				s, err := c.Resume(ctx, wire.ResumeParams{SessionID: snap.SessionKey})
+				errs[i] = err
 				lat[i] = time.Since(t0)
 				ids[i] = s.SessionID
 			}()
@@ -111,21 +104,21 @@ func rowStorm(cfg config, rep *report) error {
 			}
 			distinct[ids[i]] = true
 		}
-		var al activeList
-		if err := ctl.callInto(&al, "session.active_list", `{}`); err != nil {
+		active, err := ctl.ActiveList(ctx)
+		if err != nil {
 			return err
 		}
 		live, liveID := 0, ""
-		for _, s := range al.Sessions {
+		for _, s := range active {
 			if s.SessionKey == snap.SessionKey {
 				live++
 				liveID = s.ID
 			}
 		}
-		if live == 1 && len(distinct) == 1 && distinct[liveID] && len(al.Sessions) == 1 {
+		if live == 1 && len(distinct) == 1 && distinct[liveID] && len(active) == 1 {
 			exact++
 		} else {
-			bad = append(bad, fmt.Sprintf("rep %d: %d live sessions for the key, %d in all, %d distinct ids answered", r, live, len(al.Sessions), len(distinct)))
+			bad = append(bad, fmt.Sprintf("rep %d: %d live sessions for the key, %d in all, %d distinct ids answered", r, live, len(active), len(distinct)))
 		}
 		lms := durationsMS(lat)
 		p50.add(percentile(lms, .5))
@@ -134,12 +127,12 @@ func rowStorm(cfg config, rep *report) error {
 		logf(cfg, "storm rep %d: p50 %.2fms p99 %.2fms max %.2fms; live for key %d", r, percentile(lms, .5), percentile(lms, .99), percentile(lms, 1), live)
 		// Clean up: close it (so the next repetition starts from none).
 		if liveID != "" {
-			if _, err := ctl.call("session.close", fmt.Sprintf(`{"session_id":%q}`, liveID)); err != nil {
+			if _, err := ctl.CloseSession(ctx, liveID); err != nil {
 				return err
 			}
 		}
 		for _, c := range socks {
-			c.drop()
+			c.Abort()
 		}
 		// Let the host finish tearing down 256 viewers before the next
 		// storm, so that it does not race the previous one's cleanup.

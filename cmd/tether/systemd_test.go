@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestSystemdUnit checks the shipped unit against what the host does:
+// KillMode=process (the PTY plugin outlives a restart), Restart=on-failure
+// (which covers exit status 3, the primary transport failing for good),
+// no restart loop on a refusal to start (exit 1, 2), and an ExecStart
+// whose flags tether serve knows.
+func TestSystemdUnit(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "contrib", "systemd", "tether.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	keys := map[string][]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "[") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("unit line %q is not KEY=VALUE", line)
+		}
+		keys[k] = append(keys[k], v)
+	}
+	for k, want := range map[string]string{"KillMode": "process", "Restart": "on-failure", "Type": "simple"} {
+		if got := keys[k]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %v, want %s", k, got, want)
+		}
+	}
+	if got := strings.Fields(strings.Join(keys["RestartPreventExitStatus"], " ")); !slices.Contains(got, "1") || slices.Contains(got, "3") {
+		t.Errorf("RestartPreventExitStatus = %v: want 1 (a refusal to start) and never 3", got)
+	}
+	exec := strings.Fields(strings.Join(keys["ExecStart"], " "))
+	if len(exec) < 2 || exec[1] != "serve" {
+		t.Fatalf("ExecStart = %v, want tether serve ...", exec)
+	}
+	// The flags parse as tether serve's.
+	var seen []string
+	for _, a := range exec[2:] {
+		if strings.HasPrefix(a, "--") {
+			seen = append(seen, strings.TrimPrefix(a, "--"))
+		}
+	}
+	out, code := captureStdout(t, "serve", "--help")
+	if code != 0 {
+		t.Fatalf("tether serve --help exited %d", code)
+	}
+	for _, name := range seen {
+		if !strings.Contains(out, "-"+name) {
+			t.Errorf("ExecStart uses --%s, which tether serve does not know", name)
+		}
+	}
+}
+
+// captureStdout runs the tether command args in this process and returns
+// what it wrote to stdout and its exit status.
+func captureStdout(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	code := run(args)
+	os.Stdout = old
+	w.Close()
+	return <-done, code
+}
+
+// TestHelpOnStdout: help asked for goes to stdout with exit status 0,
+// for tether itself and for its commands.
+func TestHelpOnStdout(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"serve", "--help"}, {"doctor", "-h"}, {"plugins", "--help"}} {
+		out, code := captureStdout(t, args...)
+		if code != 0 || !strings.Contains(out, "usage") && !strings.Contains(out, "-") {
+			t.Errorf("tether %v: exit %d, stdout %q; want the help on stdout and 0", args, code, out)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package ptyroute
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
+)
+
+// PTYQuery is a parsed /api/pty query.
+type PTYQuery struct {
+	Attach    string // "" in legacy mode
+	HasOffset bool
+	Offset    int64
+	Epoch     string
+	View      bool
+}
+
+// ParsePTYQuery parses and validates the query of an /api/pty upgrade. A
+// malformed attach token or offset is an error (close 4400).
+func ParsePTYQuery(raw string) (PTYQuery, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return PTYQuery{}, fmt.Errorf("query: %v: %w", err, contract.ErrInvalidArgument)
+	}
+	var p PTYQuery
+	if vs, ok := q["attach"]; ok {
+		if len(vs) != 1 || !ValidAttachToken(vs[0]) {
+			return PTYQuery{}, fmt.Errorf("attach must be 16-128 of [A-Za-z0-9_-]: %w", contract.ErrInvalidArgument)
+		}
+		p.Attach = vs[0]
+	}
+	if vs, ok := q["offset"]; ok {
+		if len(vs) != 1 {
+			return PTYQuery{}, fmt.Errorf("offset given twice: %w", contract.ErrInvalidArgument)
+		}
+		n, err := strconv.ParseInt(vs[0], 10, 64)
+		if err != nil || n < 0 {
+			return PTYQuery{}, fmt.Errorf("offset must be a non-negative integer: %w", contract.ErrInvalidArgument)
+		}
+		p.HasOffset, p.Offset = true, n
+	}
+	p.Epoch = q.Get("epoch")
+	p.View = q.Get("view") == "1"
+	return p, nil
+}
+
+// ValidAttachToken reports whether t is 16–128 characters of
+// [A-Za-z0-9_-].
+func ValidAttachToken(t string) bool { return wire.ValidAttachToken(t) }
+
+// IsResize reports whether frame starts with the resize escape's prefix:
+// it is then a resize, or dropped, and never input.
+func IsResize(frame []byte) bool { return wire.IsResize(frame) }
+
+// ParseResize reports whether frame is exactly the resize escape
+// ESC [ R E S I Z E : cols ; rows ] with both in 1–10000, and returns the
+// size.
+func ParseResize(frame []byte) (cols, rows int, ok bool) { return wire.ParseResize(frame) }

@@ -1,0 +1,269 @@
+package ptyroute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/host/internal/metrics"
+)
+
+func TestParseResize(t *testing.T) {
+	tests := []struct {
+		in         string
+		cols, rows int
+		ok         bool
+	}{
+		{"\x1b[RESIZE:120;40]", 120, 40, true},
+		{"\x1b[RESIZE:1;1]", 1, 1, true},
+		{"\x1b[RESIZE:10000;10000]", 10000, 10000, true},
+		{"\x1b[RESIZE:10001;40]", 0, 0, false},
+		{"\x1b[RESIZE:0;40]", 0, 0, false},
+		{"\x1b[RESIZE:-1;40]", 0, 0, false},
+		{"\x1b[RESIZE:+1;40]", 0, 0, false},
+		{"\x1b[RESIZE:120;40]x", 0, 0, false},
+		{"x\x1b[RESIZE:120;40]", 0, 0, false},
+		{"\x1b[RESIZE:120,40]", 0, 0, false},
+		{"\x1b[RESIZE:120;]", 0, 0, false},
+		{"\x1b[RESIZE:;40]", 0, 0, false},
+		{"\x1b[RESIZE:1 2;40]", 0, 0, false},
+		{"\x1b[resize:120;40]", 0, 0, false},
+		{"\x1b[RESIZE:120;40;3]", 0, 0, false},
+		{"", 0, 0, false},
+		{"ls\r", 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q", tt.in), func(t *testing.T) {
+			cols, rows, ok := ParseResize([]byte(tt.in))
+			if cols != tt.cols || rows != tt.rows || ok != tt.ok {
+				t.Errorf("ParseResize = %d, %d, %v; want %d, %d, %v", cols, rows, ok, tt.cols, tt.rows, tt.ok)
+			}
+		})
+	}
+}
+
+func FuzzParseResize(f *testing.F) {
+	for _, s := range []string{"\x1b[RESIZE:120;40]", "\x1b[RESIZE:0;0]", "\x1b[RESIZE:99999999999999999999;1]", "abc"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cols, rows, ok := ParseResize(b)
+		if !ok {
+			return
+		}
+		if cols < 1 || rows < 1 || cols > 10000 || rows > 10000 {
+			t.Fatalf("accepted out-of-range size %d;%d from %q", cols, rows, b)
+		}
+		// An accepted frame is exactly the canonical escape.
+		if want := fmt.Sprintf("\x1b[RESIZE:%d;%d]", cols, rows); strings.TrimLeft(string(b), "") != want && !leadingZeros(b) {
+			t.Fatalf("accepted %q, canonical form %q", b, want)
+		}
+	})
+}
+
+// leadingZeros reports whether the numbers of an accepted escape have
+// leading zeros ("007"), the one non-canonical form accepted.
+func leadingZeros(b []byte) bool {
+	return strings.Contains(string(b), ":0") || strings.Contains(string(b), ";0")
+}
+
+func TestParsePTYQuery(t *testing.T) {
+	tok := strings.Repeat("a", 16)
+	tests := []struct {
+		in      string
+		want    PTYQuery
+		wantErr bool
+	}{
+		{"", PTYQuery{}, false},
+		{"attach=" + tok, PTYQuery{Attach: tok}, false},
+		{"attach=" + tok + "&offset=10&epoch=e1&view=1", PTYQuery{Attach: tok, HasOffset: true, Offset: 10, Epoch: "e1", View: true}, false},
+		{"attach=" + tok + "&offset=0", PTYQuery{Attach: tok, HasOffset: true}, false},
+		{"attach=" + strings.Repeat("A-_9", 32), PTYQuery{Attach: strings.Repeat("A-_9", 32)}, false},
+		{"attach=short", PTYQuery{}, true},
+		{"attach=" + strings.Repeat("a", 129), PTYQuery{}, true},
+		{"attach=" + strings.Repeat("a", 15) + "!", PTYQuery{}, true},
+		{"attach=", PTYQuery{}, true},
+		{"attach=" + tok + "&attach=" + tok, PTYQuery{}, true},
+		{"attach=" + tok + "&offset=-1", PTYQuery{}, true},
+		{"attach=" + tok + "&offset=x", PTYQuery{}, true},
+		{"attach=" + tok + "&offset=1.5", PTYQuery{}, true},
+		{"attach=" + tok + "&offset=99999999999999999999", PTYQuery{}, true},
+		{"attach=%zz", PTYQuery{}, true},
+		{"token=abc&view=0", PTYQuery{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParsePTYQuery(tt.in)
+			if tt.wantErr {
+				if !errors.Is(err, contract.ErrInvalidArgument) {
+					t.Fatalf("ParsePTYQuery(%q) error %v, want ErrInvalidArgument", tt.in, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParsePTYQuery(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParsePTYQuery(f *testing.F) {
+	for _, s := range []string{"attach=aaaaaaaaaaaaaaaa&offset=3&epoch=x", "offset=-1", "attach=%", "view=1&attach=0123456789abcdef0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, err := ParsePTYQuery(s)
+		if err != nil {
+			if !errors.Is(err, contract.ErrInvalidArgument) {
+				t.Fatalf("error %v is not ErrInvalidArgument", err)
+			}
+			return
+		}
+		if q.Attach != "" && !ValidAttachToken(q.Attach) {
+			t.Fatalf("accepted invalid attach %q", q.Attach)
+		}
+		if q.Offset < 0 || (!q.HasOffset && q.Offset != 0) {
+			t.Fatalf("bad offset %+v", q)
+		}
+	})
+}
+
+// stuckSender is a link.FlowSender whose queue never drains: it records
+// commands and its waitRoom always times out.
+type stuckSender struct {
+	mu    sync.Mutex
+	cmds  []contract.Command
+	waits int
+}
+
+func (s *stuckSender) Send(cmd contract.Command) {
+	s.mu.Lock()
+	s.cmds = append(s.cmds, cmd)
+	s.mu.Unlock()
+}
+
+func (s *stuckSender) WaitRoom(context.Context, time.Duration) bool {
+	s.mu.Lock()
+	s.waits++
+	s.mu.Unlock()
+	return false
+}
+
+// TestPTYOutputStalledLink: when a link's queue does not drain within
+// the bound, its PTY sockets are closed with 1013 and get no more output,
+// so the stream goes on for everyone else.
+func TestPTYOutputStalledLink(t *testing.T) {
+	r := New(zerolog.Nop(), metrics.New())
+	stuck, fine := &stuckSender{}, &stuckSender{}
+	tok := strings.Repeat("t", 16)
+	mk := func(conn uint64, out link.Sender) *ptyConn {
+		c := &ptyConn{id: contract.TransportID{Instance: "ws", Conn: conn}, out: out, r: r, token: tok, attached: true, epoch: "e"}
+		r.conns[c.id] = c
+		if r.routes[tok] == nil {
+			r.routes[tok] = &ptyRoute{socks: make(map[contract.TransportID]*ptyConn)}
+		}
+		r.routes[tok].socks[c.id] = c
+		return c
+	}
+	mk(1, stuck)
+	mk(2, plainSender{fine})
+	out := func(off int64, data string) []contract.Output {
+		return []contract.Output{{Token: tok, Offset: off, Data: []byte(data), Epoch: "e"}}
+	}
+	if err := r.OnOutput(context.Background(), out(0, "abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.OnOutput(context.Background(), out(3, "def")); err != nil {
+		t.Fatal(err)
+	}
+	kinds := func(s *stuckSender) string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var b strings.Builder
+		for _, c := range s.cmds {
+			switch c.Kind {
+			case contract.CommandSend:
+				fmt.Fprintf(&b, "send %q;", c.Data)
+			case contract.CommandClose:
+				fmt.Fprintf(&b, "close %d;", c.Code)
+			}
+		}
+		return b.String()
+	}
+	if got, want := kinds(stuck), `send "abc";close 1013;`; got != want {
+		t.Errorf("stalled link: got %s want %s", got, want)
+	}
+	if stuck.waits != 1 {
+		t.Errorf("stalled link: waited %d times, want 1 (no wait once its sockets are cut)", stuck.waits)
+	}
+	if got, want := kinds(fine), `send "abc";send "def";`; got != want {
+		t.Errorf("other link: got %s want %s", got, want)
+	}
+}
+
+// plainSender is a sender without flow control.
+type plainSender struct{ s *stuckSender }
+
+func (p plainSender) Send(cmd contract.Command) { p.s.Send(cmd) }
+
+// recordingBackend records the input and resizes it is asked for.
+type recordingBackend struct {
+	contract.Backend
+	mu      sync.Mutex
+	writes  [][]byte
+	resizes [][2]int
+}
+
+func (b *recordingBackend) Write(_ context.Context, _ string, _ contract.TransportID, data []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.writes = append(b.writes, append([]byte(nil), data...))
+	return nil
+}
+
+func (b *recordingBackend) Resize(_ context.Context, _ string, _ contract.TransportID, cols, rows int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.resizes = append(b.resizes, [2]int{cols, rows})
+	return nil
+}
+
+// TestResizeFramesNeverTyped: a frame that starts with the resize escape
+// resizes when it is exactly a valid one and is dropped otherwise — it
+// never reaches the PTY as input.
+func TestResizeFramesNeverTyped(t *testing.T) {
+	r := New(zerolog.Nop(), metrics.New())
+	be := &recordingBackend{}
+	r.SetBackend(be)
+	tok := strings.Repeat("t", 16)
+	c := &ptyConn{id: contract.TransportID{Instance: "ws", Conn: 1}, out: &stuckSender{}, r: r, token: tok, attached: true, epoch: "e"}
+	r.conns[c.id] = c
+	for _, f := range []string{
+		"\x1b[RESIZE:99999;99999]", "\x1b[RESIZE:0;24]", "\x1b[RESIZE:80;0]", "\x1b[RESIZE:abc]",
+		"\x1b[RESIZE:80;24", "\x1b[RESIZE:+80;24]", "\x1b[RESIZE:80;24]x", "\x1b[RESIZE:",
+		"\x1b[RESIZE:120;40]", "hello\n",
+	} {
+		c.OnFrame([]byte(f), false)
+	}
+	r.Wait()
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if len(be.writes) != 1 || string(be.writes[0]) != "hello\n" {
+		t.Errorf("writes = %q, want only \"hello\\n\"", be.writes)
+	}
+	if len(be.resizes) != 1 || be.resizes[0] != [2]int{120, 40} {
+		t.Errorf("resizes = %v, want only [120 40]", be.resizes)
+	}
+	if got := testutil.ToFloat64(r.metrics.BadResizes); got != 8 {
+		t.Errorf("bad resizes counted %v, want 8", got)
+	}
+}

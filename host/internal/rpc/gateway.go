@@ -1,0 +1,88 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/host/store"
+)
+
+// Gateway is the JSON-RPC 2.0 dispatcher of /api/ws: the link endpoint
+// whose connections are viewers of the session table.
+type Gateway struct {
+	table   *session.Table
+	store   *store.Store
+	version string
+	log     zerolog.Logger
+	metrics *metrics.Metrics
+	// ctx is the gateway's lifetime, cancelled by Close; handlers that
+	// wait (resume, close) use it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // per-connection workers
+}
+
+var _ link.Endpoint = (*Gateway)(nil)
+
+// New returns a dispatcher over table; version is sent in gateway.ready.
+func New(table *session.Table, st *store.Store, version string, log zerolog.Logger, m *metrics.Metrics) *Gateway {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Gateway{table: table, store: st, version: version, log: log, metrics: m, ctx: ctx, cancel: cancel}
+}
+
+// Close cancels requests in flight and waits for their workers.
+func (g *Gateway) Close() {
+	g.cancel()
+	g.wg.Wait()
+}
+
+// Open implements link.Endpoint: it admits the connection and sends it
+// gateway.ready.
+func (g *Gateway) Open(id contract.TransportID, transport string, _ *contract.Event, out link.FlowSender) link.Conn {
+	c := g.newConn(id, transport, out)
+	out.Send(contract.Command{Kind: contract.CommandAdmit, Conn: id.Conn})
+	c.ready()
+	return c
+}
+
+func (g *Gateway) newConn(id contract.TransportID, transport string, out link.Sender) *conn {
+	return &conn{
+		id:        id,
+		transport: transport,
+		out:       out,
+		gw:        g,
+		log:       g.log.With().Str("transport_id", id.String()).Logger(),
+		bindings:  make(map[string]session.Binding),
+	}
+}
+
+// toRPCError maps table errors to the protocol's codes.
+func toRPCError(err error) *rpcError {
+	var re *rpcError
+	switch {
+	case errors.As(err, &re):
+		return re
+	case errors.Is(err, session.ErrUnknownSession):
+		return errorf(CodeUnknownSession, "unknown session_id; resume by stored key")
+	case errors.Is(err, session.ErrNoLongerLive):
+		return errorf(CodeStoredNotFound, "session no longer live; retry resume")
+	case errors.Is(err, session.ErrStoredNotFound):
+		return errorf(CodeStoredNotFound, "stored session not found")
+	case errors.Is(err, session.ErrSessionBusy):
+		return errorf(CodeSessionBusy, "session busy: a run is in flight")
+	case errors.Is(err, session.ErrStorageUnavailable):
+		return errorf(CodeStorageUnavailable, "storage unavailable: %s", strings.ReplaceAll(err.Error(), ": storage unavailable", ""))
+	case errors.Is(err, session.ErrBuildFailed), errors.Is(err, session.ErrTableClosed),
+		errors.Is(err, session.ErrOwnedElsewhere), errors.Is(err, session.ErrOwnersUnavailable):
+		return errorf(CodeResumeFailed, "%v", err)
+	}
+	return errorf(CodeInternalError, "internal error: %v", err)
+}

@@ -1,0 +1,273 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/host/store"
+)
+
+// call is what a handler knows of the request it serves besides params.
+type call struct {
+	id     json.RawMessage
+	inline bool // on the link's goroutine: return errWait rather than wait
+}
+
+// errWait tells dispatch that an inline call needs to wait (a database
+// read): it is queued for the worker and served there.
+var errWait = errors.New("needs the worker")
+
+// errReplied tells handle that the handler already sent its response
+// (binds answer under the session lock).
+var errReplied = errors.New("replied")
+
+// live type-checks session_id and looks up that live session (4006,
+// 4001).
+func (c *conn) live(p params) (*session.Session, error) {
+	sid, err := p.sessionID()
+	if err != nil {
+		return nil, err
+	}
+	return c.gw.table.Lookup(sid)
+}
+
+// method is one entry of the method table: its handler, and whether it
+// may be served on the link's goroutine (inline). An inline method never
+// waits — no database, agent or plugin call, only short in-memory locks —
+// or, when it finds it must, returns errWait and is served by the
+// connection's worker instead.
+type method struct {
+	serve  func(c *conn, cl call, p params) (any, error)
+	inline bool
+}
+
+// methods is the gateway's method table.
+var methods map[string]method
+
+func init() {
+	methods = map[string]method{
+		"session.create":       {serve: (*conn).create},
+		"session.branch":       {serve: (*conn).branch},
+		"session.resume":       {serve: (*conn).resume},
+		"session.activate":     {serve: (*conn).activate},
+		"session.close":        {serve: (*conn).close},
+		"session.active_list":  {serve: (*conn).activeList, inline: true},
+		"session.list":         {serve: (*conn).list},
+		"session.events.since": {serve: (*conn).eventsSince, inline: true},
+		"prompt.submit":        {serve: (*conn).submit},
+		"session.runs":         {serve: (*conn).runs, inline: true},
+		"session.interrupt":    {serve: (*conn).interrupt},
+	}
+}
+
+// inline reports whether req may be served on the link's goroutine (see
+// method). A malformed request is answered inline too: its error needs
+// nothing else.
+func (r *request) inline() bool {
+	var name string
+	if len(r.Method) == 0 || r.Method[0] != '"' || json.Unmarshal(r.Method, &name) != nil {
+		return true
+	}
+	m, ok := methods[name]
+	return !ok || m.inline
+}
+
+func (c *conn) create(cl call, p params) (any, error) {
+	title, err := p.str("title")
+	if err != nil {
+		return nil, err
+	}
+	cod, err := p.boolean("close_on_disconnect")
+	if err != nil {
+		return nil, err
+	}
+	parent, err := p.str("parent_session_id")
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := p.integer("cols"); err != nil {
+		return nil, err
+	}
+	var late []session.Binding
+	ferr := c.gw.table.Create(c.gw.ctx, c, session.CreateOptions{Title: title, CloseOnDisconnect: cod, Parent: parent, ForkCount: -1}, c.replyBind(cl.id, &late))
+	return nil, c.bindDone(late, ferr)
+}
+
+func (c *conn) branch(cl call, p params) (any, error) {
+	sid, err := p.sessionID()
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := p.integer("cols"); err != nil {
+		return nil, err
+	}
+	title, err := p.str("title")
+	if err != nil {
+		return nil, err
+	}
+	parent, fork := sid, -1
+	if !store.ValidKey(sid) {
+		s, lerr := c.gw.table.Lookup(sid)
+		if lerr != nil {
+			return nil, lerr
+		}
+		// Fork at the last completed turn.
+		var own string
+		parent, fork, own = s.ForkPoint()
+		if title == "" {
+			title = own
+		}
+	}
+	var late []session.Binding
+	ferr := c.gw.table.Create(c.gw.ctx, c, session.CreateOptions{Title: title, Parent: parent, ForkCount: fork}, c.replyBind(cl.id, &late))
+	return nil, c.bindDone(late, ferr)
+}
+
+func (c *conn) resume(cl call, p params) (any, error) {
+	sid, err := p.sessionID()
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := p.integer("cols"); err != nil {
+		return nil, err
+	}
+	var late []session.Binding
+	rerr := c.gw.table.Resume(c.gw.ctx, c, sid, c.replyBind(cl.id, &late))
+	return nil, c.bindDone(late, rerr)
+}
+
+func (c *conn) activate(cl call, p params) (any, error) {
+	sid, err := p.sessionID()
+	if err != nil {
+		return nil, err
+	}
+	var late []session.Binding
+	aerr := c.gw.table.Activate(c.gw.ctx, c, sid, c.replyBind(cl.id, &late))
+	return nil, c.bindDone(late, aerr)
+}
+
+func (c *conn) close(cl call, p params) (any, error) {
+	sid, err := p.sessionID()
+	if err != nil {
+		return nil, err
+	}
+	closed, cerr := c.gw.table.Close(c.gw.ctx, sid)
+	if cerr != nil {
+		return nil, cerr
+	}
+	return map[string]bool{"closed": closed}, nil
+}
+
+func (c *conn) activeList(call, params) (any, error) {
+	return map[string]any{"sessions": c.gw.table.Active()}, nil
+}
+
+// storedEntry is one row of session.list.
+type storedEntry struct {
+	ID           string `json:"id"`
+	Title        string `json:"title"`
+	StartedAt    int64  `json:"started_at"`
+	EndedAt      *int64 `json:"ended_at"`
+	EndReason    string `json:"end_reason"`
+	MessageCount int    `json:"message_count"`
+}
+
+func (c *conn) list(cl call, p params) (any, error) {
+	limit, _, err := p.integer("limit")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(c.gw.ctx, 10*time.Second)
+	defer cancel()
+	rows, lerr := c.gw.store.List(ctx, int(min(limit, 10000)))
+	if lerr != nil {
+		return nil, fmt.Errorf("list stored sessions: %w", lerr)
+	}
+	out := make([]storedEntry, 0, len(rows))
+	for _, s := range rows {
+		e := storedEntry{ID: s.Key, Title: s.Title, StartedAt: s.StartedAt.Unix(), EndReason: s.EndReason, MessageCount: s.MessageCount}
+		if !s.EndedAt.IsZero() {
+			at := s.EndedAt.Unix()
+			e.EndedAt = &at
+		}
+		out = append(out, e)
+	}
+	return map[string]any{"sessions": out}, nil
+}
+
+func (c *conn) eventsSince(cl call, p params) (any, error) {
+	sid, err := p.sessionID()
+	if err != nil {
+		return nil, err
+	}
+	if !p.has("last_seen") {
+		return nil, errorf(CodeInvalidParams, "last_seen must be a non-negative integer")
+	}
+	last, _, err := p.integer("last_seen")
+	if err != nil {
+		return nil, err
+	}
+	rec, lerr := c.gw.table.Lookup(sid)
+	if lerr != nil {
+		return nil, lerr
+	}
+	if r, ok := rec.EventsSinceLive(uint64(last)); ok {
+		return r, nil
+	}
+	if cl.inline {
+		return nil, errWait // the database has the older events
+	}
+	ctx, cancel := context.WithTimeout(c.gw.ctx, 10*time.Second)
+	defer cancel()
+	r, eerr := rec.EventsSince(ctx, uint64(last))
+	if eerr != nil {
+		return nil, fmt.Errorf("events since %d: %w", last, eerr)
+	}
+	return r, nil
+}
+
+func (c *conn) submit(cl call, p params) (any, error) {
+	sid, err := p.sessionID()
+	if err != nil {
+		return nil, err
+	}
+	if !p.has("text") {
+		return nil, errorf(CodeInvalidParams, "text must be a string")
+	}
+	text, err := p.str("text")
+	if err != nil {
+		return nil, err
+	}
+	rec, lerr := c.gw.table.Lookup(sid)
+	if lerr != nil {
+		return nil, lerr
+	}
+	runID, serr := rec.Submit(text)
+	if serr != nil {
+		return nil, serr
+	}
+	return map[string]string{"status": "streaming", "run_id": runID}, nil
+}
+
+func (c *conn) runs(cl call, p params) (any, error) {
+	rec, err := c.live(p)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"runs": rec.Runs()}, nil
+}
+
+func (c *conn) interrupt(cl call, p params) (any, error) {
+	rec, err := c.live(p)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Interrupt() {
+		return map[string]string{"status": "interrupted"}, nil
+	}
+	return map[string]string{"status": "idle"}, nil
+}

@@ -1,0 +1,150 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/store"
+)
+
+// Submit starts a run answering text and returns its run id, or
+// ErrSessionBusy while another run is in flight. The prompt and the run
+// are stored before it answers (ErrStorageUnavailable when they cannot
+// be). The run belongs to the session, not to a socket: only interrupt,
+// close, reap and shutdown end it early.
+func (s *Session) Submit(text string) (string, error) {
+	t := s.t
+	if err := t.writable(); err != nil {
+		return "", fmt.Errorf("submit to %s: %w", s.id, err)
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return "", fmt.Errorf("%s: %w", s.id, ErrUnknownSession)
+	}
+	if s.run != nil || s.submitting {
+		s.mu.Unlock()
+		return "", fmt.Errorf("%s: %w", s.id, ErrSessionBusy)
+	}
+	s.submitting = true
+	s.mu.Unlock()
+
+	now := t.now()
+	runID := contract.RandomHex(8)
+	prompt := agent.Message{Role: agent.RoleUser, Text: text}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := t.store.StartTurn(ctx, s.key, prompt, store.Run{ID: runID, Status: statusRunning, StartedAt: now})
+	cancel()
+	s.mu.Lock()
+	s.submitting = false
+	if err != nil {
+		s.mu.Unlock()
+		return "", storageErr("submit to "+s.id, err, ErrBuildFailed)
+	}
+	if s.closing {
+		// Closed while the turn was stored: the stored run is finished
+		// by the next host's (or rebuild's) recovery, as after a kill.
+		s.mu.Unlock()
+		return "", fmt.Errorf("%s: %w", s.id, ErrUnknownSession)
+	}
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	ru := &run{id: runID, started: now, cancel: cancelRun, done: make(chan struct{}), progress: now}
+	history := make([]agent.Message, len(s.messages))
+	copy(history, s.messages)
+	s.messages = append(s.messages, prompt)
+	s.run = ru
+	s.runs = append(s.runs, RunInfo{RunID: ru.id, Status: statusRunning, StartedAt: now.Unix()})
+	s.lastActive = now
+	// The run's start seq is stored with its message.start.
+	s.emitOpsLocked("message.start", map[string]string{"run_id": ru.id}, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
+	ru.startSeq = s.seq
+	t.wg.Add(1)
+	s.mu.Unlock()
+
+	go s.runAgent(runCtx, ru, history, text)
+	return ru.id, nil
+}
+
+// runAgent runs the agent for one prompt and records its end: the answer,
+// the run's status and the cursor are stored with its message.complete,
+// so a client told the run ended finds the answer stored.
+func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message, prompt string) {
+	t := s.t
+	defer t.wg.Done()
+	defer ru.cancel()
+	err := s.agent.Run(ctx, history, prompt, func(delta string) {
+		if delta == "" {
+			return
+		}
+		s.mu.Lock()
+		ru.text.WriteString(delta)
+		ru.progress = t.now()
+		s.lastActive = ru.progress
+		s.emitLocked("message.delta", map[string]string{"text": delta})
+		s.mu.Unlock()
+	})
+
+	s.mu.Lock()
+	status := statusComplete
+	switch {
+	case ru.interrupted || errors.Is(err, context.Canceled):
+		status = statusInterrupted
+	case err != nil:
+		status = statusFailed
+	}
+	if err != nil && status == statusFailed {
+		s.log.Warn().Err(err).Str("run_id", ru.id).Msg("run failed")
+	}
+	answer := ru.text.String()
+	now := t.now()
+	ended := now.Unix()
+	for i := range s.runs {
+		if s.runs[i].RunID == ru.id {
+			s.runs[i].Status = status
+			s.runs[i].EndedAt = &ended
+		}
+	}
+	s.messages = append(s.messages, agent.Message{Role: agent.RoleAssistant, Text: answer})
+	s.run = nil
+	s.lastActive = now
+	s.emitOpsLocked("message.complete", map[string]string{"text": answer, "status": status}, ops{
+		messages: []store.Message{{Key: s.key, Message: agent.Message{Role: agent.RoleAssistant, Text: answer}}},
+		runEnds:  []store.RunEnd{{Key: s.key, RunID: ru.id, Status: status, At: now}},
+		cursor:   &store.Cursor{Key: s.key, Epoch: s.epoch, LastSeq: s.seq + 1},
+	})
+	gen := s.gen
+	idle := len(s.viewers) == 0 && !s.closing
+	s.mu.Unlock()
+	close(ru.done)
+
+	if idle {
+		t.release(releaseRef{s: s, gen: gen}, settled)
+	}
+}
+
+// Interrupt cancels the run in flight, reporting whether there was one.
+func (s *Session) Interrupt() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run == nil {
+		return false
+	}
+	if !s.run.interrupted {
+		s.run.interrupted = true
+		s.run.cancel()
+	}
+	return true
+}
+
+// Runs copies session.runs, oldest first.
+func (s *Session) Runs() []RunInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]RunInfo, len(s.runs))
+	copy(out, s.runs)
+	return out
+}

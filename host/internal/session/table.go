@@ -1,0 +1,378 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/store"
+)
+
+// runStaleAfter is how long a parked session's run may go without progress
+// before the reaper interrupts it.
+const runStaleAfter = 10 * time.Minute
+
+// ownersTimeout bounds one call to the ownership store.
+const ownersTimeout = 5 * time.Second
+
+// Config configures a Table.
+type Config struct {
+	Store  *store.Store
+	Agents agent.Factory
+	// Owners records key ownership; nil means a new MemOwners.
+	Owners Owners
+	// Host is this host's name in the ownership entries ("" on a single
+	// host).
+	Host string
+	// OrphanGrace is how long a session with no viewer stays parked
+	// before it is reaped; 0 keeps it forever.
+	OrphanGrace time.Duration
+	// RingSize is the number of events kept in memory per session for
+	// session.events.since (default 4096); older ones come from the
+	// journal.
+	RingSize int
+	// Retention bounds the event journal in the store.
+	Retention store.Retention
+	// SessionTTL releases parked, idle sessions idle for longer (0 = never).
+	SessionTTL time.Duration
+	// MaxLive caps the live sessions (0 = no cap): making room evicts the
+	// oldest parked idle session; with none, create and resume fail.
+	MaxLive int
+	Log     zerolog.Logger
+	Metrics *metrics.Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Table is the authoritative table of live sessions: a map under one
+// mutex. Every path that removes a viewer, parks, reaps or closes a
+// session goes through release.
+type Table struct {
+	store   *store.Store
+	agents  agent.Factory
+	owners  Owners
+	host    string
+	grace   time.Duration
+	ring    int
+	log     zerolog.Logger
+	metrics *metrics.Metrics
+	now     func() time.Time
+	journal *journal
+	ttl     time.Duration
+	maxLive int
+	sweep   chan struct{} // closed to stop the idle sweeper
+	sweeper sync.WaitGroup
+
+	wg sync.WaitGroup // teardowns and runs in flight
+
+	mu    sync.Mutex // guards the fields below
+	byID  map[string]*Session
+	byKey map[string]*Session
+	order []*Session // creation order, for active_list
+	// claims holds, by key, the sessions built and waiting for the
+	// ownership store to record them; a resume of that key waits.
+	claims map[string]*claim
+	// releasing holds sessions removed from the table whose teardown is
+	// still persisting, by key; a resume of that key waits for them.
+	releasing map[string]*Session
+	closed    bool
+}
+
+// claim is a session being registered: done is closed when it is in the
+// table or was given up.
+type claim struct{ done chan struct{} }
+
+// NewTable returns an empty table.
+func NewTable(cfg Config) *Table {
+	if cfg.Owners == nil {
+		cfg.Owners = NewMemOwners()
+	}
+	if cfg.RingSize <= 0 {
+		cfg.RingSize = 4096
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	t := &Table{
+		store:     cfg.Store,
+		agents:    cfg.Agents,
+		owners:    cfg.Owners,
+		host:      cfg.Host,
+		grace:     cfg.OrphanGrace,
+		ring:      cfg.RingSize,
+		log:       cfg.Log,
+		metrics:   cfg.Metrics,
+		now:       cfg.Now,
+		journal:   newJournal(cfg.Store, cfg.Retention, cfg.Log, cfg.Metrics),
+		ttl:       cfg.SessionTTL,
+		maxLive:   cfg.MaxLive,
+		sweep:     make(chan struct{}),
+		byID:      make(map[string]*Session),
+		byKey:     make(map[string]*Session),
+		claims:    make(map[string]*claim),
+		releasing: make(map[string]*Session),
+	}
+	t.journal.overloaded = t.interruptAll
+	if t.ttl > 0 {
+		t.sweeper.Add(1)
+		go t.sweepIdle()
+	}
+	return t
+}
+
+// interruptAll interrupts every run in flight: the journal cannot store
+// what they stream, and its withheld backlog is at its bound.
+func (t *Table) interruptAll() {
+	t.mu.Lock()
+	all := make([]*Session, len(t.order))
+	copy(all, t.order)
+	t.mu.Unlock()
+	n := 0
+	for _, s := range all {
+		if s.Interrupt() {
+			n++
+		}
+	}
+	if n > 0 {
+		t.log.Error().Int("runs", n).Msg("runs interrupted: the database cannot be written and the withheld events reached their bound")
+	}
+}
+
+// storageErr maps a failed write of the store: a storage fault becomes
+// ErrStorageUnavailable (5003), anything else other.
+func storageErr(op string, err error, other error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return fmt.Errorf("%s: %v: %w", op, err, ErrStorageUnavailable)
+	}
+	return fmt.Errorf("%s: %v: %w", op, err, other)
+}
+
+// writable reports why a call that must write should be refused now: the
+// journal's commits are failing (ErrStorageUnavailable), else nil.
+func (t *Table) writable() error {
+	if err := t.journal.health(); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrStorageUnavailable)
+	}
+	return nil
+}
+
+// sweepIdle releases parked idle sessions older than the session TTL.
+func (t *Table) sweepIdle() {
+	defer t.sweeper.Done()
+	every := min(max(t.ttl/4, 50*time.Millisecond), time.Minute)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.sweep:
+			return
+		case <-tick.C:
+		}
+		now := t.now()
+		for _, ref := range t.candidates(func(s *Session) bool { return now.Sub(s.lastActive) > t.ttl }) {
+			t.release(ref, IdleReap)
+		}
+	}
+}
+
+// candidates returns, oldest activity first, the parked idle sessions
+// (no viewer, no run) for which pick holds, with their generation now.
+func (t *Table) candidates(pick func(*Session) bool) []releaseRef {
+	t.mu.Lock()
+	all := make([]*Session, len(t.order))
+	copy(all, t.order)
+	t.mu.Unlock()
+	type cand struct {
+		ref  releaseRef
+		last time.Time
+	}
+	var cs []cand
+	for _, s := range all {
+		s.mu.Lock()
+		if len(s.viewers) == 0 && s.run == nil && !s.closing && pick(s) {
+			cs = append(cs, cand{releaseRef{s: s, gen: s.gen}, s.lastActive})
+		}
+		s.mu.Unlock()
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].last.Before(cs[j].last) })
+	out := make([]releaseRef, len(cs))
+	for i, c := range cs {
+		out[i] = c.ref
+	}
+	return out
+}
+
+// makeRoomLocked reports whether one more live session fits under the
+// cap. When it does not, it releases t.mu, evicts the oldest parked idle
+// session and reports false (the caller retries); with nothing to evict it
+// returns ErrLiveCap. t.mu is held on entry, and on return only when it
+// reports true.
+func (t *Table) makeRoomLocked() (bool, error) {
+	if t.maxLive <= 0 || len(t.byID)+len(t.claims) < t.maxLive {
+		return true, nil
+	}
+	t.mu.Unlock()
+	for _, ref := range t.candidates(func(*Session) bool { return true }) {
+		if t.release(ref, Evicted) {
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%d live sessions, none parked and idle: %w", t.maxLive, ErrLiveCap)
+}
+
+// CreateOptions are the parameters of session.create.
+type CreateOptions struct {
+	Title             string
+	CloseOnDisconnect bool
+	// Parent is the stored key whose display rows form the new session's
+	// prefix, or "".
+	Parent string
+	// ForkCount overrides the number of parent rows in the prefix; -1
+	// means all the parent's rows as stored now.
+	ForkCount int
+}
+
+// Activate binds v to the live session id.
+func (t *Table) Activate(ctx context.Context, v Viewer, id string, reply Reply) error {
+	s, err := t.Lookup(id)
+	if err != nil {
+		return err
+	}
+	if err := t.bind(ctx, s, v, "", reply); errors.Is(err, errGone) {
+		return fmt.Errorf("%s: %w", id, ErrUnknownSession)
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// Lookup returns the live session with runtime id, or ErrUnknownSession.
+func (t *Table) Lookup(id string) (*Session, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.byID[id]
+	if s == nil {
+		return nil, fmt.Errorf("%s: %w", id, ErrUnknownSession)
+	}
+	return s, nil
+}
+
+// ActiveEntry is one row of session.active_list.
+type ActiveEntry struct {
+	ID           string `json:"id"`
+	SessionKey   string `json:"session_key"`
+	Title        string `json:"title"`
+	Status       string `json:"status"`
+	MessageCount int    `json:"message_count"`
+	StartedAt    int64  `json:"started_at"`
+	LastActive   int64  `json:"last_active"`
+	Viewers      int    `json:"viewers"`
+	// Transports counts the viewers per transport name; empty for a
+	// parked session.
+	Transports map[string]int `json:"transports"`
+}
+
+// Active lists the live sessions in creation order, parked ones included.
+func (t *Table) Active() []ActiveEntry {
+	t.mu.Lock()
+	all := make([]*Session, len(t.order))
+	copy(all, t.order)
+	t.mu.Unlock()
+	out := make([]ActiveEntry, 0, len(all))
+	for _, s := range all {
+		s.mu.Lock()
+		e := ActiveEntry{
+			ID:           s.id,
+			SessionKey:   s.key,
+			Title:        s.title,
+			Status:       s.statusLocked(),
+			MessageCount: len(s.messages) + s.inflightRowsLocked(),
+			StartedAt:    s.startedAt.Unix(),
+			LastActive:   s.lastActive.Unix(),
+			Viewers:      len(s.viewers),
+			Transports:   make(map[string]int),
+		}
+		for _, v := range s.viewers {
+			e.Transports[v.Transport()]++
+		}
+		s.mu.Unlock()
+		out = append(out, e)
+	}
+	return out
+}
+
+// Close ends the live session id (session.close). It reports whether the
+// session was live. It returns once the session is persisted.
+func (t *Table) Close(ctx context.Context, id string) (bool, error) {
+	t.mu.Lock()
+	s := t.byID[id]
+	t.mu.Unlock()
+	if s == nil {
+		return false, nil
+	}
+	// Closing stores the session's end: refuse it while nothing can be
+	// stored (the session stays live, with everything withheld).
+	if err := t.writable(); err != nil {
+		return false, fmt.Errorf("close %s: %w", id, err)
+	}
+	if !t.release(releaseRef{s: s}, Closed) {
+		return false, nil
+	}
+	select {
+	case <-s.released:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+// Detach is the teardown of a departing viewer: each binding it held goes
+// through the funnel with the generation its bind made.
+func (t *Table) Detach(v contract.TransportID, bs []Binding) {
+	for _, b := range bs {
+		t.release(releaseRef{s: b.s, gen: b.gen, tid: v}, Disconnected)
+	}
+}
+
+// Shutdown releases every live session with reason shutdown (interrupting
+// runs, persisting them) and waits for all teardowns, or ctx.
+func (t *Table) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	t.closed = true
+	all := make([]*Session, len(t.order))
+	copy(all, t.order)
+	t.mu.Unlock()
+	for _, s := range all {
+		t.release(releaseRef{s: s}, Shutdown)
+	}
+	select {
+	case <-t.sweep:
+	default:
+		close(t.sweep)
+	}
+	t.sweeper.Wait()
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.journal.close()
+		return ctx.Err()
+	}
+	// Every event is committed and handed to its viewers before the
+	// sockets are closed.
+	err := t.journal.flush(ctx)
+	t.journal.close()
+	return err
+}

@@ -1,0 +1,232 @@
+package e2e_test
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-agent/tether/testing/e2e"
+	"github.com/tether-agent/tether/testing/wsclient"
+)
+
+// TestAccessTokenFileSurvivesRestart: with no --token the host makes a
+// token file (0600) once and every later start on the state dir uses the
+// same token, so clients holding it keep working across restarts.
+func TestAccessTokenFileSurvivesRestart(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", ""}, Env: []string{"TETHER_TOKEN="}})
+	path := filepath.Join(s.StateDir, "token")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("no token file after the first start: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("token file mode %v, want 0600", fi.Mode().Perm())
+	}
+	b, _ := os.ReadFile(path)
+	if strings.TrimSpace(string(b)) != s.Token {
+		t.Errorf("token file holds %q, the host printed %q", b, s.Token)
+	}
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", ""}, Env: []string{"TETHER_TOKEN="}})
+	if s2.Token != s.Token {
+		t.Errorf("token after a restart %q, want the same %q", s2.Token, s.Token)
+	}
+	s2.Dial(t) // the old token is let in
+}
+
+// TestAccessWildcardListener: a host listening on 0.0.0.0 prints a URL a
+// browser here can open (127.0.0.1) and accepts Host and Origin as
+// 127.0.0.1, localhost and this machine's addresses with its port; any
+// other name is refused with 4403, unless --allow-host names it.
+func TestAccessWildcardListener(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--listen", "0.0.0.0:0", "--pty-command", "", "--allow-host", "tether.example"}})
+	host, port, err := net.SplitHostPort(s.Addr)
+	if err != nil || host != "127.0.0.1" {
+		t.Fatalf("printed address %s: want 127.0.0.1:PORT for a wildcard listener", s.Addr)
+	}
+	dial := func(hostHeader, origin string) int {
+		t.Helper()
+		c, err := s.DialRaw(ctxT(t, 10*time.Second), "/api/ws", wsclient.Options{
+			Token:  s.Token,
+			Header: http.Header{"Host": []string{hostHeader}},
+			Origin: origin,
+		})
+		if err != nil {
+			t.Fatalf("dial with Host %s: %v", hostHeader, err)
+		}
+		defer c.Close()
+		ev, err := c.NextEvent(ctxT(t, 10*time.Second))
+		if err == nil && ev.Type == "gateway.ready" {
+			return 0
+		}
+		select {
+		case <-c.Closed():
+		case <-time.After(10 * time.Second):
+		}
+		code, _ := c.CloseCode()
+		return code
+	}
+	tests := []struct {
+		host, origin string
+		want         int
+	}{
+		{"127.0.0.1:" + port, "http://127.0.0.1:" + port, 0},
+		{"localhost:" + port, "http://localhost:" + port, 0},
+		{"tether.example", "https://tether.example", 0},
+		{"evil.example:" + port, "", 4403},
+		{"127.0.0.1:" + port, "http://evil.example@127.0.0.1:" + port, 4403},
+		{"127.0.0.1:" + port, "http://evil.example", 4403},
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+				tests = append(tests, struct {
+					host, origin string
+					want         int
+				}{net.JoinHostPort(n.IP.String(), port), "", 0})
+				break
+			}
+		}
+	}
+	for _, tt := range tests {
+		if got := dial(tt.host, tt.origin); got != tt.want {
+			t.Errorf("Host %q Origin %q: got %d, want %d", tt.host, tt.origin, got, tt.want)
+		}
+	}
+}
+
+// TestAccessAdminListener: the admin listener asks for the token (401
+// without it), checks the Host (403 for a foreign one: a DNS-rebinding
+// page cannot read it), and serves /debug/pprof only with --pprof.
+func TestAccessAdminListener(t *testing.T) {
+	for _, pprof := range []bool{false, true} {
+		args := []string{"--pty-command", "", "--admin-listen", "127.0.0.1:0"}
+		if pprof {
+			args = append(args, "--pprof")
+		}
+		s := e2e.Start(t, e2e.Config{Args: args})
+		get := func(path, token, host string) int {
+			req, err := http.NewRequest(http.MethodGet, s.AdminURL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			if host != "" {
+				req.Host = host
+			}
+			cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			resp, err := cl.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if got := get("/metrics", "", ""); got != 401 {
+			t.Errorf("/metrics without the token: %d, want 401", got)
+		}
+		if got := get("/metrics", "wrong", ""); got != 401 {
+			t.Errorf("/metrics with a wrong token: %d, want 401", got)
+		}
+		if got := get("/metrics", s.Token, "rebind.attacker.example"); got != 403 {
+			t.Errorf("/metrics with a foreign Host: %d, want 403", got)
+		}
+		if got := get("/metrics", s.Token, ""); got != 200 {
+			t.Errorf("/metrics with the token: %d, want 200", got)
+		}
+		if got := get("/healthz", s.Token, ""); got != 200 {
+			t.Errorf("/healthz with the token: %d, want 200", got)
+		}
+		want := 404
+		if pprof {
+			want = 200
+		}
+		if got := get("/debug/pprof/cmdline", s.Token, ""); got != want {
+			t.Errorf("pprof=%v: /debug/pprof/cmdline: %d, want %d", pprof, got, want)
+		}
+		if got := get("/debug/pprof/cmdline?token="+s.Token, "", ""); got != want {
+			t.Errorf("pprof=%v: /debug/pprof/cmdline?token=: %d, want %d", pprof, got, want)
+		}
+	}
+}
+
+// TestAccessNoTetherEnvInPTY: a PTY's shell sees none of tether's
+// TETHER_* variables (the access token among them), even when the host
+// was given its token that way.
+func TestAccessNoTetherEnvInPTY(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "env"}, Env: []string{"TETHER_TOKEN=env-given-token-1234567890", "TETHER_ORPHAN_GRACE=5s"}})
+	if s.Token != "env-given-token-1234567890" {
+		t.Fatalf("the host did not take TETHER_TOKEN: printed %q", s.Token)
+	}
+	p := ptyDial(t, s, "attach="+attachToken(t))
+	replayOf(t, p)
+	if code := closeCode(t, p); code != 4410 {
+		t.Fatalf("env exited: close %d, want 4410", code)
+	}
+	out := string(p.Output())
+	if !strings.Contains(out, "PATH=") {
+		t.Fatalf("the shell's environment was not printed: %q", out)
+	}
+	if strings.Contains(out, "TETHER_") || strings.Contains(out, s.Token) {
+		t.Errorf("a TETHER_ variable reached the PTY:\n%s", out)
+	}
+}
+
+// TestAccessTokenNeverInArgv runs the documented commands the documented
+// way — tether serve with its token file, tether sessions, tether attach
+// — and reads every process's command line: the token is in none (not in
+// the host's, its plugins' or the clients'), while the clients still get
+// in by reading the host's token file.
+func TestAccessTokenNeverInArgv(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "cat"}})
+	scan := func(when string) {
+		t.Helper()
+		dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range dirs {
+			b, err := os.ReadFile(p)
+			if err == nil && strings.Contains(string(b), s.Token) {
+				t.Errorf("%s: %s holds the token: %q", when, p, strings.ReplaceAll(string(b), "\x00", " "))
+			}
+		}
+	}
+	scan("host running")
+	out, errOut, code := e2e.Tether(t, "sessions", "--url", s.URL, "--state-dir", s.StateDir)
+	if code != 0 || !strings.Contains(out, "LIVE") {
+		t.Fatalf("tether sessions with the token file: exit %d\n%s%s", code, out, errOut)
+	}
+	// attach keeps running: scan while it is connected.
+	cmd := exec.Command(e2e.Build(t), "attach", "--url", s.URL, "--state-dir", s.StateDir, "--new")
+	cmd.Env = append(os.Environ(), "TETHER_TOKEN=")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr e2e.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	waitFor(t, func() bool { return strings.Contains(stderr.String(), "attach token") }, "tether attach to connect")
+	waitFor(t, func() bool {
+		return len(pluginsJSON(t, s.StateDir)) > 0 && pluginsJSON(t, s.StateDir)["pty"].Connections == 1
+	}, "the attach to reach the PTY")
+	scan("tether attach connected")
+}

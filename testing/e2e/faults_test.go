@@ -1,0 +1,376 @@
+package e2e_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-agent/tether/testing/e2e"
+)
+
+// healthArgs make the host ping its plugins often, so that a hung one is
+// found within a second.
+var healthArgs = []string{"--plugin-health-interval", "200ms", "--plugin-health-timeout", "300ms", "--admin-listen", "127.0.0.1:0"}
+
+// TestFaultHungTransport stops the WebSocket plugin with SIGSTOP: it is
+// alive but answers nothing. The host's health ping finds it within
+// interval + timeout, kills it and starts a fresh one; /healthz answers
+// again, `tether plugins` and the metrics say why it was restarted, and a
+// client resumes its parked session.
+func TestFaultHungTransport(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: append([]string{"--orphan-grace", "0"}, healthArgs...)})
+	c := s.Dial(t)
+	var snap snapshot
+	call(t, c, "session.create", map[string]any{"title": "beside a hung plugin"}, &snap)
+	pid := pluginPID(t, s, 1)
+	stopped := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP ws plugin %d: %v", pid, err)
+	}
+	waitLogLine(t, s, "transport plugin did not answer its health ping in time; killing it to restart it", map[string]any{"plugin": "ws"})
+	if newPID := pluginPID(t, s, 2); newPID == pid {
+		t.Fatalf("ws plugin pid after the restart is still %d", pid)
+	}
+	if status, _ := s.Get(t, "/healthz"); status != 200 {
+		t.Fatalf("/healthz after the restart: %d, want 200", status)
+	}
+	t.Logf("/healthz answered %v after SIGSTOP (interval 200ms + timeout 300ms)", time.Since(stopped))
+	ws := pluginsJSON(t, s.StateDir)["ws"]
+	if ws.State != "running" || ws.Restarts != 1 || ws.LastReason != "unresponsive" || !strings.Contains(ws.LastError, "unresponsive") {
+		t.Errorf("plugins list ws: %+v, want running, 1 restart, last reason unresponsive", ws)
+	}
+	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=ws", "reason=unresponsive"); got != 1 {
+		t.Errorf("tether_plugin_restarts_total{plugin=ws,reason=unresponsive} = %v, want 1", got)
+	}
+	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed"); got != 0 {
+		t.Errorf("tether_plugin_restarts_total{plugin=pty,reason=crashed} = %v, want 0 (and present from the start)", got)
+	}
+	c2 := s.Dial(t)
+	var back snapshot
+	call(t, c2, "session.resume", map[string]any{"session_id": snap.SessionKey}, &back)
+	if back.SessionID != snap.SessionID {
+		t.Errorf("resumed %s, want the parked %s", back.SessionID, snap.SessionID)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+		t.Errorf("the stopped plugin %d is still there", pid)
+	}
+}
+
+// TestFaultHungPTYPlugin stops the PTY plugin with SIGSTOP: the host finds
+// it unresponsive, kills it and starts a fresh one, and a terminal can be
+// attached again (a fresh PTY: the old ones went with their plugin).
+func TestFaultHungPTYPlugin(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: append([]string{"--pty-command", "cat"}, healthArgs...)})
+	tok := attachToken(t)
+	p := ptyDial(t, s, "attach="+tok)
+	replayOf(t, p)
+	p.Close()
+	pid := ptyPluginPID(t, s.StateDir)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP pty plugin %d: %v", pid, err)
+	}
+	waitLogLine(t, s, "pty backend did not answer its health ping in time; killing it to restart it", map[string]any{"plugin": "pty"})
+	waitFor(t, func() bool {
+		ps := pluginsJSON(t, s.StateDir)["pty"]
+		return ps.State == "running" && ps.Pid != pid && ps.Pid != 0
+	}, "a fresh pty plugin running")
+	pty := pluginsJSON(t, s.StateDir)["pty"]
+	if pty.Restarts != 1 || pty.LastReason != "unresponsive" {
+		t.Errorf("plugins list pty: %+v, want 1 restart, reason unresponsive", pty)
+	}
+	q := ptyDial(t, s, "attach="+tok)
+	if r := replayOf(t, q); !r.Reset {
+		t.Errorf("attach after the restart: %+v, want a reset replay of a fresh PTY", r)
+	}
+	if err := q.Write([]byte("after the restart\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.WaitOutput(ctxT(t, 10*time.Second), func(out []byte) bool { return strings.Contains(string(out), "after the restart") }); err != nil {
+		t.Fatalf("output of the fresh PTY: %v", err)
+	}
+}
+
+// ptyPluginPID reads the PTY plugin's pid from its reattach record.
+func ptyPluginPID(t *testing.T, dir string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "plugins", "pty.json"))
+		if err != nil {
+			return false
+		}
+		_, err = fmt.Sscanf(string(b[strings.Index(string(b), `"pid":`)+6:]), "%d", &pid)
+		return err == nil && pid > 0
+	}, "the pty plugin's reattach record")
+	return pid
+}
+
+// TestFaultPrimaryCrashLoopExits: a primary transport that fails its
+// restart limit in a row takes the host down with exit status 3 (so a
+// service manager restarts it whole) instead of leaving the port bound
+// with nothing behind it.
+func TestFaultPrimaryCrashLoopExits(t *testing.T) {
+	checkNoLeaks(t)
+	crash := fakeTransportScript(t, "crash")
+	s := e2e.Start(t, e2e.Config{Args: []string{"--plugin-restart-limit", "3", "--plugin", "transport=" + crash}})
+	code, err := s.Wait(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 3 {
+		t.Fatalf("tether serve exited %d, want 3; stderr:\n%s", code, s.Stderr.Tail(20))
+	}
+	if lines := logLines(s, "shutting down: the primary transport keeps failing and nothing serves --listen"); len(lines) != 1 {
+		t.Errorf("want one log line saying why the host exits; got %d\n%s", len(lines), s.Stderr.Tail(20))
+	}
+}
+
+// TestFaultTwoHostsOneStateDir starts two hosts on one state dir at the
+// same instant, many times: exactly one serves each time, and the other
+// exits 1 at once saying the state dir is in use by the first one's pid.
+func TestFaultTwoHostsOneStateDir(t *testing.T) {
+	checkNoLeaks(t)
+	bin := e2e.Build(t)
+	const rounds = 8
+	for round := range rounds {
+		dir := t.TempDir()
+		type host struct {
+			cmd         *exec.Cmd
+			out, errOut e2e.Buffer
+		}
+		hosts := [2]*host{{}, {}}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, h := range hosts {
+			h.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--log-format", "json", "--pty-command", "")
+			h.cmd.Env = append(os.Environ(), "TETHER_TOKEN=two-hosts-test-token")
+			h.cmd.Stdout, h.cmd.Stderr = &h.out, &h.errOut
+			h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if err := h.cmd.Start(); err != nil {
+					t.Errorf("start: %v", err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		// The loser exits by itself; then stop the winner.
+		exited := make(chan int, 2)
+		for i, h := range hosts {
+			go func() {
+				h.cmd.Wait()
+				exited <- i
+			}()
+		}
+		var loser int
+		select {
+		case loser = <-exited:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: neither host exited: both serve one state dir", round)
+		}
+		winner := hosts[1-loser]
+		// The other one serves.
+		waitFor(t, func() bool { return strings.Contains(winner.out.String(), "tether listening on http://") }, "the winner's listening line")
+		if code := hosts[loser].cmd.ProcessState.ExitCode(); code != 1 {
+			t.Errorf("round %d: the second host exited %d, want 1\n%s", round, code, hosts[loser].errOut.String())
+		}
+		want := fmt.Sprintf("is in use by pid %d", winner.cmd.Process.Pid)
+		if !strings.Contains(hosts[loser].errOut.String(), want) {
+			t.Errorf("round %d: the second host said %q, want it to say %q", round, hosts[loser].errOut.String(), want)
+		}
+		_ = winner.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = winner.cmd.Process.Kill()
+			t.Fatalf("round %d: the serving host did not stop on SIGTERM", round)
+		}
+		if code := winner.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("round %d: the serving host exited %d on SIGTERM, want 0\n%s", round, code, winner.errOut.String())
+		}
+	}
+}
+
+// TestFaultControlWithoutHost: with no host on a state dir, `tether
+// plugins` says so (the lock file left by a host that is gone names no
+// holder).
+func TestFaultControlWithoutHost(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", ""}})
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("host exit %d, %v", code, err)
+	}
+	_, errOut, code := e2e.Tether(t, "plugins", "list", "--state-dir", s.StateDir)
+	if code == 0 || !strings.Contains(errOut, "no tether host is running") {
+		t.Errorf("plugins list with no host: exit %d, %q; want an error saying no host runs", code, errOut)
+	}
+}
+
+// TestFaultDamagedStateDB: a state.db with garbage pages after its header
+// makes tether serve refuse to start (exit 1) with an error naming the
+// file, instead of serving and failing every call; a 0-byte state.db
+// next to an existing token file starts with a warning that history was
+// not found.
+func TestFaultDamagedStateDB(t *testing.T) {
+	// A state dir with some history.
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", ""}})
+	c := s.Dial(t)
+	for i := range 50 {
+		call(t, c, "session.create", map[string]any{"title": fmt.Sprintf("session %d %s", i, strings.Repeat("t", 500))}, nil)
+	}
+	c.Close()
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("host exit %d, %v", code, err)
+	}
+	db := filepath.Join(s.StateDir, "state.db")
+	b, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 3*4096 {
+		t.Fatalf("state.db has %d bytes: too small to damage pages after the header", len(b))
+	}
+	for off := 4096; off+4096 <= len(b); off += 2 * 4096 {
+		for i := range 4096 {
+			b[off+i] = byte(i*31 + off/4096)
+		}
+	}
+	if err := os.WriteFile(db, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := e2e.Build(t)
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", s.StateDir, "--pty-command", "", "--log-format", "json")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	err = cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("tether serve on a damaged state.db: exit %d (%v), want 1\n%s", code, err, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), db) || !strings.Contains(errOut.String(), "damaged") {
+		t.Errorf("the refusal does not name the file and say it is damaged:\n%s", errOut.String())
+	}
+
+	// A 0-byte state.db on a state dir used before (it has a token file).
+	if err := os.WriteFile(db, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"state.db-wal", "state.db-shm"} {
+		os.Remove(filepath.Join(s.StateDir, f))
+	}
+	if err := os.WriteFile(filepath.Join(s.StateDir, "token"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", ""}})
+	waitLogLine(t, s2, "state.db is empty on a state dir used before: starting with no history (restore it from a backup to get the sessions back)", map[string]any{"file": db})
+}
+
+// TestFaultPluginStderrFlood: a plugin writing 20,000 stderr lines at
+// once has at most 1,000 a second re-emitted by the host, and the rest
+// counted in a summary line, instead of flooding the host's log.
+func TestFaultPluginStderrFlood(t *testing.T) {
+	checkNoLeaks(t)
+	flood := fakeTransportScript(t, "flood")
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "", "--admin-listen", "127.0.0.1:0",
+		"--plugin", "transport:flood=" + flood, "--transport-listen", "flood=127.0.0.1:0"}})
+	waitLogLine(t, s, "plugin wrote more stderr lines than the limit; the rest of this second was dropped", map[string]any{"plugin": "flood"})
+	var reemitted, dropped int
+	for _, l := range strings.Split(s.Stderr.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil || m["plugin"] != "flood" {
+			continue
+		}
+		if msg, _ := m["message"].(string); strings.HasPrefix(msg, "flood line ") {
+			reemitted++
+		}
+		if n, ok := m["dropped"].(float64); ok {
+			dropped += int(n)
+		}
+	}
+	// The lines arrive within a second or two: at most 1,000 per second.
+	if reemitted > 3000 || reemitted < 1000 {
+		t.Errorf("%d flood lines re-emitted, want 1,000 per second of flood (at most 3,000)", reemitted)
+	}
+	if got := s.Metric(t, "tether_plugin_log_lines_dropped_total", "plugin=flood"); int(got) != dropped || dropped == 0 {
+		t.Errorf("dropped: summary lines say %d, metric %v; want them equal and above 0", dropped, got)
+	}
+	if reemitted+dropped > 20000 {
+		t.Errorf("re-emitted %d + dropped %d > the 20,000 written", reemitted, dropped)
+	}
+}
+
+// TestFaultNoSocketsInTmp: go-plugin sockets are made in the state dir,
+// not the system temp dir, and the socket of a plugin killed with -9 is
+// removed when the host restarts it.
+func TestFaultNoSocketsInTmp(t *testing.T) {
+	checkNoLeaks(t)
+	tmp := t.TempDir()
+	s := e2e.Start(t, e2e.Config{Env: []string{"TMPDIR=" + tmp}, Args: []string{"--admin-listen", "127.0.0.1:0"}})
+	pid := pluginPID(t, s, 1)
+	sockets := func() []string {
+		var out []string
+		filepath.WalkDir(s.StateDir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type()&os.ModeSocket != 0 && strings.HasPrefix(d.Name(), "plugin") {
+				out = append(out, p)
+			}
+			return nil
+		})
+		return out
+	}
+	before := sockets()
+	if len(before) != 2 {
+		t.Errorf("go-plugin sockets in the state dir: %v, want 2 (ws and pty)", before)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	pluginPID(t, s, 2)
+	waitFor(t, func() bool { return len(sockets()) == 2 }, "the killed plugin's socket to be removed (two sockets: the new ws and pty)")
+	entries, _ := os.ReadDir(tmp)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "plugin") {
+			t.Errorf("%s in the system temp dir: go-plugin sockets must live in the state dir", e.Name())
+		}
+	}
+}
+
+// TestFaultResizeNeverTyped: resize escapes that are malformed or out of
+// range are dropped, never written to the shell: the terminal echoes
+// every byte it is given, and none of them shows up.
+func TestFaultResizeNeverTyped(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "cat"}})
+	p := ptyDial(t, s, "attach="+attachToken(t))
+	replayOf(t, p)
+	for _, f := range []string{"\x1b[RESIZE:99999;99999]", "\x1b[RESIZE:0;24]", "\x1b[RESIZE:abc]", "\x1b[RESIZE:80;24", "\x1b[RESIZE:120;40]"} {
+		if err := p.Write([]byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Write([]byte("marker\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitOutput(ctxT(t, 10*time.Second), func(out []byte) bool { return strings.Count(string(out), "marker") >= 2 }); err != nil {
+		t.Fatalf("the echo of the marker: %v", err)
+	}
+	if out := string(p.Output()); strings.Contains(out, "RESIZE") || strings.Contains(out, "99999") {
+		t.Errorf("a resize escape reached the shell: output %q", out)
+	}
+}

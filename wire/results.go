@@ -1,0 +1,188 @@
+package wire
+
+import "encoding/json"
+
+// Params of the gateway's methods. A zero optional field is left out.
+
+// CreateParams are the params of session.create.
+type CreateParams struct {
+	Cols              int    `json:"cols,omitempty"`
+	Title             string `json:"title,omitempty"`
+	CloseOnDisconnect bool   `json:"close_on_disconnect,omitempty"`
+	// ParentSessionID is the stored key of the session to fork from.
+	ParentSessionID string `json:"parent_session_id,omitempty"`
+}
+
+// BranchParams are the params of session.branch. SessionID is a stored
+// key or a runtime id; the title defaults to the parent's.
+type BranchParams struct {
+	SessionID string `json:"session_id"`
+	Title     string `json:"title,omitempty"`
+	Cols      int    `json:"cols,omitempty"`
+}
+
+// ResumeParams are the params of session.resume. SessionID is a stored
+// key or a session's exact title.
+type ResumeParams struct {
+	SessionID string `json:"session_id"`
+	Cols      int    `json:"cols,omitempty"`
+}
+
+// SessionParams are the params of the methods that take only a runtime
+// session id: session.activate, session.close, session.runs,
+// session.interrupt.
+type SessionParams struct {
+	SessionID string `json:"session_id"`
+}
+
+// ListParams are the params of session.list.
+type ListParams struct {
+	Limit int `json:"limit,omitempty"`
+}
+
+// EventsSinceParams are the params of session.events.since.
+type EventsSinceParams struct {
+	SessionID string `json:"session_id"`
+	LastSeen  uint64 `json:"last_seen"`
+}
+
+// SubmitParams are the params of prompt.submit.
+type SubmitParams struct {
+	SessionID string `json:"session_id"`
+	Text      string `json:"text"`
+}
+
+// Results.
+
+// Message is one row of a session's display history.
+type Message struct {
+	Role string `json:"role"` // RoleUser or RoleAssistant
+	Text string `json:"text"`
+}
+
+// Snapshot is the result of session.create, branch, resume and activate.
+// Messages is the whole display history, the turn in flight included as
+// far as it has streamed (Status StatusWorking). The first live event
+// after it has seq LatestSeq+1.
+type Snapshot struct {
+	SessionID    string    `json:"session_id"`
+	SessionKey   string    `json:"session_key"`
+	Resumed      string    `json:"resumed,omitempty"`
+	Title        string    `json:"title"`
+	MessageCount int       `json:"message_count"`
+	Messages     []Message `json:"messages"`
+	Status       string    `json:"status"`
+	Running      bool      `json:"running"`
+	StartedAt    int64     `json:"started_at"`
+	LatestSeq    uint64    `json:"latest_seq"`
+	Epoch        string    `json:"epoch"`
+	// PendingPermissions holds the permission.request payloads still open
+	// (ACP agents only).
+	PendingPermissions []json.RawMessage `json:"pending_permissions,omitempty"`
+	// AgentContext is "reset" when an ACP agent could not load the
+	// session and started it anew.
+	AgentContext string `json:"agent_context,omitempty"`
+}
+
+// ActiveList is the result of session.active_list.
+type ActiveList struct {
+	Sessions []ActiveSession `json:"sessions"`
+}
+
+// ActiveSession is one live session (parked ones included), in creation
+// order.
+type ActiveSession struct {
+	ID           string `json:"id"`
+	SessionKey   string `json:"session_key"`
+	Title        string `json:"title"`
+	Status       string `json:"status"`
+	MessageCount int    `json:"message_count"`
+	StartedAt    int64  `json:"started_at"`
+	LastActive   int64  `json:"last_active"`
+	Viewers      int    `json:"viewers"`
+	// Transports counts the viewers per transport name.
+	Transports map[string]int `json:"transports,omitempty"`
+}
+
+// StoredList is the result of session.list.
+type StoredList struct {
+	Sessions []StoredSession `json:"sessions"`
+}
+
+// StoredSession is one stored session, newest first; ID is its stored key.
+type StoredSession struct {
+	ID           string `json:"id"`
+	Title        string `json:"title"`
+	StartedAt    int64  `json:"started_at"`
+	EndedAt      *int64 `json:"ended_at"` // nil while it has not ended
+	EndReason    string `json:"end_reason"`
+	MessageCount int    `json:"message_count"`
+}
+
+// EventsSince is the result of session.events.since. Events holds the
+// events with seq > last_seen when Truncated is false and Epoch is the one
+// the client knew; otherwise the client redraws from a snapshot.
+type EventsSince struct {
+	Epoch     string  `json:"epoch"`
+	Events    []Event `json:"events"`
+	LatestSeq uint64  `json:"latest_seq"`
+	Truncated bool    `json:"truncated"`
+}
+
+// SubmitResult is the result of prompt.submit.
+type SubmitResult struct {
+	Status string `json:"status"` // SubmitStreaming
+	RunID  string `json:"run_id"`
+}
+
+// CloseResult is the result of session.close: false when the session was
+// not live.
+type CloseResult struct {
+	Closed bool `json:"closed"`
+}
+
+// RunList is the result of session.runs.
+type RunList struct {
+	Runs []Run `json:"runs"`
+}
+
+// Run is one run of a session, oldest first.
+type Run struct {
+	RunID     string `json:"run_id"`
+	Status    string `json:"status"` // RunRunning, RunComplete, RunInterrupted or RunFailed
+	StartedAt int64  `json:"started_at"`
+	EndedAt   *int64 `json:"ended_at"`
+}
+
+// InterruptResult is the result of session.interrupt.
+type InterruptResult struct {
+	Status string `json:"status"` // InterruptInterrupted or InterruptIdle
+}
+
+// Event payloads.
+
+// Ready is the payload of gateway.ready.
+type Ready struct {
+	Version string `json:"version"`
+}
+
+// MessageStart is the payload of message.start.
+type MessageStart struct {
+	RunID string `json:"run_id"`
+}
+
+// MessageDelta is the payload of message.delta: the next piece of the
+// answer.
+type MessageDelta struct {
+	Text string `json:"text"`
+}
+
+// MessageComplete is the payload of message.complete, which ends every
+// run: Text is the whole answer as stored (for an interrupted run exactly
+// what was streamed).
+type MessageComplete struct {
+	Text   string `json:"text"`
+	Status string `json:"status"` // RunComplete, RunInterrupted or RunFailed
+	// StopReason is the ACP agent's stop reason (ACP agents only).
+	StopReason string `json:"stop_reason,omitempty"`
+}
