@@ -263,7 +263,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := backend.Start(ctx); err != nil {
 			return err
 		}
-		m.SetPTYSource(backend.PTYCount)
+		m.SetPTYSource(backend.Stats)
 		defer func() {
 			// The sockets are closed by now; let their detaches reach
 			// the plugin before letting go of it. A host that failed to

@@ -45,6 +45,7 @@ func serve(args []string) int {
 		ptyTTL       = fs.Duration("pty-ttl", 30*time.Minute, "how long a detached PTY lives")
 		ptyMax       = fs.Int("pty-max-sessions", 16, "live PTYs at most")
 		ptyBuffer    = sizeFlag{n: 1 << 20}
+		ptyScroll    = fs.Int("pty-scrollback", 1000, "lines of scrollback kept in a PTY's screen model and sent in a screen snapshot")
 		pingInterval = fs.Duration("ping-interval", 20*time.Second, "how often the transport pings idle clients")
 		peerTimeout  = fs.Duration("peer-timeout", 60*time.Second, "a client silent for this long is closed as dead")
 		stopPTYs     = fs.Bool("stop-ptys", false, "on shutdown also stop the PTY plugin (and its PTYs) instead of leaving it for the next host")
@@ -107,6 +108,10 @@ func serve(args []string) int {
 	ptyArgv, err := agent.ParseCommandLine(*ptyCommand)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tether serve: --pty-command %q: %v\n", *ptyCommand, err)
+		return 2
+	}
+	if *ptyScroll < 0 || *ptyScroll > 1<<20 {
+		fmt.Fprintln(os.Stderr, "tether serve: --pty-scrollback must be 0-1048576")
 		return 2
 	}
 	if *ptyMax < 1 {
@@ -219,6 +224,7 @@ func serve(args []string) int {
 			TTL:         *ptyTTL,
 			MaxSessions: *ptyMax,
 			Buffer:      ptyBuffer.n,
+			Scrollback:  *ptyScroll,
 		}},
 		StopPTYs:     *stopPTYs,
 		Reload:       reload,

@@ -136,6 +136,18 @@ func (b *Backend) Attach(ctx context.Context, req contract.AttachRequest) (contr
 	if err != nil || !resp.Reset {
 		return resp, err
 	}
+	if resp.Spawned {
+		// A PTY this attach started has shown nothing yet: its snapshot
+		// is an empty screen at offset 0, and every byte the program
+		// writes — its first prompt, its queries, which this first
+		// terminal is the one to answer — follows as live output.
+		rec.mu.Lock()
+		cols, rows := rec.sizes[0].cols, rec.sizes[0].rows // the size at offset 0
+		rec.mu.Unlock()
+		resp.Replay, resp.StartOffset, resp.ReplayEnd = nil, 0, 0
+		resp.Snapshot, resp.SnapshotBytes, resp.Cols, resp.Rows = true, 0, cols, rows
+		return resp, nil
+	}
 	// Every byte at or past the offset the attach bound the viewer at
 	// reaches the Output stream after it; the snapshot stands at that
 	// offset or later, so live output from ReplayEnd on is all there.

@@ -374,3 +374,26 @@ func TestFaultResizeNeverTyped(t *testing.T) {
 		t.Errorf("a resize escape reached the shell: output %q", out)
 	}
 }
+
+// TestFaultViewNeverCreates: view=1 with a token that has no live PTY is
+// closed with 4411 and starts no process; nor can it evict a detached
+// PTY at the cap.
+func TestFaultViewNeverCreates(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "cat", "--pty-max-sessions", "1", "--admin-listen", "127.0.0.1:0"}})
+	owner := attachToken(t)
+	p := ptyDial(t, s, "attach="+owner)
+	replayOf(t, p)
+	p.Close() // detached: the one PTY, evictable by a new writer
+	v := ptyDial(t, s, "attach="+attachToken(t)+"&view=1")
+	if code := closeCode(t, v); code != 4411 {
+		t.Fatalf("view=1 of an unknown token: close %d, want 4411", code)
+	}
+	if n := s.Metric(t, "tether_ptys"); n != 1 {
+		t.Errorf("live PTYs after the view attach: %v, want 1 (no new process, nothing evicted)", n)
+	}
+	back := ptyDial(t, s, "attach="+owner+"&view=1")
+	if r := replayOf(t, back); r.Epoch == "" {
+		t.Errorf("the detached PTY is gone after a view of another token: %+v", r)
+	}
+}

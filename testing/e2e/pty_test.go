@@ -348,9 +348,10 @@ func TestPTYBigReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Drop()
-	c2 := ptyDial(t, s, "attach="+tok)
+	// With its cursor at 0 the client gets the raw bytes [0, end).
+	c2 := ptyDial(t, s, fmt.Sprintf("attach=%s&offset=0&epoch=%s", tok, replayOf(t, c).Epoch))
 	r := replayOf(t, c2)
-	if r.ReplayEndOffset-r.StartOffset != size {
+	if r.Reset || r.ReplayEndOffset-r.StartOffset != size {
 		t.Fatalf("replay window %+v, want %d bytes", r, size)
 	}
 	if err := c2.WaitOutput(ctxT(t, 30*time.Second), func(b []byte) bool { return len(b) >= size }); err != nil {

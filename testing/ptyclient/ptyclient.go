@@ -35,7 +35,8 @@ type Client struct {
 	mu     sync.Mutex // guards the fields below
 	cond   *sync.Cond
 	replay *Replay
-	out    bytes.Buffer // every output byte received (replay, then live)
+	snap   bytes.Buffer // the snapshot's bytes (the first SnapshotBytes), when the replay is one
+	out    bytes.Buffer // every output byte counted for the offset: the raw replay, then live
 	code   int
 	reason string
 	texts  [][]byte // text frames after the replay frame (unexpected)
@@ -75,7 +76,13 @@ func (c *Client) read() {
 	for {
 		n, err := c.pty.Read(buf)
 		c.mu.Lock()
-		c.out.Write(buf[:n])
+		b := buf[:n]
+		if want := c.replay.SnapshotBytes - int64(c.snap.Len()); want > 0 {
+			k := min(int64(len(b)), want)
+			c.snap.Write(b[:k])
+			b = b[k:]
+		}
+		c.out.Write(b)
 		if err != nil {
 			c.code, c.reason = wire.CloseAbnormal, ""
 			var ce *client.CloseError
@@ -99,14 +106,25 @@ func (c *Client) Replay(ctx context.Context) (Replay, error) {
 	return *c.replay, nil
 }
 
-// Output returns a copy of every output byte received so far.
+// Snapshot returns the snapshot's bytes received so far (none when the
+// replay was raw).
+func (c *Client) Snapshot() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.snap.Bytes())
+}
+
+// Output returns a copy of every output byte received so far that counts
+// for the client's offset: the raw replay and live output, not a
+// snapshot.
 func (c *Client) Output() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return bytes.Clone(c.out.Bytes())
 }
 
-// Received is the number of output bytes received.
+// Received is the number of output bytes received that count for the
+// offset (see Output).
 func (c *Client) Received() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

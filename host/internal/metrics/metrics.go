@@ -33,12 +33,13 @@ type Metrics struct {
 	Supersedes       prometheus.Counter
 	BadResizes       prometheus.Counter
 	PTYs             prometheus.GaugeFunc
+	ScreenRebuilds   prometheus.GaugeFunc
 	BuildInfo        *prometheus.GaugeVec
 	StoreErrors      prometheus.Counter
 	RPCDuration      *prometheus.HistogramVec
 	PTYAttach        prometheus.Histogram
 
-	ptySource atomic.Pointer[func() int] // counts live PTYs; nil: none
+	ptySource atomic.Pointer[func() PTYStats] // describes the live PTYs; nil: none
 }
 
 // New registers the host's metrics on a new registry.
@@ -78,17 +79,31 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(100e-6, 2.5, 12),
 	})
 	m.PTYs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_ptys", Help: "Live PTYs in the PTY backend (asked at scrape time)."}, func() float64 {
-		if f := m.ptySource.Load(); f != nil {
-			return float64(max((*f)(), 0))
-		}
-		return 0
+		return float64(max(m.ptyStats().PTYs, 0))
+	})
+	m.ScreenRebuilds = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_pty_screen_rebuilds", Help: "Times the screen models of the live PTYs fell further behind than their rings and were rebuilt from them (what the ring no longer held is missing from their snapshots), summed over the live PTYs (asked at scrape time)."}, func() float64 {
+		return float64(m.ptyStats().ScreenRebuilds)
 	})
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
 		m.AgentCloses, m.CASConflicts, m.OwnerErrors, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
-		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs, m.BuildInfo, m.StoreErrors, m.RPCDuration, m.PTYAttach)
+		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs, m.ScreenRebuilds, m.BuildInfo, m.StoreErrors, m.RPCDuration, m.PTYAttach)
 	return m
 }
 
-// SetPTYSource sets the function the tether_ptys gauge asks at scrape
-// time.
-func (m *Metrics) SetPTYSource(f func() int) { m.ptySource.Store(&f) }
+// PTYStats is what the PTY gauges report, asked at scrape time.
+type PTYStats struct {
+	// PTYs is the live PTYs (-1 when the backend cannot tell).
+	PTYs int
+	// ScreenRebuilds sums the live PTYs' screen model rebuilds.
+	ScreenRebuilds int64
+}
+
+// SetPTYSource sets the function the PTY gauges ask at scrape time.
+func (m *Metrics) SetPTYSource(f func() PTYStats) { m.ptySource.Store(&f) }
+
+func (m *Metrics) ptyStats() PTYStats {
+	if f := m.ptySource.Load(); f != nil {
+		return (*f)()
+	}
+	return PTYStats{}
+}

@@ -162,6 +162,8 @@ func (c *ptyConn) attach() {
 		r.dropLocked(c)
 		r.mu.Unlock()
 		switch {
+		case errors.Is(err, contract.ErrNoSuchTerminal):
+			c.closeWith(contract.CloseNoSuchTerminal, "no such terminal")
 		case errors.Is(err, contract.ErrRegistryFull):
 			c.closeWith(contract.CloseInternalError, "registry full")
 		case errors.Is(err, contract.ErrInvalidArgument):
@@ -224,6 +226,10 @@ func (c *ptyConn) sendReplayHeader(resp contract.AttachResponse) {
 		ReplayEndOffset: resp.ReplayEnd,
 		Reset:           resp.Reset,
 		Reason:          resp.Reason,
+		Snapshot:        resp.Snapshot,
+		SnapshotBytes:   resp.SnapshotBytes,
+		Cols:            resp.Cols,
+		Rows:            resp.Rows,
 	})
 	c.out.Send(contract.Command{Kind: contract.CommandSend, Conn: c.id.Conn, Data: hdr})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
 )
 
@@ -387,25 +388,29 @@ func (b *Backend) Status() PluginStatus {
 	if g, _ := cur.(*bgen); g != nil {
 		st.Reattached = g.reattached
 		st.Connections = b.router.ConnCount()
-		st.PTYs = b.PTYCount()
+		st.PTYs = b.Stats().PTYs
 	}
 	return st
 }
 
-// PTYCount asks the backend how many PTYs are live (-1 when it cannot
-// tell).
-func (b *Backend) PTYCount() int {
+// Stats asks the backend how many PTYs are live (-1 when it cannot
+// tell) and how often their screen models were rebuilt.
+func (b *Backend) Stats() metrics.PTYStats {
 	g := b.currentGen()
 	if g == nil {
-		return 0
+		return metrics.PTYStats{}
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, time.Second)
 	defer cancel()
 	ptys, err := g.proc.be.List(ctx)
 	if err != nil {
-		return -1
+		return metrics.PTYStats{PTYs: -1}
 	}
-	return len(ptys)
+	st := metrics.PTYStats{PTYs: len(ptys)}
+	for _, p := range ptys {
+		st.ScreenRebuilds += p.ScreenRebuilds
+	}
+	return st
 }
 
 // stopRecorded stops the plugin process rec names, after checking (again,
