@@ -2,6 +2,9 @@ package contract
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"time"
 )
@@ -43,12 +46,35 @@ type BackendConfig struct {
 	Scrollback int
 	// Instance is the plugin instance id the host assigned (for logs).
 	Instance string
+	// Challenge is a random nonce: a backend started with an instance
+	// secret (EnvPluginSecret) answers it with Proof, so that a host
+	// reattaching to a process it did not start can tell it is the
+	// plugin its record names.
+	Challenge string
+	// IdleExit is how long the backend lives on once no host is linked
+	// (no Output stream) and no PTY is left (0: the backend's default).
+	IdleExit time.Duration
 }
 
 // BackendInfo describes a started backend.
 type BackendInfo struct {
 	Version string
 	Pid     int
+	// Proof is Prove(secret, Challenge), or "" without a secret.
+	Proof string
+}
+
+// EnvPluginSecret names the environment variable through which the host
+// gives a PTY backend process its instance secret at its start. The
+// process reads it, removes it from its environment, and proves it with
+// Prove on every Start.
+const EnvPluginSecret = "TETHER_PLUGIN_SECRET"
+
+// Prove is the proof of a secret for a challenge: hex HMAC-SHA256.
+func Prove(secret, challenge string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(challenge))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // AttachRequest attaches a viewer to the PTY of Token, spawning it when

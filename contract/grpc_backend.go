@@ -60,11 +60,13 @@ func (c *BackendGRPCClient) Start(ctx context.Context, cfg BackendConfig) (Backe
 		Buffer:      cfg.Buffer,
 		Instance:    cfg.Instance,
 		Scrollback:  int32(cfg.Scrollback),
+		Challenge:   cfg.Challenge,
+		IdleExitMs:  cfg.IdleExit.Milliseconds(),
 	})
 	if err != nil {
 		return BackendInfo{}, FromGRPC(err)
 	}
-	return BackendInfo{Version: resp.GetVersion(), Pid: int(resp.GetPid())}, nil
+	return BackendInfo{Version: resp.GetVersion(), Pid: int(resp.GetPid()), Proof: resp.GetProof()}, nil
 }
 
 // Attach implements Backend. With req.OnHeader and req.OnReplay set it
@@ -252,11 +254,13 @@ func (s *BackendGRPCServer) Start(ctx context.Context, req *tetherv1.BackendConf
 		Buffer:      req.GetBuffer(),
 		Instance:    req.GetInstance(),
 		Scrollback:  int(req.GetScrollback()),
+		Challenge:   req.GetChallenge(),
+		IdleExit:    time.Duration(req.GetIdleExitMs()) * time.Millisecond,
 	})
 	if err != nil {
 		return nil, ToGRPC(err)
 	}
-	return &tetherv1.BackendInfo{Version: info.Version, Pid: int32(info.Pid)}, nil
+	return &tetherv1.BackendInfo{Version: info.Version, Pid: int32(info.Pid), Proof: info.Proof}, nil
 }
 
 // Attach implements tetherv1.BackendServer.

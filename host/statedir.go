@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tether-agent/tether/host/internal/supervise"
 )
@@ -37,7 +38,12 @@ func lockStateDir(dir string) (*stateLock, error) {
 		return nil, fmt.Errorf("state dir lock: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		// The holder writes its pid right after it got the lock: give it
+		// a moment when we came in between.
 		pid := readLockPid(f)
+		for deadline := time.Now().Add(time.Second); pid == 0 && time.Now().Before(deadline); pid = readLockPid(f) {
+			time.Sleep(10 * time.Millisecond)
+		}
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			who := "another tether host"

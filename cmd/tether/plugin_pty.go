@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -35,6 +36,12 @@ func ptyPluginMain() int {
 	out := newHostLogWriter(os.Stderr, logFile(os.Getenv(host.EnvPluginStateDir), "pty"))
 	log := zerolog.New(out).With().Timestamp().Logger()
 	b := pty.New(log)
+	// The instance secret the host proves this process by when it
+	// reattaches: taken, then gone from the environment (no PTY's shell
+	// inherits it).
+	b.SetSecret(os.Getenv(contract.EnvPluginSecret))
+	_ = os.Unsetenv(contract.EnvPluginSecret)
+	go exitWhenIdle(b, log)
 
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGTERM)
@@ -53,6 +60,29 @@ func ptyPluginMain() int {
 	// The host asked the plugin to stop (go-plugin's Kill): end every PTY.
 	b.Shutdown()
 	return 0
+}
+
+// idleCheckEvery is how often the plugin looks whether it is idle.
+const idleCheckEvery = 2 * time.Second
+
+// exitWhenIdle ends the plugin process once it has had no host and no PTY
+// for the backend's idle time in a row: a PTY plugin left behind by a host
+// that is gone, with nothing to keep alive, does not linger.
+func exitWhenIdle(b *pty.Backend, log zerolog.Logger) {
+	var since time.Time
+	for range time.Tick(idleCheckEvery) {
+		idle, after := b.Idle()
+		switch {
+		case !idle:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= after:
+			log.Info().Dur("idle", time.Since(since)).Msg("no host and no PTY: exiting")
+			b.Shutdown()
+			os.Exit(0)
+		}
+	}
 }
 
 // logFile is where plugin name logs once its host is gone: a file in

@@ -45,6 +45,7 @@ func serve(args []string) int {
 		ptyTTL       = fs.Duration("pty-ttl", 30*time.Minute, "how long a detached PTY lives")
 		ptyMax       = fs.Int("pty-max-sessions", 16, "live PTYs at most")
 		ptyBuffer    = sizeFlag{n: 1 << 20}
+		ptyIdleExit  = fs.Duration("pty-idle-exit", 50*time.Second, "a PTY plugin left running with no host and no PTY exits after this long")
 		ptyScroll    = fs.Int("pty-scrollback", 1000, "lines of scrollback kept in a PTY's screen model and sent in a screen snapshot")
 		pingInterval = fs.Duration("ping-interval", 20*time.Second, "how often the transport pings idle clients")
 		peerTimeout  = fs.Duration("peer-timeout", 60*time.Second, "a client silent for this long is closed as dead")
@@ -225,6 +226,7 @@ func serve(args []string) int {
 			MaxSessions: *ptyMax,
 			Buffer:      ptyBuffer.n,
 			Scrollback:  *ptyScroll,
+			IdleExit:    *ptyIdleExit,
 		}},
 		StopPTYs:     *stopPTYs,
 		Reload:       reload,

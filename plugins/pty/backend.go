@@ -24,6 +24,9 @@ const (
 	DefaultMaxSessions = 16
 	DefaultBuffer      = 1 << 20
 	DefaultScrollback  = 1000
+	// DefaultIdleExit is how long a backend lives on with no host linked
+	// and no PTY left (see Idle).
+	DefaultIdleExit = 50 * time.Second
 )
 
 // Size of a new PTY when the attach gives none.
@@ -57,6 +60,10 @@ type Backend struct {
 	// models unfed until a snapshot (the benchmarks' baseline).
 	testNoFeed bool
 
+	// secret is the instance secret the host gave this process (see
+	// SetSecret); constant after it.
+	secret string
+
 	mu         sync.Mutex // guards the fields below
 	cfg        contract.BackendConfig
 	started    bool
@@ -83,6 +90,20 @@ func New(log zerolog.Logger) *Backend {
 	}
 }
 
+// SetSecret sets the instance secret Start proves to a host's Challenge
+// (contract.Prove). Call it once, before serving.
+func (b *Backend) SetSecret(secret string) { b.secret = secret }
+
+// Idle reports whether no host is linked (no Output stream) and no PTY
+// is live or being spawned, and how long an idle backend should live on
+// (the last Start's IdleExit). A plugin process with no host and nothing
+// left to keep exits once it has been idle that long.
+func (b *Backend) Idle() (idle bool, exitAfter time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.streamDone == nil && len(b.ptys) == 0 && len(b.spawning) == 0, cmp.Or(b.cfg.IdleExit, DefaultIdleExit)
+}
+
 // Start implements contract.Backend. Zero fields of cfg take the package
 // defaults; an empty Argv runs $SHELL, else /bin/sh. A later Start replaces
 // the configuration: TTL and MaxSessions apply at once, Argv and Buffer to
@@ -90,7 +111,7 @@ func New(log zerolog.Logger) *Backend {
 // the reaper.
 func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract.BackendInfo, error) {
 	switch {
-	case cfg.TTL < 0, cfg.MaxSessions < 0, cfg.Buffer < 0, cfg.Scrollback < 0:
+	case cfg.TTL < 0, cfg.MaxSessions < 0, cfg.Buffer < 0, cfg.Scrollback < 0, cfg.IdleExit < 0:
 		return contract.BackendInfo{}, fmt.Errorf("start: negative setting: %w", contract.ErrInvalidArgument)
 	case cfg.Buffer > maxBuffer:
 		return contract.BackendInfo{}, fmt.Errorf("start: buffer %d over %d: %w", cfg.Buffer, maxBuffer, contract.ErrInvalidArgument)
@@ -121,7 +142,11 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 	wake(b.reapWake)
 	b.log.Info().Str("instance", cfg.Instance).Strs("argv", cfg.Argv).Dur("ttl", cfg.TTL).
 		Int("max_sessions", cfg.MaxSessions).Int64("buffer", cfg.Buffer).Int("scrollback", cfg.Scrollback).Msg("pty backend started")
-	return contract.BackendInfo{Version: Version, Pid: os.Getpid()}, nil
+	info := contract.BackendInfo{Version: Version, Pid: os.Getpid()}
+	if b.secret != "" && cfg.Challenge != "" {
+		info.Proof = contract.Prove(b.secret, cfg.Challenge)
+	}
+	return info, nil
 }
 
 // Attach implements contract.Backend. It spawns the PTY of req.Token when

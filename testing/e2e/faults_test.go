@@ -397,3 +397,121 @@ func TestFaultViewNeverCreates(t *testing.T) {
 		t.Errorf("the detached PTY is gone after a view of another token: %+v", r)
 	}
 }
+
+// copyFile copies the executable src to dst (mode 0755).
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFaultRebuiltBinaryReattaches: a host run from binary path A is
+// stopped, then a copy of it at path B (a rebuild, an upgrade, two `go
+// run`s) starts on the same state dir: it reattaches to the same PTY
+// plugin — the record names the plugin by a secret it proves, not by the
+// binary's path — so the same PTY, with the same epoch, resumes byte
+// exact, and one PTY plugin runs.
+func TestFaultRebuiltBinaryReattaches(t *testing.T) {
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a", "tether"), filepath.Join(dir, "b", "tether")
+	for _, p := range []string{a, b} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		copyFile(t, e2e.Build(t), p)
+	}
+	state := t.TempDir()
+	s1 := e2e.Start(t, e2e.Config{Binary: a, StateDir: state, Args: []string{"--pty-command", counter}})
+	tok := attachToken(t)
+	c := ptyDial(t, s1, "attach="+tok)
+	epoch := replayOf(t, c).Epoch
+	if err := c.WaitOutput(ctxT(t, 10*time.Second), func(b []byte) bool { return lastNumber(b) >= 20 }); err != nil {
+		t.Fatal(err)
+	}
+	rec := readPTYRecord(t, state)
+	if err := s1.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s1.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("host A exit %d, %v", code, err)
+	}
+	<-c.Closed()
+	offset := int64(len(c.Output()))
+
+	s2 := e2e.Start(t, e2e.Config{Binary: b, StateDir: state, Args: []string{"--pty-command", counter}})
+	waitLogLine(t, s2, "plugin reattached", map[string]any{"plugin": "pty", "pid": float64(rec.PID)})
+	c2 := ptyDial(t, s2, fmt.Sprintf("attach=%s&offset=%d&epoch=%s", tok, offset, epoch))
+	if r := replayOf(t, c2); r.Reset || r.Epoch != epoch {
+		t.Fatalf("reattach through host B: %+v, want a resume of epoch %s", r, epoch)
+	}
+	if got := readPTYRecord(t, state); got.PID != rec.PID {
+		t.Errorf("PTY plugin pid %d after host B started, want the same %d", got.PID, rec.PID)
+	}
+	if n := strings.Count(strings.Join(pgrepPlugins(t), "\n"), "plugin pty"); n != 1 {
+		t.Errorf("%d PTY plugins run, want one: %q", n, pgrepPlugins(t))
+	}
+}
+
+// pgrepPlugins lists the command lines of running `tether plugin pty`
+// processes started from this test's binaries.
+func pgrepPlugins(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cl := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
+		if strings.HasSuffix(cl, " plugin pty") && strings.Contains(cl, os.TempDir()) {
+			out = append(out, cl)
+		}
+	}
+	return out
+}
+
+// TestFaultHostlessPluginExits: a PTY plugin left behind by its host with
+// no PTY exits by itself after --pty-idle-exit, and `tether plugins stop
+// pty` with no host stops one that still has PTYs and removes its record.
+func TestFaultHostlessPluginExits(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "cat", "--pty-idle-exit", "1s"}})
+	rec := readPTYRecord(t, s.StateDir)
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("host exit %d, %v", code, err)
+	}
+	waitPIDGone(t, rec.PID, 15*time.Second)
+
+	// With a PTY it stays; `plugins stop pty` stops it.
+	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", "cat", "--pty-idle-exit", "1s"}})
+	p := ptyDial(t, s2, "attach="+attachToken(t))
+	replayOf(t, p)
+	rec2 := readPTYRecord(t, s.StateDir)
+	if err := s2.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s2.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("host exit %d, %v", code, err)
+	}
+	if !pidAlive(rec2.PID) {
+		t.Fatalf("the PTY plugin with a live PTY exited with its host")
+	}
+	out, errOut, code := e2e.Tether(t, "plugins", "stop", "pty", "--state-dir", s.StateDir)
+	if code != 0 {
+		t.Fatalf("plugins stop pty with no host: exit %d\n%s%s", code, out, errOut)
+	}
+	waitPIDGone(t, rec2.PID, 10*time.Second)
+	if _, err := os.Stat(recordFile(s.StateDir)); !os.IsNotExist(err) {
+		t.Errorf("the record of the stopped plugin is still there: %v", err)
+	}
+}

@@ -47,6 +47,8 @@ type Config struct {
 	StateDir string
 	// Env holds extra KEY=VALUE environment variables for the child.
 	Env []string
+	// Binary is the tether binary to run; "" means the one Build makes.
+	Binary string
 }
 
 // Server is a running `tether serve` child process. The exported fields are
@@ -84,7 +86,10 @@ type Server struct {
 // the tail of the child's stderr is logged.
 func Start(tb testing.TB, cfg Config) *Server {
 	tb.Helper()
-	bin := Build(tb)
+	bin := cfg.Binary
+	if bin == "" {
+		bin = Build(tb)
+	}
 	dir := cfg.StateDir
 	if dir == "" {
 		dir = tb.TempDir()

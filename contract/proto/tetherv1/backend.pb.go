@@ -112,13 +112,18 @@ func (x *Viewer) GetConn() uint64 {
 }
 
 type BackendConfig struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Argv          []string               `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	MaxSessions   int32                  `protobuf:"varint,3,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"`
-	Buffer        int64                  `protobuf:"varint,4,opt,name=buffer,proto3" json:"buffer,omitempty"`
-	Instance      string                 `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
-	Scrollback    int32                  `protobuf:"varint,6,opt,name=scrollback,proto3" json:"scrollback,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Argv        []string               `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
+	TtlMs       int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	MaxSessions int32                  `protobuf:"varint,3,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"`
+	Buffer      int64                  `protobuf:"varint,4,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Instance    string                 `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
+	Scrollback  int32                  `protobuf:"varint,6,opt,name=scrollback,proto3" json:"scrollback,omitempty"`
+	// A random nonce the plugin answers with proof, an HMAC-SHA256 of it
+	// under the secret the host gave the process at its start.
+	Challenge string `protobuf:"bytes,7,opt,name=challenge,proto3" json:"challenge,omitempty"`
+	// How long the plugin lives on with no host linked and no PTY left.
+	IdleExitMs    int64 `protobuf:"varint,8,opt,name=idle_exit_ms,json=idleExitMs,proto3" json:"idle_exit_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -195,10 +200,27 @@ func (x *BackendConfig) GetScrollback() int32 {
 	return 0
 }
 
+func (x *BackendConfig) GetChallenge() string {
+	if x != nil {
+		return x.Challenge
+	}
+	return ""
+}
+
+func (x *BackendConfig) GetIdleExitMs() int64 {
+	if x != nil {
+		return x.IdleExitMs
+	}
+	return 0
+}
+
 type BackendInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Pid           int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Pid     int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Hex HMAC-SHA256 of BackendConfig.challenge under the plugin's
+	// instance secret; empty when it was given none.
+	Proof         string `protobuf:"bytes,3,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +267,13 @@ func (x *BackendInfo) GetPid() int32 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *BackendInfo) GetProof() string {
+	if x != nil {
+		return x.Proof
+	}
+	return ""
 }
 
 type AttachRequest struct {
@@ -1095,7 +1124,7 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"\x05Empty\"8\n" +
 	"\x06Viewer\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x12\n" +
-	"\x04conn\x18\x02 \x01(\x04R\x04conn\"\xb1\x01\n" +
+	"\x04conn\x18\x02 \x01(\x04R\x04conn\"\xf1\x01\n" +
 	"\rBackendConfig\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12!\n" +
@@ -1104,10 +1133,14 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"\binstance\x18\x05 \x01(\tR\binstance\x12\x1e\n" +
 	"\n" +
 	"scrollback\x18\x06 \x01(\x05R\n" +
-	"scrollback\"9\n" +
+	"scrollback\x12\x1c\n" +
+	"\tchallenge\x18\a \x01(\tR\tchallenge\x12 \n" +
+	"\fidle_exit_ms\x18\b \x01(\x03R\n" +
+	"idleExitMs\"O\n" +
 	"\vBackendInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
-	"\x03pid\x18\x02 \x01(\x05R\x03pid\"\xed\x01\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x14\n" +
+	"\x05proof\x18\x03 \x01(\tR\x05proof\"\xed\x01\n" +
 	"\rAttachRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12)\n" +
 	"\x06viewer\x18\x02 \x01(\v2\x11.tether.v1.ViewerR\x06viewer\x12\x12\n" +

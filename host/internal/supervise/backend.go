@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +17,9 @@ import (
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
 )
+
+// errNotProven: a recorded plugin did not prove its instance secret.
+var errNotProven = errors.New("instance secret not proven")
 
 // MaxSocketPath is the longest Unix socket path this host creates (the
 // kernel's limit is 108 bytes with the terminating NUL; BSDs have 104).
@@ -139,21 +143,24 @@ func (b *Backend) reattach(ctx context.Context) *bgen {
 		b.cleanupStale(cleanupCtx, path, rec, err.Error())
 		return nil
 	}
-	if ok, reason := judgeRecord(rec, readProc(rec.Pid), identityFor(b.spec.Path)); !ok {
+	if ok, reason := judgeRecord(rec, readProc(rec.Pid)); !ok {
 		b.cleanupStale(cleanupCtx, path, rec, reason)
 		return nil
 	}
 	g, err := b.connect(bctx, rec)
 	if err != nil {
-		// It is our plugin (pid, start time and program match), but it
-		// does not answer within the budget. That is no proof that it
-		// died; but nobody can reach its PTYs any more, and a second
-		// plugin beside it would only hide it: stop it, then start a
-		// fresh one.
+		// It is the process the record names (pid and start time match),
+		// but it does not answer within the budget, or cannot prove the
+		// record's secret (a plugin of another tether version, or one
+		// whose record has no secret). Nobody can reach its PTYs any
+		// more, and a second plugin beside it would only hide it: stop
+		// it, its PTYs with it, then start a fresh one.
 		b.log.Error().Err(err).Str("plugin", b.name).Int("pid", rec.Pid).
-			Msg("recorded plugin is alive but does not answer; stopping it")
-		stopRecorded(cleanupCtx, rec, identityFor(b.spec.Path), b.log)
-		b.cleanupStale(cleanupCtx, path, rec, "unresponsive")
+			Msg("the recorded plugin is alive but cannot be reattached; stopping it and its PTYs")
+		if !stopRecorded(cleanupCtx, rec, b.log) {
+			b.log.Warn().Str("plugin", b.name).Int("pid", rec.Pid).Msg("the recorded plugin was gone before it could be stopped")
+		}
+		b.cleanupStale(cleanupCtx, path, rec, "cannot be reattached")
 		return nil
 	}
 	return g
@@ -176,10 +183,15 @@ func (b *Backend) connect(ctx context.Context, rec ReattachRecord) (*bgen, error
 	}
 	cfg := b.cfg
 	cfg.Instance = contract.NewInstanceID()
+	cfg.Challenge = contract.RandomHex(16)
 	info, err := proc.be.Start(ctx, cfg)
 	if err != nil {
 		proc.release()
 		return nil, fmt.Errorf("plugin %s: Start after reattach: %w", b.name, err)
+	}
+	if rec.Secret == "" || !hmac.Equal([]byte(info.Proof), []byte(contract.Prove(rec.Secret, cfg.Challenge))) {
+		proc.release()
+		return nil, fmt.Errorf("plugin %s: pid %d did not prove the record's instance secret (another tether version, or an older record): %w", b.name, rec.Pid, errNotProven)
 	}
 	// Writers of the previous host's sockets are still attached in the
 	// plugin: detach them (a compare-and-swap on their identity, so a
@@ -215,6 +227,8 @@ func (b *Backend) launch() (*bgen, error) {
 		// a temporary directory.
 		env = append(env, plugin.EnvUnixSocketDir+"="+b.socketDir)
 	}
+	secret := contract.RandomHex(32)
+	env = append(env, contract.EnvPluginSecret+"="+secret)
 	proc, err := startPlugin(b.spec, contract.KindBackend, procOptions{Env: env, Setsid: true, Metrics: b.metrics, BinDir: filepath.Join(b.stateDir, "plugins", "bin")}, b.log)
 	if err != nil {
 		return nil, err
@@ -231,7 +245,7 @@ func (b *Backend) launch() (*bgen, error) {
 	var rec ReattachRecord
 	started, err := procStartTicks(proc.pid)
 	if err == nil && proc.addr != nil {
-		rec = ReattachRecord{Protocol: string(plugin.ProtocolGRPC), Network: proc.addr.Network(), Address: proc.addr.String(), Pid: proc.pid, Started: started}
+		rec = ReattachRecord{Protocol: string(plugin.ProtocolGRPC), Network: proc.addr.Network(), Address: proc.addr.String(), Pid: proc.pid, Started: started, Secret: secret, Argv: proc.argv}
 		err = writeRecord(b.recordPath(), rec)
 	}
 	if err != nil {
@@ -416,8 +430,8 @@ func (b *Backend) Stats() metrics.PTYStats {
 // stopRecorded stops the plugin process rec names, after checking (again,
 // right before each signal) that rec still names it: SIGTERM (the plugin
 // kills its PTYs and exits), then SIGKILL after a second.
-func stopRecorded(ctx context.Context, rec ReattachRecord, id pluginIdentity, log zerolog.Logger) bool {
-	ours := func() bool { ok, _ := judgeRecord(rec, readProc(rec.Pid), id); return ok }
+func stopRecorded(ctx context.Context, rec ReattachRecord, log zerolog.Logger) bool {
+	ours := func() bool { ok, _ := judgeRecord(rec, readProc(rec.Pid)); return ok }
 	if !ours() {
 		return false
 	}
@@ -439,8 +453,9 @@ func stopRecorded(ctx context.Context, rec ReattachRecord, id pluginIdentity, lo
 
 // StopRecordedPlugin stops the plugin named name that a host left running
 // on stateDir, when no host is running there to do it: it checks that the
-// reattach record still names a live plugin process of this binary (the
-// same check a starting host makes), stops it, and removes the record.
+// reattach record still names the live process it recorded (its pid and
+// start time: the check a starting host makes), stops it, and removes the
+// record once the process is gone (never while it lives).
 // It reports whether a plugin was stopped; a stale record is removed.
 func StopRecordedPlugin(ctx context.Context, stateDir, sockDir, name string, log zerolog.Logger) (pid int, stopped bool, err error) {
 	path := recordPath(stateDir, name)
@@ -451,10 +466,14 @@ func StopRecordedPlugin(ctx context.Context, stateDir, sockDir, name string, log
 	if err != nil {
 		return 0, false, errors.Join(err, removeRecord(path, rec, sockDir))
 	}
-	id := identityFor("")
-	if ok, _ := judgeRecord(rec, readProc(rec.Pid), id); !ok {
+	if ok, _ := judgeRecord(rec, readProc(rec.Pid)); !ok {
 		return rec.Pid, false, removeRecord(path, rec, sockDir)
 	}
-	stopped = stopRecorded(ctx, rec, id, log)
+	stopped = stopRecorded(ctx, rec, log)
+	// The record of a plugin that is still alive (it did not stop in
+	// time) stays: it is the only way to find it.
+	if alive, _ := judgeRecord(rec, readProc(rec.Pid)); alive {
+		return rec.Pid, false, fmt.Errorf("plugin %s (pid %d) did not stop; its record %s is kept", name, rec.Pid, path)
+	}
 	return rec.Pid, stopped, removeRecord(path, rec, sockDir)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -60,6 +61,7 @@ type pluginProc struct {
 	addr   net.Addr
 	logw   *pluginLogWriter // nil for a reattached plugin (its stderr is not ours)
 	log    zerolog.Logger
+	argv   []string // the command line it was started with; nil when reattached
 }
 
 // release closes the host's connection to the plugin without stopping
@@ -174,7 +176,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	if rc := client.ReattachConfig(); rc != nil {
 		p.pid, p.addr = rc.Pid, rc.Addr
 	}
-	p.logw, p.log = logw, log.With().Str("plugin", spec.Name).Logger()
+	p.logw, p.log, p.argv = logw, log.With().Str("plugin", spec.Name).Logger(), slices.Clone(cmd.Args)
 	return p, nil
 }
 

@@ -39,6 +39,18 @@ type ReattachRecord struct {
 	// one process for the life of the machine's boot: a pid reused by
 	// another process has another start time.
 	Started uint64 `json:"started"`
+	// Secret is the random instance secret the host gave the process at
+	// its start (contract.EnvPluginSecret): a reattaching host asks the
+	// process to prove it (contract.Prove of a fresh challenge), so the
+	// record names the plugin by what it knows, not by the path of the
+	// binary it runs — a host rebuilt or upgraded since still reattaches.
+	// The record file is 0600 in a 0700 directory.
+	Secret string `json:"secret,omitempty"`
+	// Argv is the plugin's command line as the host started it, which
+	// /proc/PID/cmdline shows for the process's whole life (also when its
+	// binary is rebuilt on disk): a process with the recorded pid and
+	// start time but another command line is not trusted or touched.
+	Argv []string `json:"argv,omitempty"`
 }
 
 // procInfo is what /proc says about a pid; gathered by readProc, judged
@@ -50,29 +62,18 @@ type procInfo struct {
 	Zombie bool
 	// Started is /proc/PID/stat field 22 (clock ticks since boot).
 	Started uint64
-	// Exe is the target of /proc/PID/exe without a " (deleted)" suffix
-	// (a binary replaced on disk since it started); "" when unreadable.
-	Exe string
 	// Args is /proc/PID/cmdline.
 	Args []string
 }
 
-// pluginIdentity is what a recorded plugin process must look like.
-type pluginIdentity struct {
-	// Exes are the executables it may run: the configured plugin binary
-	// and the host's own (the built-in plugins, and scripts that exec
-	// `tether plugin NAME`), symlinks resolved.
-	Exes []string
-	// Self is the host's own executable: a process running it must be a
-	// plugin (argv[1] == "plugin"), not some other tether command.
-	Self string
-}
-
-// judgeRecord decides whether rec names a live plugin process to reattach
-// to, from what /proc says about rec.Pid. It does no I/O. The reason
-// explains a refusal (and is logged); a refused record is stale: it is
-// removed and never trusted.
-func judgeRecord(rec ReattachRecord, p procInfo, id pluginIdentity) (ok bool, reason string) {
+// judgeRecord decides whether rec names a live process: the one the host
+// that wrote it started, with the pid and start time it recorded (a pid
+// reused by another process has another start time) and the command line
+// it was started with. It does no I/O.
+// The reason explains a refusal (and is logged); a refused record is
+// stale: it is removed and never trusted. A live process still has to
+// prove the record's secret before it is reattached (see connect).
+func judgeRecord(rec ReattachRecord, p procInfo) (live bool, reason string) {
 	switch {
 	case rec.Protocol != "grpc":
 		return false, fmt.Sprintf("protocol %q is not grpc", rec.Protocol)
@@ -92,12 +93,12 @@ func judgeRecord(rec ReattachRecord, p procInfo, id pluginIdentity) (ok bool, re
 		return false, fmt.Sprintf("process %d has exited", rec.Pid)
 	case p.Started != rec.Started:
 		return false, fmt.Sprintf("pid %d was reused: the process started at tick %d, the record says %d", rec.Pid, p.Started, rec.Started)
-	case p.Exe == "":
-		return false, fmt.Sprintf("cannot tell which program pid %d runs", rec.Pid)
-	case !slices.Contains(id.Exes, p.Exe):
-		return false, fmt.Sprintf("pid %d runs %s, not the plugin", rec.Pid, p.Exe)
-	case p.Exe == id.Self && (len(p.Args) < 2 || p.Args[1] != "plugin"):
-		return false, fmt.Sprintf("pid %d runs %q, not a plugin", rec.Pid, strings.Join(p.Args, " "))
+	case len(rec.Argv) > 0 && !slices.Equal(p.Args, rec.Argv):
+		return false, fmt.Sprintf("pid %d runs %q, not the plugin (%q)", rec.Pid, strings.Join(p.Args, " "), strings.Join(rec.Argv, " "))
+	case len(rec.Argv) == 0 && (len(p.Args) < 2 || p.Args[1] != "plugin"):
+		// A record of an older tether, with no command line: only a
+		// `tether plugin NAME` process is taken for the plugin.
+		return false, fmt.Sprintf("pid %d runs %q, not the plugin", rec.Pid, strings.Join(p.Args, " "))
 	}
 	return true, ""
 }
@@ -190,28 +191,6 @@ func removeRecord(path string, rec ReattachRecord, sockDir string) error {
 	return errors.Join(errs...)
 }
 
-// identityFor returns what a plugin process started from path (or by the
-// host binary) looks like in /proc.
-func identityFor(path string) pluginIdentity {
-	var id pluginIdentity
-	if self, err := os.Executable(); err == nil {
-		id.Self = resolvePath(self)
-		id.Exes = append(id.Exes, id.Self)
-	}
-	if path != "" {
-		id.Exes = append(id.Exes, resolvePath(path))
-	}
-	return id
-}
-
-// resolvePath resolves symlinks in p where it can.
-func resolvePath(p string) string {
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		return r
-	}
-	return p
-}
-
 // RecordState is what a reattach record says about its plugin, for
 // `tether doctor`.
 type RecordState struct {
@@ -237,6 +216,6 @@ func InspectRecord(stateDir, name string) (RecordState, error) {
 		st.Reason = err.Error()
 		return st, nil
 	}
-	st.Live, st.Reason = judgeRecord(rec, readProc(rec.Pid), identityFor(""))
+	st.Live, st.Reason = judgeRecord(rec, readProc(rec.Pid))
 	return st, nil
 }

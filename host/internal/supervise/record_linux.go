@@ -23,9 +23,6 @@ func readProc(pid int) procInfo {
 		return procInfo{}
 	}
 	p := procInfo{Exists: true, Zombie: state == 'Z' || state == 'X', Started: started}
-	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
-		p.Exe = strings.TrimSuffix(exe, " (deleted)")
-	}
 	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
 		for _, a := range bytes.Split(bytes.TrimRight(cmdline, "\x00"), []byte{0}) {
 			p.Args = append(p.Args, string(a))
