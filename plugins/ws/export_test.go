@@ -2,7 +2,6 @@ package ws
 
 import (
 	"errors"
-	"net"
 )
 
 // ConnClosing reports whether connection id has started closing (or is
@@ -28,5 +27,9 @@ func (s *Server) SetConnWriteBuffer(id uint64, n int) error {
 	if c == nil {
 		return errors.New("no such connection")
 	}
-	return c.nc.(*net.TCPConn).SetWriteBuffer(n)
+	wb, ok := c.nc.(interface{ SetWriteBuffer(int) error })
+	if !ok {
+		return errors.New("not a TCP connection")
+	}
+	return wb.SetWriteBuffer(n)
 }
