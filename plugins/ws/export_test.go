@@ -2,6 +2,7 @@ package ws
 
 import (
 	"errors"
+	"time"
 )
 
 // ConnClosing reports whether connection id has started closing (or is
@@ -33,3 +34,7 @@ func (s *Server) SetConnWriteBuffer(id uint64, n int) error {
 	}
 	return wb.SetWriteBuffer(n)
 }
+
+// SetCertCheckEvery sets, before Start, how often a TLS handshake looks
+// for a renewed certificate (0: every handshake).
+func (s *Server) SetCertCheckEvery(d time.Duration) { s.certCheckEvery = d }

@@ -3,6 +3,7 @@ package ws
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -53,6 +54,8 @@ type config struct {
 	maxConns     int64 // as asked; the listener applies it lowered to the fd limit
 	headerTO     time.Duration
 	refuseGrace  time.Duration
+	certFile     string // with keyFile: serve TLS
+	keyFile      string
 }
 
 // Server is the WebSocket transport. The zero value is not usable; call New.
@@ -63,6 +66,8 @@ type Server struct {
 	// EventBuffer, if set before Start, bounds the bytes of message payload
 	// queued for the link; see the package doc. Zero means 16 MiB.
 	EventBuffer int64
+
+	certCheckEvery time.Duration // how often a handshake looks for a renewed certificate
 
 	log    zerolog.Logger
 	evWake chan struct{} // wakes the link; capacity 1
@@ -113,6 +118,8 @@ func New(log zerolog.Logger) *Server {
 		evSpace: make(chan struct{}),
 		evLimit: DefaultEventBuffer,
 		busy:    make(map[net.Conn]struct{}),
+
+		certCheckEvery: certCheckEvery,
 	}
 }
 
@@ -134,6 +141,12 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	if req.Instance != "" {
 		s.log = s.log.With().Str("instance", req.Instance).Logger()
 	}
+	var certs *certSource
+	if cfg.certFile != "" {
+		if certs, err = newCertSource(cfg.certFile, cfg.keyFile, s.certCheckEvery, s.log); err != nil {
+			return contract.StartResponse{}, err
+		}
+	}
 	inner, err := listen(ctx, req.Listen)
 	if err != nil {
 		return contract.StartResponse{}, fmt.Errorf("start: %w", err)
@@ -143,8 +156,15 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 		s.log.Warn().Int64("asked", cfg.maxConns).Int64("applied", maxConns).Uint64("fd_limit", fdLimit).
 			Msg("max connections lowered to stay under the file descriptor limit (raise it with ulimit -n or LimitNOFILE=)")
 	}
-	lim := newLimitListener(s, inner, maxConns, fdLimit, nil, cfg.refuseGrace)
+	var tlsCfg *tls.Config
+	if certs != nil {
+		tlsCfg = certs.tlsConfig()
+	}
+	lim := newLimitListener(s, inner, maxConns, fdLimit, tlsCfg, cfg.refuseGrace)
 	var ln net.Listener = lim
+	if tlsCfg != nil {
+		ln = tls.NewListener(lim, tlsCfg)
+	}
 	s.evMu.Lock()
 	if s.EventBuffer > 0 {
 		s.evLimit = s.EventBuffer
@@ -174,7 +194,8 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	}()
 	go s.tick(cfg)
 	addr := ln.Addr().String()
-	s.log.Info().Str("addr", addr).Int64("max_connections", maxConns).Msg("websocket transport listening")
+	s.log.Info().Str("addr", addr).Int64("max_connections", maxConns).Bool("tls", tlsCfg != nil).
+		Msg("websocket transport listening")
 	return contract.StartResponse{Addr: addr, Version: Version, MaxConnections: int(maxConns)}, nil
 }
 
@@ -223,6 +244,8 @@ func newConfig(req contract.StartRequest) (*config, error) {
 		sendQueue:    orDefault(req.SendQueue, DefaultSendQueue),
 		maxConns:     orDefault(int64(req.MaxConnections), DefaultMaxConnections),
 		headerTO:     orDefault(req.HeaderTimeout, DefaultHeaderTimeout),
+		certFile:     req.TLSCertFile,
+		keyFile:      req.TLSKeyFile,
 	}
 	switch {
 	case req.Listen == "":
@@ -233,6 +256,8 @@ func newConfig(req contract.StartRequest) (*config, error) {
 	case cfg.peerTimeout <= cfg.pingInterval:
 		return nil, fmt.Errorf("start: peer timeout %v not above ping interval %v: %w",
 			cfg.peerTimeout, cfg.pingInterval, contract.ErrInvalidArgument)
+	case (cfg.certFile == "") != (cfg.keyFile == ""):
+		return nil, fmt.Errorf("start: a TLS certificate file needs a key file and the other way round: %w", contract.ErrInvalidArgument)
 	}
 	cfg.closeGrace = min(maxCloseGrace, cfg.peerTimeout)
 	cfg.lingerIdle = min(maxLingerIdle, cfg.peerTimeout/4)

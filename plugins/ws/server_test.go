@@ -117,6 +117,18 @@ func TestStartErrors(t *testing.T) {
 			name: "negative header timeout",
 			req:  contract.StartRequest{Listen: "127.0.0.1:0", HeaderTimeout: -time.Second},
 		},
+		{
+			name: "certificate without key",
+			req:  contract.StartRequest{Listen: "127.0.0.1:0", TLSCertFile: "cert.pem"},
+		},
+		{
+			name: "key without certificate",
+			req:  contract.StartRequest{Listen: "127.0.0.1:0", TLSKeyFile: "key.pem"},
+		},
+		{
+			name: "missing certificate files",
+			req:  contract.StartRequest{Listen: "127.0.0.1:0", TLSCertFile: "/nonexistent/cert.pem", TLSKeyFile: "/nonexistent/key.pem"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
