@@ -3,6 +3,7 @@ package ws
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -56,6 +57,8 @@ type config struct {
 	refuseGrace  time.Duration
 	certFile     string // with keyFile: serve TLS
 	keyFile      string
+	pageGate     bool // pageToken is set: pages need the token
+	pageToken    [sha256.Size]byte
 }
 
 // Server is the WebSocket transport. The zero value is not usable; call New.
@@ -195,7 +198,7 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	go s.tick(cfg)
 	addr := ln.Addr().String()
 	s.log.Info().Str("addr", addr).Int64("max_connections", maxConns).Bool("tls", tlsCfg != nil).
-		Msg("websocket transport listening")
+		Bool("page_token", cfg.pageGate).Msg("websocket transport listening")
 	return contract.StartResponse{Addr: addr, Version: Version, MaxConnections: int(maxConns)}, nil
 }
 
@@ -246,6 +249,8 @@ func newConfig(req contract.StartRequest) (*config, error) {
 		headerTO:     orDefault(req.HeaderTimeout, DefaultHeaderTimeout),
 		certFile:     req.TLSCertFile,
 		keyFile:      req.TLSKeyFile,
+		pageGate:     req.PageTokenSHA256 != [sha256.Size]byte{},
+		pageToken:    req.PageTokenSHA256,
 	}
 	switch {
 	case req.Listen == "":
@@ -443,7 +448,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.upgrade(w, r)
 	default:
 		if s.Static != nil {
-			s.Static.ServeHTTP(w, r)
+			s.mu.Lock()
+			cfg := s.cfg
+			s.mu.Unlock()
+			s.serveStatic(w, r, cfg)
 			return
 		}
 		http.NotFound(w, r)
