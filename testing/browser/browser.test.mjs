@@ -110,7 +110,7 @@ async function stopServer() {
   clearTimeout(timer);
 }
 
-// stopPTYPlugin stops the PTY plugin the host leaves running (SPEC §6.3),
+// stopPTYPlugin stops the PTY plugin the host leaves running for the next host,
 // found by its reattach record.
 async function stopPTYPlugin() {
   if (!stateDir) return;
