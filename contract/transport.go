@@ -233,7 +233,9 @@ type OwnedExecer interface {
 // TransportStats are a transport's counters, from the start of its
 // process (a restarted plugin counts from zero again).
 type TransportStats struct {
-	// Connections is the number of connections open now.
+	// Connections is the number of connections open now: each from its
+	// accept until its socket is closed, which for an upgraded one is
+	// before its EventClosed is reported.
 	Connections int64
 	// Refused503 counts the connections refused because MaxConnections
 	// were open (answered HTTP 503 and closed), or because the process
