@@ -307,3 +307,48 @@ test("signed in through the cookie", { timeout: 120000 }, (t) =>
     }
   }),
 );
+
+test("a wrong or missing token gets the 401 page and no cookie", { timeout: 60000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await ctx.newPage();
+    for (const [target, says] of [
+      [new URL("/?token=wrong", url).href, "not this server's token"],
+      [bare(), "had none"],
+    ]) {
+      const resp = await page.goto(target);
+      assert.equal(resp.status(), 401, `GET ${target}`);
+      const text = await page.textContent("body");
+      assert.match(text, new RegExp(says), `GET ${target}`);
+      assert.match(text, /tether serve/);
+      assert.match(text, /<state-dir>\/token/);
+    }
+    assert.deepEqual(await ctx.cookies(), [], "a refused page set a cookie");
+  }),
+);
+
+// Last: it replaces the server.
+test("the open page stays signed in across a host restart", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    await type(page, "echo pid=$$");
+    const pid = await waitText(page, String.raw`pid=(\d+)`);
+
+    const addr = new URL(url).host;
+    await stopServer();
+    await waitState(page, "reconnecting");
+    const again = await startServer(["--listen", addr]);
+    assert.equal(again.token, token, "the restarted host has another token (token file)");
+    url = again.url;
+
+    await waitState(page, "connected"); // the page's own retry, with its cookie
+    await type(page, "echo after=$$");
+    assert.equal(await waitText(page, String.raw`after=(\d+)`), pid, "another shell after the restart");
+    const resp = await page.goto(bare());
+    assert.equal(resp.status(), 200, "the bare URL after the restart");
+    await waitState(page, "connected");
+    const tab = await ctx.newPage();
+    assert.equal((await tab.goto(bare())).status(), 200, "a new tab after the restart");
+    await waitState(tab, "connected");
+  }),
+);
