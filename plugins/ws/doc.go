@@ -144,8 +144,9 @@
 //
 // # Cost of an idle socket
 //
-// An admitted idle connection holds about 1 KiB of heap (its net.Conn, the
-// conn struct of 240 bytes and its wsutil.Reader-based frame reader of 330
+// An admitted idle connection holds about 1 KiB of heap (its net.Conn in
+// the 24-byte wrapper that counts it under MaxConnections, the conn
+// struct of 240 bytes and its wsutil.Reader-based frame reader of 330
 // bytes) and one reader goroutine blocked in Read, whose stack is about
 // 4 KiB once it has read frames: about 5 KiB in all (BenchmarkIdleConn
 // measures it). It holds no read or write buffer: the handshake's bufio
