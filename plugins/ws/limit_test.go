@@ -162,8 +162,8 @@ func TestHeaderTimeout(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now() // before the dial: the server's clock starts after it
 			nc := rawDial(t, addr)
-			start := time.Now()
 			if _, err := io.WriteString(nc, tt.send); err != nil {
 				t.Fatal(err)
 			}
