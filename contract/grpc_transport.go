@@ -2,11 +2,16 @@ package contract
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tether-agent/tether/contract/proto/tetherv1"
 )
@@ -22,7 +27,10 @@ type TransportGRPCClient struct {
 	sendMu sync.Mutex    // serialises Send on stream
 }
 
-var _ Transport = (*TransportGRPCClient)(nil)
+var (
+	_ Transport     = (*TransportGRPCClient)(nil)
+	_ StatsReporter = (*TransportGRPCClient)(nil)
+)
 
 // NewTransportGRPCClient wraps a generated client.
 func NewTransportGRPCClient(c tetherv1.TransportClient) *TransportGRPCClient {
@@ -31,18 +39,43 @@ func NewTransportGRPCClient(c tetherv1.TransportClient) *TransportGRPCClient {
 
 // Start implements Transport.
 func (c *TransportGRPCClient) Start(ctx context.Context, req StartRequest) (StartResponse, error) {
-	resp, err := c.client.Start(ctx, &tetherv1.StartRequest{
-		Instance:       req.Instance,
-		Listen:         req.Listen,
-		PingIntervalMs: req.PingInterval.Milliseconds(),
-		PeerTimeoutMs:  req.PeerTimeout.Milliseconds(),
-		MaxMessage:     req.MaxMessage,
-		SendQueue:      req.SendQueue,
-	})
+	p := &tetherv1.StartRequest{
+		Instance:        req.Instance,
+		Listen:          req.Listen,
+		PingIntervalMs:  req.PingInterval.Milliseconds(),
+		PeerTimeoutMs:   req.PeerTimeout.Milliseconds(),
+		MaxMessage:      req.MaxMessage,
+		SendQueue:       req.SendQueue,
+		MaxConnections:  int64(req.MaxConnections),
+		HeaderTimeoutMs: req.HeaderTimeout.Milliseconds(),
+		TlsCertFile:     req.TLSCertFile,
+		TlsKeyFile:      req.TLSKeyFile,
+	}
+	if req.PageTokenSHA256 != ([sha256.Size]byte{}) {
+		p.PageTokenSha256 = req.PageTokenSHA256[:]
+	}
+	resp, err := c.client.Start(ctx, p)
 	if err != nil {
 		return StartResponse{}, FromGRPC(err)
 	}
-	return StartResponse{Addr: resp.GetAddr(), Version: resp.GetVersion()}, nil
+	return StartResponse{
+		Addr:           resp.GetAddr(),
+		Version:        resp.GetVersion(),
+		MaxConnections: int(resp.GetMaxConnections()),
+	}, nil
+}
+
+// Stats implements StatsReporter. A plugin whose transport reports no
+// counters answers with an error matching errors.ErrUnsupported.
+func (c *TransportGRPCClient) Stats(ctx context.Context) (TransportStats, error) {
+	resp, err := c.client.Stats(ctx, &tetherv1.StatsRequest{})
+	if err != nil {
+		if status.Code(err) == codes.Unimplemented {
+			return TransportStats{}, fmt.Errorf("transport stats: %w", errors.ErrUnsupported)
+		}
+		return TransportStats{}, FromGRPC(err)
+	}
+	return TransportStats{Connections: resp.GetConnections(), Refused503: resp.GetRefused()}, nil
 }
 
 // Link implements Transport: it opens the one bidirectional stream and
@@ -124,18 +157,48 @@ type TransportGRPCServer struct {
 
 // Start implements tetherv1.TransportServer.
 func (s *TransportGRPCServer) Start(ctx context.Context, req *tetherv1.StartRequest) (*tetherv1.StartResponse, error) {
-	resp, err := s.Impl.Start(ctx, StartRequest{
-		Instance:     req.GetInstance(),
-		Listen:       req.GetListen(),
-		PingInterval: time.Duration(req.GetPingIntervalMs()) * time.Millisecond,
-		PeerTimeout:  time.Duration(req.GetPeerTimeoutMs()) * time.Millisecond,
-		MaxMessage:   req.GetMaxMessage(),
-		SendQueue:    req.GetSendQueue(),
-	})
+	r := StartRequest{
+		Instance:       req.GetInstance(),
+		Listen:         req.GetListen(),
+		PingInterval:   time.Duration(req.GetPingIntervalMs()) * time.Millisecond,
+		PeerTimeout:    time.Duration(req.GetPeerTimeoutMs()) * time.Millisecond,
+		MaxMessage:     req.GetMaxMessage(),
+		SendQueue:      req.GetSendQueue(),
+		MaxConnections: int(req.GetMaxConnections()),
+		HeaderTimeout:  time.Duration(req.GetHeaderTimeoutMs()) * time.Millisecond,
+		TLSCertFile:    req.GetTlsCertFile(),
+		TLSKeyFile:     req.GetTlsKeyFile(),
+	}
+	switch sum := req.GetPageTokenSha256(); len(sum) {
+	case 0:
+	case sha256.Size:
+		r.PageTokenSHA256 = [sha256.Size]byte(sum)
+	default:
+		return nil, ToGRPC(fmt.Errorf("start: page token hash of %d bytes, want %d: %w", len(sum), sha256.Size, ErrInvalidArgument))
+	}
+	resp, err := s.Impl.Start(ctx, r)
 	if err != nil {
 		return nil, ToGRPC(err)
 	}
-	return &tetherv1.StartResponse{Addr: resp.Addr, Version: resp.Version}, nil
+	return &tetherv1.StartResponse{
+		Addr:           resp.Addr,
+		Version:        resp.Version,
+		MaxConnections: int64(resp.MaxConnections),
+	}, nil
+}
+
+// Stats implements tetherv1.TransportServer: Impl's counters, or
+// UNIMPLEMENTED when Impl is not a StatsReporter.
+func (s *TransportGRPCServer) Stats(ctx context.Context, _ *tetherv1.StatsRequest) (*tetherv1.StatsResponse, error) {
+	sr, ok := s.Impl.(StatsReporter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this transport reports no stats")
+	}
+	st, err := sr.Stats(ctx)
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	return &tetherv1.StatsResponse{Connections: st.Connections, Refused: st.Refused503}, nil
 }
 
 // Link implements tetherv1.TransportServer: commands read from the stream

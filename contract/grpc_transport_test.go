@@ -3,6 +3,7 @@ package contract_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/contract/proto/tetherv1"
 )
 
 // wait bounds every wait in these tests; nothing should take close to it.
@@ -57,7 +59,7 @@ func (f *fakeTransport) Start(_ context.Context, req contract.StartRequest) (con
 	if f.startErr != nil {
 		return contract.StartResponse{}, f.startErr
 	}
-	return contract.StartResponse{Addr: "127.0.0.1:4242", Version: "fake/1"}, nil
+	return contract.StartResponse{Addr: "127.0.0.1:4242", Version: "fake/1", MaxConnections: 20000}, nil
 }
 
 func (f *fakeTransport) Link(ctx context.Context, sink contract.EventSink) (err error) {
@@ -142,10 +144,17 @@ func (f *fakeTransport) waitLinkDone(t testing.TB) error {
 // returns the host's client for it.
 func newClient(t testing.TB, fake *fakeTransport) *contract.TransportGRPCClient {
 	t.Helper()
+	return newClientFor(t, fake)
+}
+
+// newClientFor serves impl over an in-memory gRPC connection and returns
+// the host's client of it.
+func newClientFor(t testing.TB, impl contract.Transport) *contract.TransportGRPCClient {
+	t.Helper()
 	// The client's Close stops the server too (go-plugin's controller
 	// Shutdown); stopping the server here as well would race with that.
 	client, _ := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{
-		contract.KindTransport: &contract.TransportPlugin{Impl: fake},
+		contract.KindTransport: &contract.TransportPlugin{Impl: impl},
 	})
 	t.Cleanup(func() { client.Close() })
 	raw, err := client.Dispense(contract.KindTransport)
@@ -252,12 +261,18 @@ func TestGRPCTransportStart(t *testing.T) {
 		PeerTimeout:  1500 * time.Millisecond,
 		MaxMessage:   1 << 20,
 		SendQueue:    8 << 20,
+
+		MaxConnections:  50,
+		HeaderTimeout:   300 * time.Millisecond,
+		TLSCertFile:     "/etc/tether/cert.pem",
+		TLSKeyFile:      "/etc/tether/key.pem",
+		PageTokenSHA256: sha256.Sum256([]byte("secret")),
 	}
 	resp, err := tc.Start(context.Background(), req)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if want := (contract.StartResponse{Addr: "127.0.0.1:4242", Version: "fake/1"}); resp != want {
+	if want := (contract.StartResponse{Addr: "127.0.0.1:4242", Version: "fake/1", MaxConnections: 20000}); resp != want {
 		t.Errorf("Start response = %+v, want %+v", resp, want)
 	}
 	fake.mu.Lock()
@@ -269,6 +284,80 @@ func TestGRPCTransportStart(t *testing.T) {
 	if starts[0] != req {
 		t.Errorf("plugin got StartRequest %+v, want %+v", starts[0], req)
 	}
+}
+
+// TestGRPCTransportStartZero checks that a StartRequest with only the
+// old fields set arrives with the new ones zero: no page gate (the zero
+// hash), default limits.
+func TestGRPCTransportStartZero(t *testing.T) {
+	fake := newFakeTransport()
+	tc := newClient(t, fake)
+	req := contract.StartRequest{Instance: "i", Listen: "fd:3"}
+	if _, err := tc.Start(context.Background(), req); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if len(fake.starts) != 1 || fake.starts[0] != req {
+		t.Errorf("plugin got %+v, want [%+v]", fake.starts, req)
+	}
+}
+
+// TestGRPCTransportStartBadHash checks that the plugin's side refuses a
+// page token hash that is not a SHA-256, without starting the transport.
+func TestGRPCTransportStartBadHash(t *testing.T) {
+	fake := newFakeTransport()
+	srv := &contract.TransportGRPCServer{Impl: fake}
+	_, err := srv.Start(context.Background(), &tetherv1.StartRequest{Listen: "fd:3", PageTokenSha256: []byte("short")})
+	if !errors.Is(contract.FromGRPC(err), contract.ErrInvalidArgument) {
+		t.Errorf("Start: got error %v, want one matching ErrInvalidArgument", err)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if len(fake.starts) != 0 {
+		t.Errorf("the transport was started with %+v", fake.starts)
+	}
+}
+
+// statsTransport is a fakeTransport that reports counters.
+type statsTransport struct {
+	*fakeTransport
+	stats contract.TransportStats
+	err   error
+}
+
+func (s *statsTransport) Stats(context.Context) (contract.TransportStats, error) {
+	return s.stats, s.err
+}
+
+func TestGRPCTransportStats(t *testing.T) {
+	t.Run("reported", func(t *testing.T) {
+		want := contract.TransportStats{Connections: 49, Refused503: 1 << 40}
+		tc := newClientFor(t, &statsTransport{fakeTransport: newFakeTransport(), stats: want})
+		got, err := tc.Stats(context.Background())
+		if err != nil {
+			t.Fatalf("Stats: got error %v, want nil", err)
+		}
+		if got != want {
+			t.Errorf("Stats: got %+v, want %+v", got, want)
+		}
+	})
+	t.Run("error", func(t *testing.T) {
+		tc := newClientFor(t, &statsTransport{
+			fakeTransport: newFakeTransport(),
+			err:           fmt.Errorf("stats: %w", contract.ErrNotStarted),
+		})
+		if _, err := tc.Stats(context.Background()); !errors.Is(err, contract.ErrNotStarted) {
+			t.Errorf("Stats: got error %v, want one matching ErrNotStarted", err)
+		}
+	})
+	t.Run("unsupported", func(t *testing.T) {
+		tc := newClient(t, newFakeTransport()) // no Stats method
+		_, err := tc.Stats(context.Background())
+		if !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("Stats: got error %v, want one matching errors.ErrUnsupported", err)
+		}
+	})
 }
 
 func TestGRPCTransportStartError(t *testing.T) {

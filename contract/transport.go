@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -165,6 +166,36 @@ type StartRequest struct {
 	// SendQueue bounds the bytes queued for one connection; a peer that
 	// lets more pile up is closed with 1013 (default 8 MiB).
 	SendQueue int64
+
+	// The fields below are for a transport that serves HTTP on a TCP
+	// listener, as tether's ws does; a transport that does not (like
+	// examples/unixsock) may ignore them.
+
+	// MaxConnections bounds the open connections: every accepted TCP
+	// connection counts, upgraded or not, idle HTTP keep-alive included,
+	// until it is closed. Past it a new connection is answered HTTP 503
+	// and closed, and counted in TransportStats.Refused503. A transport
+	// may lower it to stay under its file descriptor limit and reports the
+	// bound it applies in StartResponse.MaxConnections. Zero means the
+	// transport's default (20000 for ws, as the host's --max-connections).
+	MaxConnections int
+	// HeaderTimeout closes a connection whose request headers (and TLS
+	// handshake) have not all arrived within it (default 10s).
+	HeaderTimeout time.Duration
+	// TLSCertFile and TLSKeyFile, both or neither, are PEM files: the
+	// transport then serves HTTPS and WSS (TLS 1.2 or later) instead of
+	// plain HTTP. A transport that serves HTTP and cannot do TLS must
+	// fail Start rather than serve in the clear.
+	TLSCertFile string
+	TLSKeyFile  string
+	// PageTokenSHA256 is the SHA-256 of the host's access token. When it
+	// is set (not all zero) the transport serves its web page only to a
+	// request that carries the token (?token=, the tether_token cookie or
+	// Authorization: Bearer) and answers every other request for it with
+	// HTTP 401; a good ?token= also sets the tether_token cookie. The
+	// zero value leaves the page public (the host checks the token of
+	// every upgrade either way). The host sends the hash, never the token.
+	PageTokenSHA256 [sha256.Size]byte
 }
 
 // StartResponse reports the bound listener.
@@ -173,6 +204,9 @@ type StartResponse struct {
 	Addr string
 	// Version is the transport's own version string.
 	Version string
+	// MaxConnections is the bound on open connections the transport
+	// applies (see StartRequest.MaxConnections); 0 when it applies none.
+	MaxConnections int
 }
 
 // StopRequest asks a transport to stop: close the listener, then every
@@ -194,6 +228,28 @@ type EventSink func(ctx context.Context, events []Event) error
 type OwnedExecer interface {
 	// ExecOwned is Exec for commands whose Data the callee may keep.
 	ExecOwned(ctx context.Context, cmds []Command) error
+}
+
+// TransportStats are a transport's counters, from the start of its
+// process (a restarted plugin counts from zero again).
+type TransportStats struct {
+	// Connections is the number of connections open now: each from its
+	// accept until its socket is closed, which for an upgraded one is
+	// before its EventClosed is reported.
+	Connections int64
+	// Refused503 counts the connections refused because MaxConnections
+	// were open (answered HTTP 503 and closed), or because the process
+	// ran out of file descriptors (closed at once).
+	Refused503 uint64
+}
+
+// StatsReporter is implemented by a Transport that reports counters; the
+// host asks for them to export its metrics. TransportGRPCClient always
+// implements it: a plugin whose transport does not answers with an error
+// matching errors.ErrUnsupported.
+type StatsReporter interface {
+	// Stats returns the transport's counters now.
+	Stats(ctx context.Context) (TransportStats, error)
 }
 
 // Transport is what a transport plugin implements. The host calls Start,

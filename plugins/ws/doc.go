@@ -12,6 +12,71 @@
 // WebSocket. Every other path goes to Server.Static when it is set, and is
 // a plain 404 otherwise.
 //
+// # The page
+//
+// When the host sends StartRequest.PageTokenSHA256 (the SHA-256 of its
+// access token; the transport never sees the token until a client sends
+// it), a page of Static — the path "/", or one ending in "/" or ".html" —
+// is served only to a request that carries the token: in ?token= (which
+// alone decides when present), else in Authorization: Bearer, else in the
+// tether_token cookie, compared in constant time (hashes compared with
+// crypto/subtle). A good ?token= also sets the cookie
+//
+//	tether_token=TOKEN; Path=/; HttpOnly; SameSite=Strict
+//
+// (plus Secure under TLS; a session cookie, so it ends with the browser
+// session), which the browser then sends with the bare URL, other tabs
+// and the page's WebSocket upgrades, where the host checks it as it
+// checks ?token=. Any other request for a page gets HTTP 401 and a page
+// that says what to do (open the URL `tether serve` printed; the token is
+// in <state-dir>/token) and sets nothing. The page's scripts, style
+// sheets and licences stay public: they hold no secret, and a page that
+// loaded can tell its user why its WebSocket was refused. Without a hash
+// (a host that does not send one checks the token of every upgrade
+// itself) every path is public and a ?token= on a page is only carried
+// into the cookie, unchecked, as the page used to carry it in its own
+// storage.
+//
+// # Connections and limits
+//
+// Every TCP connection the listener accepts counts until it is closed,
+// upgraded or not, idle HTTP keep-alive connections included. At most
+// StartRequest.MaxConnections (default 20000) are open; the next one is
+// answered at once with HTTP 503 ("Connection: close", a one-line body
+// that says why), after a TLS handshake under TLS, and closed once the
+// client has read it (the transport waits up to a second, or the header
+// timeout if shorter, for the client's close, for a quarter of the
+// reserve below at a time, 16 to 256; past that a refused connection is
+// closed at once, and its client may see a reset). Stats reports
+// the open connections and the refusals since Start. The bound is lowered
+// (with a warning at Start, and reported in StartResponse.MaxConnections)
+// to stay below the process's file descriptor limit by a reserve of 1/32
+// of it, at least 64: past the bound there are still descriptors to
+// answer 503 with. Should accept still run out of descriptors (other
+// files of the process), the listener gives up a spare descriptor it
+// keeps to accept the waiting client and refuse it the same way, one at
+// a time, instead of leaving clients in the kernel's backlog; without a
+// spare, accept is retried after a pause that doubles up to a second, so
+// it never spins.
+//
+// A connection whose request headers have not all arrived within
+// StartRequest.HeaderTimeout (default 10 s) — for TLS, whose handshake
+// and then headers — is closed without a response. An idle keep-alive
+// connection is closed after PeerTimeout.
+//
+// # TLS
+//
+// With StartRequest.TLSCertFile and TLSKeyFile (PEM, both or neither) the
+// listener serves HTTPS and WSS through crypto/tls: TLS 1.2 or later,
+// HTTP/1.1 only (what a WebSocket upgrade needs); a plain HTTP request
+// gets 400. The pair is read at Start (a pair that does not load fails
+// Start with ErrInvalidArgument), so a fresh process — `tether plugins
+// reload ws`, SIGHUP — serves a renewed certificate. A running one does
+// too: a handshake looks at the files' modification times and sizes, at
+// most once a second, and reads the pair again when they changed; a pair
+// that does not load (one file renewed, not yet the other) is logged and
+// the previous certificate kept.
+//
 // # Connections
 //
 // An upgraded connection gets the next connection id (1, 2, ...; never
@@ -79,8 +144,9 @@
 //
 // # Cost of an idle socket
 //
-// An admitted idle connection holds about 1 KiB of heap (its net.Conn, the
-// conn struct of 240 bytes and its wsutil.Reader-based frame reader of 330
+// An admitted idle connection holds about 1 KiB of heap (its net.Conn in
+// the 24-byte wrapper that counts it under MaxConnections, the conn
+// struct of 240 bytes and its wsutil.Reader-based frame reader of 330
 // bytes) and one reader goroutine blocked in Read, whose stack is about
 // 4 KiB once it has read frames: about 5 KiB in all (BenchmarkIdleConn
 // measures it). It holds no read or write buffer: the handshake's bufio

@@ -2,7 +2,7 @@ package ws
 
 import (
 	"errors"
-	"net"
+	"time"
 )
 
 // ConnClosing reports whether connection id has started closing (or is
@@ -28,5 +28,13 @@ func (s *Server) SetConnWriteBuffer(id uint64, n int) error {
 	if c == nil {
 		return errors.New("no such connection")
 	}
-	return c.nc.(*net.TCPConn).SetWriteBuffer(n)
+	wb, ok := c.nc.(interface{ SetWriteBuffer(int) error })
+	if !ok {
+		return errors.New("not a TCP connection")
+	}
+	return wb.SetWriteBuffer(n)
 }
+
+// SetCertCheckEvery sets, before Start, how often a TLS handshake looks
+// for a renewed certificate (0: every handshake).
+func (s *Server) SetCertCheckEvery(d time.Duration) { s.certCheckEvery = d }

@@ -2,6 +2,7 @@ package ws_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"testing"
 
@@ -39,12 +40,17 @@ func TestGRPC(t *testing.T) {
 	tr := dispense()
 
 	ctx := context.Background()
-	resp, err := tr.Start(ctx, contract.StartRequest{Instance: "test", Listen: "127.0.0.1:0"})
+	resp, err := tr.Start(ctx, contract.StartRequest{
+		Instance:        "test",
+		Listen:          "127.0.0.1:0",
+		MaxConnections:  3,
+		PageTokenSHA256: sha256.Sum256([]byte(pageToken)),
+	})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if resp.Version != ws.Version || resp.Addr == "" {
-		t.Errorf("Start: got %+v, want an address and version %q", resp, ws.Version)
+	if resp.Version != ws.Version || resp.Addr == "" || resp.MaxConnections != 3 {
+		t.Errorf("Start: got %+v, want an address, version %q and at most 3 connections", resp, ws.Version)
 	}
 
 	r := newRecorder()
@@ -70,6 +76,18 @@ func TestGRPC(t *testing.T) {
 	if op, p := c.readMessage(); op != gobws.OpBinary || string(p) != "ping me back" {
 		t.Fatalf("client: got %v %q, want the echo", op, p)
 	}
+
+	// The bound and the counters cross the boundary: the WebSocket and
+	// two more are open, the next is refused.
+	a, b, over := rawDial(t, resp.Addr), rawDial(t, resp.Addr), rawDial(t, resp.Addr)
+	out, _ := readAll(t, over)
+	over.Close()
+	want503(t, out)
+	if st, err := tr.Stats(ctx); err != nil || st != (contract.TransportStats{Connections: 3, Refused503: 1}) {
+		t.Errorf("Stats: got %+v, %v; want 3 open, 1 refused", st, err)
+	}
+	a.Close()
+	b.Close()
 
 	// A second link, through another client, crosses the boundary.
 	err = dispense().Link(ctx, newRecorder().sink)

@@ -9,7 +9,7 @@ package ws_test
 //
 // The rule checked throughout (RFC 6455 §7.1.7, §7.4.1): a protocol error
 // is answered with a close frame carrying its code — 1002 for framing,
-// 1007 for invalid UTF-8, 1009 for a message over the limit (SPEC §9) —
+// 1007 for invalid UTF-8, 1009 for a message over the limit (the protocol's limits) —
 // read here from the raw socket, never with a silently dropped TCP
 // connection; after the close frame the server closes its side of TCP.
 //
@@ -30,7 +30,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 )
 
-// rfcLimit is the transport's default message limit (SPEC §9: 1 MiB).
+// rfcLimit is the transport's default message limit (the protocol's limit: 1 MiB).
 const rfcLimit = 1 << 20
 
 // rfcFrame is one frame as a client puts it on the wire. A zero rsv and a
@@ -105,7 +105,7 @@ type rfcSetup struct {
 	id uint64
 }
 
-// rfcServer is a Server with the default limits (SPEC §9) and a recorder
+// rfcServer is a Server with the default limits of the protocol and a recorder
 // linked to it.
 type rfcServer struct {
 	addr string
@@ -516,7 +516,7 @@ func TestRFC6455ProtocolErrors(t *testing.T) {
 		{"close reason not UTF-8", rfcStream(rfcClose(1000, "bye \xff")), utf8},
 		{"close reason cut mid code point", rfcStream(rfcClose(1000, "\xe2\x82")), utf8},
 
-		// SPEC §9, §10.4: a message over 1 MiB, whole or in fragments.
+		// The protocol's limit: a message over 1 MiB, whole or in fragments.
 		{"text of the limit + 1 in one frame", rfcStream(rfcFrame{op: gobws.OpText, fin: true, p: bytes.Repeat([]byte("a"), rfcLimit+1)}), tooBig},
 		{"text of the limit + 1 in 17 fragments", rfcStream(rfcFragments(gobws.OpText, bytes.Repeat([]byte("a"), rfcLimit+1), 17)...), tooBig},
 		{"text of 2 MiB in 1024 fragments", rfcStream(rfcFragments(gobws.OpText, bytes.Repeat([]byte("é"), rfcLimit), 1024)...), tooBig},

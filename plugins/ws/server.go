@@ -3,6 +3,8 @@ package ws
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -24,13 +26,15 @@ import (
 // Version is the version of this transport, reported by Start.
 const Version = "0.1.0"
 
-// Defaults for zero StartRequest fields (SPEC §7, §9).
+// Defaults for zero StartRequest fields (see the protocol's limits).
 const (
-	DefaultPingInterval = 20 * time.Second
-	DefaultPeerTimeout  = 60 * time.Second
-	DefaultMaxMessage   = 1 << 20
-	DefaultSendQueue    = 8 << 20
-	DefaultEventBuffer  = 16 << 20
+	DefaultPingInterval   = 20 * time.Second
+	DefaultPeerTimeout    = 60 * time.Second
+	DefaultMaxMessage     = 1 << 20
+	DefaultSendQueue      = 8 << 20
+	DefaultEventBuffer    = 16 << 20
+	DefaultMaxConnections = 20000
+	DefaultHeaderTimeout  = 10 * time.Second
 )
 
 // maxCloseGrace bounds how long a close handshake may take once started.
@@ -48,6 +52,13 @@ type config struct {
 	lingerIdle   time.Duration // how long a reader waits for the next message before a waiter takes over
 	maxMessage   int64
 	sendQueue    int64
+	maxConns     int64 // as asked; the listener applies it lowered to the fd limit
+	headerTO     time.Duration
+	refuseGrace  time.Duration
+	certFile     string // with keyFile: serve TLS
+	keyFile      string
+	pageGate     bool // pageToken is set: pages need the token
+	pageToken    [sha256.Size]byte
 }
 
 // Server is the WebSocket transport. The zero value is not usable; call New.
@@ -58,6 +69,8 @@ type Server struct {
 	// EventBuffer, if set before Start, bounds the bytes of message payload
 	// queued for the link; see the package doc. Zero means 16 MiB.
 	EventBuffer int64
+
+	certCheckEvery time.Duration // how often a handshake looks for a renewed certificate
 
 	log    zerolog.Logger
 	evWake chan struct{} // wakes the link; capacity 1
@@ -77,6 +90,7 @@ type Server struct {
 	lastID   uint64
 	stopCode int // the code of a Stop under way, for upgrades that lose the race
 	stopMsg  string
+	lim      *limitListener
 
 	csMu  sync.Mutex            // guards the fields below
 	busy  map[net.Conn]struct{} // HTTP connections between accept and their response or upgrade
@@ -92,8 +106,9 @@ type Server struct {
 }
 
 var (
-	_ contract.Transport   = (*Server)(nil)
-	_ contract.OwnedExecer = (*Server)(nil)
+	_ contract.Transport     = (*Server)(nil)
+	_ contract.OwnedExecer   = (*Server)(nil)
+	_ contract.StatsReporter = (*Server)(nil)
 )
 
 // New returns an unstarted Server that logs to log.
@@ -106,6 +121,8 @@ func New(log zerolog.Logger) *Server {
 		evSpace: make(chan struct{}),
 		evLimit: DefaultEventBuffer,
 		busy:    make(map[net.Conn]struct{}),
+
+		certCheckEvery: certCheckEvery,
 	}
 }
 
@@ -124,12 +141,32 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	case s.started:
 		return contract.StartResponse{}, fmt.Errorf("start: already started: %w", contract.ErrInvalidArgument)
 	}
-	ln, err := listen(ctx, req.Listen)
+	if req.Instance != "" {
+		s.log = s.log.With().Str("instance", req.Instance).Logger()
+	}
+	var certs *certSource
+	if cfg.certFile != "" {
+		if certs, err = newCertSource(cfg.certFile, cfg.keyFile, s.certCheckEvery, s.log); err != nil {
+			return contract.StartResponse{}, err
+		}
+	}
+	inner, err := listen(ctx, req.Listen)
 	if err != nil {
 		return contract.StartResponse{}, fmt.Errorf("start: %w", err)
 	}
-	if req.Instance != "" {
-		s.log = s.log.With().Str("instance", req.Instance).Logger()
+	maxConns, fdLimit := connLimit(cfg.maxConns)
+	if maxConns < cfg.maxConns {
+		s.log.Warn().Int64("asked", cfg.maxConns).Int64("applied", maxConns).Uint64("fd_limit", fdLimit).
+			Msg("max connections lowered to stay under the file descriptor limit (raise it with ulimit -n or LimitNOFILE=)")
+	}
+	var tlsCfg *tls.Config
+	if certs != nil {
+		tlsCfg = certs.tlsConfig()
+	}
+	lim := newLimitListener(s, inner, maxConns, fdLimit, tlsCfg, cfg.refuseGrace)
+	var ln net.Listener = lim
+	if tlsCfg != nil {
+		ln = tls.NewListener(lim, tlsCfg)
 	}
 	s.evMu.Lock()
 	if s.EventBuffer > 0 {
@@ -139,11 +176,13 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	s.cfg = cfg
 	s.started = true
 	s.ln = ln
+	s.lim = lim
 	s.served = make(chan struct{})
 	s.hs = &http.Server{
-		Handler:           http.HandlerFunc(s.serveHTTP),
-		ConnState:         s.connState,
-		ReadHeaderTimeout: cfg.peerTimeout,
+		Handler:   http.HandlerFunc(s.serveHTTP),
+		ConnState: s.connState,
+		// Also bounds the TLS handshake.
+		ReadHeaderTimeout: cfg.headerTO,
 		IdleTimeout:       cfg.peerTimeout,
 		ErrorLog:          log.New(debugWriter{s.log}, "", 0),
 	}
@@ -151,14 +190,28 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	go func() {
 		defer s.wg.Done()
 		defer close(s.served)
+		defer lim.closeSpare() // after the last Accept
 		if err := s.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			s.log.Error().Err(err).Msg("http serve")
 		}
 	}()
 	go s.tick(cfg)
 	addr := ln.Addr().String()
-	s.log.Info().Str("addr", addr).Msg("websocket transport listening")
-	return contract.StartResponse{Addr: addr, Version: Version}, nil
+	s.log.Info().Str("addr", addr).Int64("max_connections", maxConns).Bool("tls", tlsCfg != nil).
+		Bool("page_token", cfg.pageGate).Msg("websocket transport listening")
+	return contract.StartResponse{Addr: addr, Version: Version, MaxConnections: int(maxConns)}, nil
+}
+
+// Stats implements contract.StatsReporter: the connections open now and
+// those refused since Start.
+func (s *Server) Stats(context.Context) (contract.TransportStats, error) {
+	s.mu.Lock()
+	lim := s.lim
+	s.mu.Unlock()
+	if lim == nil {
+		return contract.TransportStats{}, fmt.Errorf("stats: %w", contract.ErrNotStarted)
+	}
+	return contract.TransportStats{Connections: lim.open.Load(), Refused503: lim.refused.Load()}, nil
 }
 
 // listen binds addr, or, for "fd:N", serves the listening socket the
@@ -192,18 +245,28 @@ func newConfig(req contract.StartRequest) (*config, error) {
 		peerTimeout:  orDefault(req.PeerTimeout, DefaultPeerTimeout),
 		maxMessage:   orDefault(req.MaxMessage, DefaultMaxMessage),
 		sendQueue:    orDefault(req.SendQueue, DefaultSendQueue),
+		maxConns:     orDefault(int64(req.MaxConnections), DefaultMaxConnections),
+		headerTO:     orDefault(req.HeaderTimeout, DefaultHeaderTimeout),
+		certFile:     req.TLSCertFile,
+		keyFile:      req.TLSKeyFile,
+		pageGate:     req.PageTokenSHA256 != [sha256.Size]byte{},
+		pageToken:    req.PageTokenSHA256,
 	}
 	switch {
 	case req.Listen == "":
 		return nil, fmt.Errorf("start: empty listen address: %w", contract.ErrInvalidArgument)
-	case cfg.pingInterval < 0, cfg.peerTimeout < 0, cfg.maxMessage < 0, cfg.sendQueue < 0:
+	case cfg.pingInterval < 0, cfg.peerTimeout < 0, cfg.maxMessage < 0, cfg.sendQueue < 0,
+		cfg.maxConns < 0, cfg.headerTO < 0:
 		return nil, fmt.Errorf("start: negative setting: %w", contract.ErrInvalidArgument)
 	case cfg.peerTimeout <= cfg.pingInterval:
 		return nil, fmt.Errorf("start: peer timeout %v not above ping interval %v: %w",
 			cfg.peerTimeout, cfg.pingInterval, contract.ErrInvalidArgument)
+	case (cfg.certFile == "") != (cfg.keyFile == ""):
+		return nil, fmt.Errorf("start: a TLS certificate file needs a key file and the other way round: %w", contract.ErrInvalidArgument)
 	}
 	cfg.closeGrace = min(maxCloseGrace, cfg.peerTimeout)
 	cfg.lingerIdle = min(maxLingerIdle, cfg.peerTimeout/4)
+	cfg.refuseGrace = min(maxRefuseGrace, cfg.headerTO)
 	return cfg, nil
 }
 
@@ -385,7 +448,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.upgrade(w, r)
 	default:
 		if s.Static != nil {
-			s.Static.ServeHTTP(w, r)
+			s.mu.Lock()
+			cfg := s.cfg
+			s.mu.Unlock()
+			s.serveStatic(w, r, cfg)
 			return
 		}
 		http.NotFound(w, r)

@@ -109,6 +109,26 @@ func TestStartErrors(t *testing.T) {
 			name: "negative queue",
 			req:  contract.StartRequest{Listen: "127.0.0.1:0", SendQueue: -1},
 		},
+		{
+			name: "negative max connections",
+			req:  contract.StartRequest{Listen: "127.0.0.1:0", MaxConnections: -1},
+		},
+		{
+			name: "negative header timeout",
+			req:  contract.StartRequest{Listen: "127.0.0.1:0", HeaderTimeout: -time.Second},
+		},
+		{
+			name: "certificate without key",
+			req:  contract.StartRequest{Listen: "127.0.0.1:0", TLSCertFile: "cert.pem"},
+		},
+		{
+			name: "key without certificate",
+			req:  contract.StartRequest{Listen: "127.0.0.1:0", TLSKeyFile: "key.pem"},
+		},
+		{
+			name: "missing certificate files",
+			req:  contract.StartRequest{Listen: "127.0.0.1:0", TLSCertFile: "/nonexistent/cert.pem", TLSKeyFile: "/nonexistent/key.pem"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

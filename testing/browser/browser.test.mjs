@@ -30,6 +30,8 @@ let stateDir;
 let server; // the `tether serve` child
 let serverLog = []; // its stderr lines, for failures
 let url; // the listening URL with ?token=
+let token; // the access token in it
+let bin; // the tether binary
 let browser;
 
 before(
@@ -38,12 +40,12 @@ before(
     stateDir = path.join(tmp, "state");
     mkdirSync(stateDir, { mode: 0o700 });
 
-    let bin = process.env.TETHER_TEST_BINARY;
+    bin = process.env.TETHER_TEST_BINARY;
     if (!bin) {
       bin = path.join(tmp, "tether");
       execFileSync("go", ["build", "-o", bin, "./cmd/tether"], { cwd: repo, stdio: "inherit" });
     }
-    url = await startServer(bin);
+    ({ url, token } = await startServer(["--listen", "127.0.0.1:0"]));
 
     browser = await chromium.launch({
       executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
@@ -71,11 +73,12 @@ after(
   { timeout: 30000 },
 );
 
-// startServer runs `tether serve` with a clean environment and returns the
-// URL from its first stdout line.
-function startServer(bin) {
+// startServer runs `tether serve` with a clean environment (so the token
+// comes from the state dir's token file) and extra args, and returns the
+// URL and the token from its first stdout line.
+function startServer(extra) {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("TETHER_")));
-  const args = ["serve", "--listen", "127.0.0.1:0", "--state-dir", stateDir, "--log-format", "json", "--pty-command", "/bin/sh"];
+  const args = ["serve", ...extra, "--state-dir", stateDir, "--log-format", "json", "--pty-command", "/bin/sh"];
   server = spawn(bin, args, { env, stdio: ["ignore", "pipe", "pipe"] });
   server.exited = new Promise((resolve) => server.once("exit", (code, signal) => resolve({ code, signal })));
   readline.createInterface({ input: server.stderr }).on("line", (l) => {
@@ -92,7 +95,7 @@ function startServer(bin) {
     stdout.once("line", (line) => {
       clearTimeout(timer);
       const m = listening.exec(line);
-      if (m) resolve(m[1]);
+      if (m) resolve({ url: m[1], token: m[2] });
       else fail(`first stdout line is ${JSON.stringify(line)}`);
     });
     stdout.on("line", () => {}); // keep draining
@@ -110,7 +113,7 @@ async function stopServer() {
   clearTimeout(timer);
 }
 
-// stopPTYPlugin stops the PTY plugin the host leaves running (SPEC §6.3),
+// stopPTYPlugin stops the PTY plugin the host leaves running for the next host,
 // found by its reattach record.
 async function stopPTYPlugin() {
   if (!stateDir) return;
@@ -260,5 +263,92 @@ test("a second tab supersedes the first", { timeout: 120000 }, (t) =>
     await a.click("#reconnect");
     await waitState(a, "connected");
     await waitState(b, "superseded");
+  }),
+);
+
+// bare is the listening URL without its query: what a bookmark holds.
+function bare() {
+  return new URL("/", url).href;
+}
+
+test("signed in through the cookie", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const sockets = [];
+    ctx.on("page", (p) => p.on("websocket", (ws) => sockets.push(ws.url())));
+    const page = await open(ctx);
+    await waitState(page, "connected");
+
+    const cookies = (await ctx.cookies()).filter((c) => c.name === "tether_token");
+    assert.equal(cookies.length, 1, `cookies: ${JSON.stringify(await ctx.cookies())}`);
+    const c = cookies[0];
+    assert.equal(c.value, token);
+    assert.equal(c.path, "/");
+    assert.equal(c.httpOnly, true, "the cookie is not HttpOnly");
+    assert.equal(c.sameSite, "Strict");
+    assert.equal(c.secure, false, "Secure on a plain-HTTP page");
+    assert.equal(c.expires, -1, "not a session cookie");
+    assert.equal(await page.evaluate(() => document.cookie), "", "a script can read the cookie");
+    assert.equal(await page.evaluate(() => sessionStorage.getItem("tether.access")), null, "the page keeps the token in sessionStorage");
+
+    // The bare URL (a bookmark), a reload of it, and a second tab of it.
+    const resp = await page.goto(bare());
+    assert.equal(resp.status(), 200, "the bare URL is not served with the cookie");
+    await waitState(page, "connected");
+    await page.reload();
+    await waitState(page, "connected");
+    const second = await ctx.newPage();
+    assert.equal((await second.goto(bare())).status(), 200);
+    await waitState(second, "connected");
+
+    assert.ok(sockets.length >= 4, `WebSockets opened: ${sockets.join(", ")}`);
+    for (const s of sockets) {
+      assert.ok(s.includes("/api/pty?"), `WebSocket to ${s}`);
+      assert.ok(!/[?&]token=/.test(s), `the token in a WebSocket URL: ${s}`);
+    }
+  }),
+);
+
+test("a wrong or missing token gets the 401 page and no cookie", { timeout: 60000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await ctx.newPage();
+    for (const [target, says] of [
+      [new URL("/?token=wrong", url).href, "not this server's token"],
+      [bare(), "had none"],
+    ]) {
+      const resp = await page.goto(target);
+      assert.equal(resp.status(), 401, `GET ${target}`);
+      const text = await page.textContent("body");
+      assert.match(text, new RegExp(says), `GET ${target}`);
+      assert.match(text, /tether serve/);
+      assert.match(text, /<state-dir>\/token/);
+    }
+    assert.deepEqual(await ctx.cookies(), [], "a refused page set a cookie");
+  }),
+);
+
+// Last: it replaces the server.
+test("the open page stays signed in across a host restart", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    await type(page, "echo pid=$$");
+    const pid = await waitText(page, String.raw`pid=(\d+)`);
+
+    const addr = new URL(url).host;
+    await stopServer();
+    await waitState(page, "reconnecting");
+    const again = await startServer(["--listen", addr]);
+    assert.equal(again.token, token, "the restarted host has another token (token file)");
+    url = again.url;
+
+    await waitState(page, "connected"); // the page's own retry, with its cookie
+    await type(page, "echo after=$$");
+    assert.equal(await waitText(page, String.raw`after=(\d+)`), pid, "another shell after the restart");
+    const resp = await page.goto(bare());
+    assert.equal(resp.status(), 200, "the bare URL after the restart");
+    await waitState(page, "connected");
+    const tab = await ctx.newPage();
+    assert.equal((await tab.goto(bare())).status(), 200, "a new tab after the restart");
+    await waitState(tab, "connected");
   }),
 );

@@ -36,6 +36,10 @@ var broken = map[string]func(inner contract.Transport) contract.Transport{
 	"lost-close-code": func(inner contract.Transport) contract.Transport {
 		return &rewriteClosed{Transport: inner}
 	},
+	// Reports the most connections ever open as the number open now.
+	"peak-stats": func(inner contract.Transport) contract.Transport {
+		return &peakStats{Transport: inner}
+	},
 }
 
 // TestBrokenHelper is not a test: TestKitFailsBrokenTransports runs it in
@@ -63,6 +67,7 @@ func TestKitFailsBrokenTransports(t *testing.T) {
 		{Name: "reused-ids", WantFail: []string{"ConnIDs"}},
 		{Name: "early-frames", WantFail: []string{"NoFrameBeforeAdmit"}},
 		{Name: "lost-close-code", WantFail: []string{"RefuseBeforeAdmit", "CloseAfterSend", "Drop", "Stop"}},
+		{Name: "peak-stats", WantFail: []string{"Stats"}},
 	})
 }
 
@@ -142,4 +147,21 @@ func (r *rewriteClosed) Link(ctx context.Context, sink contract.EventSink) error
 		}
 		return sink(ctx, out)
 	})
+}
+
+// peakStats reports the most connections ever open as Connections.
+type peakStats struct {
+	contract.Transport
+
+	mu   sync.Mutex // guards the field below
+	peak int64
+}
+
+func (p *peakStats) Stats(ctx context.Context) (contract.TransportStats, error) {
+	st, err := p.Transport.(contract.StatsReporter).Stats(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.peak = max(p.peak, st.Connections)
+	st.Connections = p.peak
+	return st, err
 }

@@ -29,6 +29,7 @@ var checks = []check{
 	{"Stop", checkStop},
 	{"Restart", checkRestart},
 	{"LinkTwice", checkLinkTwice},
+	{"Stats", checkStats},
 }
 
 func text(s string) Message { return Message{Data: []byte(s)} }
@@ -606,5 +607,46 @@ func checkLinkTwice(t *testing.T, k *kit) {
 	h.exec(t, send(c.id, text("first link still works")))
 	if m := receive(t, c); string(m.Data) != "first link still works" {
 		t.Errorf("client: got %v, want the message", m)
+	}
+}
+
+func checkStats(t *testing.T, k *kit) {
+	const n = 5
+	h := k.start(t, contract.StartRequest{})
+	sr, ok := h.tr.(contract.StatsReporter)
+	if !ok {
+		t.Skip("the transport reports no counters: it is not a contract.StatsReporter")
+	}
+	stats := func(when string) contract.TransportStats {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		st, err := sr.Stats(ctx)
+		if errors.Is(err, errors.ErrUnsupported) {
+			t.Skipf("the transport reports no counters: %v", err)
+		}
+		if err != nil {
+			t.Fatalf("Stats %s: got error %v, want nil", when, err)
+		}
+		return st
+	}
+	if st := stats("before any connection"); st.Connections != 0 || st.Refused503 != 0 {
+		t.Errorf("Stats before any connection: got %+v, want zero", st)
+	}
+	clients := make([]*client, 0, n)
+	for range n {
+		c := h.dial(t)
+		h.admit(t, c)
+		clients = append(clients, c)
+	}
+	if st := stats("with 5 open"); st.Connections != n {
+		t.Errorf("Stats after %d Opened: got %d connections, want %d", n, st.Connections, n)
+	}
+	for _, c := range clients {
+		_ = c.Drop()
+		h.rec.waitClosed(t, c.id)
+	}
+	if st := stats("after every Closed"); st.Connections != 0 || st.Refused503 != 0 {
+		t.Errorf("Stats after every Closed: got %+v, want zero (nothing refused under the bound)", st)
 	}
 }

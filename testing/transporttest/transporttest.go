@@ -150,6 +150,16 @@ func (k *kit) require(t *testing.T, c Capability) {
 //   - Restart: a new transport starts on the address a stopped one had.
 //   - LinkTwice: a second Link while one runs fails with
 //     contract.ErrAlreadyLinked and leaves the first one working.
+//   - Stats: a transport that reports counters (a contract.StatsReporter
+//     whose Stats does not fail with errors.ErrUnsupported; skipped
+//     otherwise) counts 0 connections at first, n with n open, 0 again
+//     once each was reported Closed, and refuses none under the default
+//     bound.
+//
+// The StartRequest fields for HTTP (MaxConnections, HeaderTimeout, TLS,
+// PageTokenSHA256) are left zero: what they do is HTTP's, not the
+// contract's, so a transport that serves HTTP tests them itself (plugins/ws
+// does).
 //
 // Across every check, the kit's event sink also fails the check on any
 // event out of order: a second Opened with an id already used, a Frame

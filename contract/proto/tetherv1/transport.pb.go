@@ -74,7 +74,7 @@ func (x Event_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Event_Kind.Descriptor instead.
 func (Event_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{5, 0}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{7, 0}
 }
 
 type Command_Kind int32
@@ -126,7 +126,7 @@ func (x Command_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Command_Kind.Descriptor instead.
 func (Command_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{7, 0}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{9, 0}
 }
 
 type StartRequest struct {
@@ -137,8 +137,17 @@ type StartRequest struct {
 	PeerTimeoutMs  int64                  `protobuf:"varint,4,opt,name=peer_timeout_ms,json=peerTimeoutMs,proto3" json:"peer_timeout_ms,omitempty"`
 	MaxMessage     int64                  `protobuf:"varint,5,opt,name=max_message,json=maxMessage,proto3" json:"max_message,omitempty"`
 	SendQueue      int64                  `protobuf:"varint,6,opt,name=send_queue,json=sendQueue,proto3" json:"send_queue,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Open connections at most; 0: the transport's default.
+	MaxConnections int64 `protobuf:"varint,7,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	// Request headers (and TLS handshake) must arrive within it; 0: default.
+	HeaderTimeoutMs int64 `protobuf:"varint,8,opt,name=header_timeout_ms,json=headerTimeoutMs,proto3" json:"header_timeout_ms,omitempty"`
+	// PEM files; both or neither: serve HTTPS/WSS.
+	TlsCertFile string `protobuf:"bytes,9,opt,name=tls_cert_file,json=tlsCertFile,proto3" json:"tls_cert_file,omitempty"`
+	TlsKeyFile  string `protobuf:"bytes,10,opt,name=tls_key_file,json=tlsKeyFile,proto3" json:"tls_key_file,omitempty"`
+	// SHA-256 of the access token (32 bytes), or empty: the page is public.
+	PageTokenSha256 []byte `protobuf:"bytes,11,opt,name=page_token_sha256,json=pageTokenSha256,proto3" json:"page_token_sha256,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StartRequest) Reset() {
@@ -213,12 +222,49 @@ func (x *StartRequest) GetSendQueue() int64 {
 	return 0
 }
 
+func (x *StartRequest) GetMaxConnections() int64 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *StartRequest) GetHeaderTimeoutMs() int64 {
+	if x != nil {
+		return x.HeaderTimeoutMs
+	}
+	return 0
+}
+
+func (x *StartRequest) GetTlsCertFile() string {
+	if x != nil {
+		return x.TlsCertFile
+	}
+	return ""
+}
+
+func (x *StartRequest) GetTlsKeyFile() string {
+	if x != nil {
+		return x.TlsKeyFile
+	}
+	return ""
+}
+
+func (x *StartRequest) GetPageTokenSha256() []byte {
+	if x != nil {
+		return x.PageTokenSha256
+	}
+	return nil
+}
+
 type StartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Addr    string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The bound on open connections the transport applies; 0: none.
+	MaxConnections int64 `protobuf:"varint,3,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StartResponse) Reset() {
@@ -265,6 +311,104 @@ func (x *StartResponse) GetVersion() string {
 	return ""
 }
 
+func (x *StartResponse) GetMaxConnections() int64 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+type StatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRequest) Reset() {
+	*x = StatsRequest{}
+	mi := &file_tetherv1_transport_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRequest) ProtoMessage() {}
+
+func (x *StatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tetherv1_transport_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
+func (*StatsRequest) Descriptor() ([]byte, []int) {
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{2}
+}
+
+type StatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Connections open now.
+	Connections int64 `protobuf:"varint,1,opt,name=connections,proto3" json:"connections,omitempty"`
+	// Connections refused with HTTP 503 (or closed for lack of file
+	// descriptors) since the process started.
+	Refused       uint64 `protobuf:"varint,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsResponse) Reset() {
+	*x = StatsResponse{}
+	mi := &file_tetherv1_transport_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsResponse) ProtoMessage() {}
+
+func (x *StatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tetherv1_transport_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
+func (*StatsResponse) Descriptor() ([]byte, []int) {
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StatsResponse) GetConnections() int64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
 type StopRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
@@ -275,7 +419,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_tetherv1_transport_proto_msgTypes[2]
+	mi := &file_tetherv1_transport_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +431,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_transport_proto_msgTypes[2]
+	mi := &file_tetherv1_transport_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +444,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{2}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StopRequest) GetCode() int32 {
@@ -325,7 +469,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_tetherv1_transport_proto_msgTypes[3]
+	mi := &file_tetherv1_transport_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +481,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_transport_proto_msgTypes[3]
+	mi := &file_tetherv1_transport_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +494,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{3}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{5}
 }
 
 type Header struct {
@@ -363,7 +507,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_tetherv1_transport_proto_msgTypes[4]
+	mi := &file_tetherv1_transport_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +519,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_transport_proto_msgTypes[4]
+	mi := &file_tetherv1_transport_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +532,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{4}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Header) GetName() string {
@@ -427,7 +571,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_tetherv1_transport_proto_msgTypes[5]
+	mi := &file_tetherv1_transport_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +583,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_transport_proto_msgTypes[5]
+	mi := &file_tetherv1_transport_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +596,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{5}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Event) GetKind() Event_Kind {
@@ -541,7 +685,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_tetherv1_transport_proto_msgTypes[6]
+	mi := &file_tetherv1_transport_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +697,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_transport_proto_msgTypes[6]
+	mi := &file_tetherv1_transport_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +710,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{6}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EventBatch) GetEvents() []*Event {
@@ -590,7 +734,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_tetherv1_transport_proto_msgTypes[7]
+	mi := &file_tetherv1_transport_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +746,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_transport_proto_msgTypes[7]
+	mi := &file_tetherv1_transport_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +759,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{7}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Command) GetKind() Command_Kind {
@@ -669,7 +813,7 @@ type CommandBatch struct {
 
 func (x *CommandBatch) Reset() {
 	*x = CommandBatch{}
-	mi := &file_tetherv1_transport_proto_msgTypes[8]
+	mi := &file_tetherv1_transport_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +825,7 @@ func (x *CommandBatch) String() string {
 func (*CommandBatch) ProtoMessage() {}
 
 func (x *CommandBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_tetherv1_transport_proto_msgTypes[8]
+	mi := &file_tetherv1_transport_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +838,7 @@ func (x *CommandBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandBatch.ProtoReflect.Descriptor instead.
 func (*CommandBatch) Descriptor() ([]byte, []int) {
-	return file_tetherv1_transport_proto_rawDescGZIP(), []int{8}
+	return file_tetherv1_transport_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommandBatch) GetCommands() []*Command {
@@ -708,7 +852,7 @@ var File_tetherv1_transport_proto protoreflect.FileDescriptor
 
 const file_tetherv1_transport_proto_rawDesc = "" +
 	"\n" +
-	"\x18tetherv1/transport.proto\x12\ttether.v1\"\xd4\x01\n" +
+	"\x18tetherv1/transport.proto\x12\ttether.v1\"\x9b\x03\n" +
 	"\fStartRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x16\n" +
 	"\x06listen\x18\x02 \x01(\tR\x06listen\x12(\n" +
@@ -717,10 +861,22 @@ const file_tetherv1_transport_proto_rawDesc = "" +
 	"\vmax_message\x18\x05 \x01(\x03R\n" +
 	"maxMessage\x12\x1d\n" +
 	"\n" +
-	"send_queue\x18\x06 \x01(\x03R\tsendQueue\"=\n" +
+	"send_queue\x18\x06 \x01(\x03R\tsendQueue\x12'\n" +
+	"\x0fmax_connections\x18\a \x01(\x03R\x0emaxConnections\x12*\n" +
+	"\x11header_timeout_ms\x18\b \x01(\x03R\x0fheaderTimeoutMs\x12\"\n" +
+	"\rtls_cert_file\x18\t \x01(\tR\vtlsCertFile\x12 \n" +
+	"\ftls_key_file\x18\n" +
+	" \x01(\tR\n" +
+	"tlsKeyFile\x12*\n" +
+	"\x11page_token_sha256\x18\v \x01(\fR\x0fpageTokenSha256\"f\n" +
 	"\rStartResponse\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"9\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12'\n" +
+	"\x0fmax_connections\x18\x03 \x01(\x03R\x0emaxConnections\"\x0e\n" +
+	"\fStatsRequest\"K\n" +
+	"\rStatsResponse\x12 \n" +
+	"\vconnections\x18\x01 \x01(\x03R\vconnections\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\x04R\arefused\"9\n" +
 	"\vStopRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x0e\n" +
@@ -765,11 +921,12 @@ const file_tetherv1_transport_proto_rawDesc = "" +
 	"\n" +
 	"KIND_CLOSE\x10\x03\">\n" +
 	"\fCommandBatch\x12.\n" +
-	"\bcommands\x18\x01 \x03(\v2\x12.tether.v1.CommandR\bcommands2\xbc\x01\n" +
+	"\bcommands\x18\x01 \x03(\v2\x12.tether.v1.CommandR\bcommands2\xf8\x01\n" +
 	"\tTransport\x12:\n" +
 	"\x05Start\x12\x17.tether.v1.StartRequest\x1a\x18.tether.v1.StartResponse\x12:\n" +
 	"\x04Link\x12\x17.tether.v1.CommandBatch\x1a\x15.tether.v1.EventBatch(\x010\x01\x127\n" +
-	"\x04Stop\x12\x16.tether.v1.StopRequest\x1a\x17.tether.v1.StopResponseB8Z6github.com/tether-agent/tether/contract/proto/tetherv1b\x06proto3"
+	"\x04Stop\x12\x16.tether.v1.StopRequest\x1a\x17.tether.v1.StopResponse\x12:\n" +
+	"\x05Stats\x12\x17.tether.v1.StatsRequest\x1a\x18.tether.v1.StatsResponseB8Z6github.com/tether-agent/tether/contract/proto/tetherv1b\x06proto3"
 
 var (
 	file_tetherv1_transport_proto_rawDescOnce sync.Once
@@ -784,34 +941,38 @@ func file_tetherv1_transport_proto_rawDescGZIP() []byte {
 }
 
 var file_tetherv1_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tetherv1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_tetherv1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_tetherv1_transport_proto_goTypes = []any{
 	(Event_Kind)(0),       // 0: tether.v1.Event.Kind
 	(Command_Kind)(0),     // 1: tether.v1.Command.Kind
 	(*StartRequest)(nil),  // 2: tether.v1.StartRequest
 	(*StartResponse)(nil), // 3: tether.v1.StartResponse
-	(*StopRequest)(nil),   // 4: tether.v1.StopRequest
-	(*StopResponse)(nil),  // 5: tether.v1.StopResponse
-	(*Header)(nil),        // 6: tether.v1.Header
-	(*Event)(nil),         // 7: tether.v1.Event
-	(*EventBatch)(nil),    // 8: tether.v1.EventBatch
-	(*Command)(nil),       // 9: tether.v1.Command
-	(*CommandBatch)(nil),  // 10: tether.v1.CommandBatch
+	(*StatsRequest)(nil),  // 4: tether.v1.StatsRequest
+	(*StatsResponse)(nil), // 5: tether.v1.StatsResponse
+	(*StopRequest)(nil),   // 6: tether.v1.StopRequest
+	(*StopResponse)(nil),  // 7: tether.v1.StopResponse
+	(*Header)(nil),        // 8: tether.v1.Header
+	(*Event)(nil),         // 9: tether.v1.Event
+	(*EventBatch)(nil),    // 10: tether.v1.EventBatch
+	(*Command)(nil),       // 11: tether.v1.Command
+	(*CommandBatch)(nil),  // 12: tether.v1.CommandBatch
 }
 var file_tetherv1_transport_proto_depIdxs = []int32{
 	0,  // 0: tether.v1.Event.kind:type_name -> tether.v1.Event.Kind
-	6,  // 1: tether.v1.Event.header:type_name -> tether.v1.Header
-	7,  // 2: tether.v1.EventBatch.events:type_name -> tether.v1.Event
+	8,  // 1: tether.v1.Event.header:type_name -> tether.v1.Header
+	9,  // 2: tether.v1.EventBatch.events:type_name -> tether.v1.Event
 	1,  // 3: tether.v1.Command.kind:type_name -> tether.v1.Command.Kind
-	9,  // 4: tether.v1.CommandBatch.commands:type_name -> tether.v1.Command
+	11, // 4: tether.v1.CommandBatch.commands:type_name -> tether.v1.Command
 	2,  // 5: tether.v1.Transport.Start:input_type -> tether.v1.StartRequest
-	10, // 6: tether.v1.Transport.Link:input_type -> tether.v1.CommandBatch
-	4,  // 7: tether.v1.Transport.Stop:input_type -> tether.v1.StopRequest
-	3,  // 8: tether.v1.Transport.Start:output_type -> tether.v1.StartResponse
-	8,  // 9: tether.v1.Transport.Link:output_type -> tether.v1.EventBatch
-	5,  // 10: tether.v1.Transport.Stop:output_type -> tether.v1.StopResponse
-	8,  // [8:11] is the sub-list for method output_type
-	5,  // [5:8] is the sub-list for method input_type
+	12, // 6: tether.v1.Transport.Link:input_type -> tether.v1.CommandBatch
+	6,  // 7: tether.v1.Transport.Stop:input_type -> tether.v1.StopRequest
+	4,  // 8: tether.v1.Transport.Stats:input_type -> tether.v1.StatsRequest
+	3,  // 9: tether.v1.Transport.Start:output_type -> tether.v1.StartResponse
+	10, // 10: tether.v1.Transport.Link:output_type -> tether.v1.EventBatch
+	7,  // 11: tether.v1.Transport.Stop:output_type -> tether.v1.StopResponse
+	5,  // 12: tether.v1.Transport.Stats:output_type -> tether.v1.StatsResponse
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -828,7 +989,7 @@ func file_tetherv1_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tetherv1_transport_proto_rawDesc), len(file_tetherv1_transport_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	Transport_Start_FullMethodName = "/tether.v1.Transport/Start"
 	Transport_Link_FullMethodName  = "/tether.v1.Transport/Link"
 	Transport_Stop_FullMethodName  = "/tether.v1.Transport/Stop"
+	Transport_Stats_FullMethodName = "/tether.v1.Transport/Stats"
 )
 
 // TransportClient is the client API for Transport service.
@@ -38,6 +39,9 @@ type TransportClient interface {
 	Link(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CommandBatch, EventBatch], error)
 	// Stop closes the listener and every connection.
 	Stop(ctx context.Context, in *StopRequest, opts ...grpc.CallOption) (*StopResponse, error)
+	// Stats reports the transport's counters. A transport without counters
+	// answers UNIMPLEMENTED.
+	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 }
 
 type transportClient struct {
@@ -81,6 +85,16 @@ func (c *transportClient) Stop(ctx context.Context, in *StopRequest, opts ...grp
 	return out, nil
 }
 
+func (c *transportClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatsResponse)
+	err := c.cc.Invoke(ctx, Transport_Stats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -91,6 +105,9 @@ type TransportServer interface {
 	Link(grpc.BidiStreamingServer[CommandBatch, EventBatch]) error
 	// Stop closes the listener and every connection.
 	Stop(context.Context, *StopRequest) (*StopResponse, error)
+	// Stats reports the transport's counters. A transport without counters
+	// answers UNIMPLEMENTED.
+	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -109,6 +126,9 @@ func (UnimplementedTransportServer) Link(grpc.BidiStreamingServer[CommandBatch, 
 }
 func (UnimplementedTransportServer) Stop(context.Context, *StopRequest) (*StopResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stop not implemented")
+}
+func (UnimplementedTransportServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -174,6 +194,24 @@ func _Transport_Stop_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).Stats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_Stats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).Stats(ctx, req.(*StatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -188,6 +226,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stop",
 			Handler:    _Transport_Stop_Handler,
+		},
+		{
+			MethodName: "Stats",
+			Handler:    _Transport_Stats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

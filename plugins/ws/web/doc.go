@@ -13,12 +13,21 @@
 // itself also gets a Content-Security-Policy that allows only its own
 // scripts and same-origin connections, and refuses framing.
 //
+// Handler checks no access token: the ws transport that serves it does
+// (see plugins/ws, "The page"). It answers the page only to a request
+// that carries the token and keeps a ?token= in the HttpOnly cookie
+// tether_token; the page's scripts, style sheets and licences are public.
+//
 // # The page
 //
-// The page opens one WebSocket to /api/pty (SPEC §6) and shows it in a
-// full-window xterm.js terminal with a status bar. The access token comes
-// from ?token= in the page URL, is kept in sessionStorage for the tab and
-// removed from the visible URL. The attach token is a random 128-bit
+// The page opens one WebSocket to /api/pty (see docs/PROTOCOL.md) and
+// shows it in a full-window xterm.js terminal with a status bar. It never
+// reads the access token: the browser sends the tether_token cookie with
+// the page's WebSocket upgrades (same origin), so the WebSocket URLs carry
+// none, and a reload, a second tab or a bookmark of the bare URL stays
+// signed in. The page removes ?token= (and ?attach=) from the visible URL
+// and from the history, and drops the token older pages kept in
+// sessionStorage. The attach token is a random 128-bit
 // base64url string kept in localStorage under "tether.attach" (so every tab
 // of the browser shares one terminal; ?attach= in the page URL adopts a
 // given token); "New terminal" replaces it. The page counts the bytes it

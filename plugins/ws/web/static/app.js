@@ -1,10 +1,10 @@
-// tether browser terminal: one xterm.js terminal on GET /api/pty (SPEC §6).
+// tether browser terminal: one xterm.js terminal on GET /api/pty (docs/PROTOCOL.md).
 // Plain JavaScript, no build step; the package doc of plugins/ws/web
 // describes the behaviour and the states.
 (function () {
   "use strict";
 
-  const ACCESS_KEY = "tether.access"; // sessionStorage: the access token
+  const OLD_ACCESS_KEY = "tether.access"; // sessionStorage of older pages: the access token, now removed
   const ATTACH_KEY = "tether.attach"; // localStorage: the attach token
   const CURSOR_KEY = "tether.cursor."; // sessionStorage + attach token: {epoch, offset}
   const ATTACH_RE = /^[A-Za-z0-9_-]{16,128}$/;
@@ -22,7 +22,7 @@
   const FATAL = {
     1011: ["too many terminals open (registry full)", true],
     4400: ["bad attach token — use New terminal", false],
-    4401: ["access token missing or wrong — open the URL printed by tether serve", false],
+    4401: ["access token missing or wrong — open the URL printed by tether serve (its token is in <state-dir>/token)", false],
     4403: ["forbidden origin/host — open the URL printed by tether serve", false],
     4404: ["terminal endpoint switched off on this server", true],
     4408: ["this server only accepts local connections", false],
@@ -70,18 +70,21 @@
 
   // ---- tokens
 
-  // takeURLParams moves ?token= (and ?attach=) out of the visible URL.
+  // takeURLParams removes ?token= and ?attach= from the visible URL (and
+  // so from the history) and returns ?attach=. The page never reads the
+  // access token: the server answered this page because the request
+  // carried it, and keeps it in the HttpOnly cookie tether_token, which
+  // the browser sends with every request of this origin, the WebSocket
+  // upgrades included.
   function takeURLParams() {
     const url = new URL(location.href);
     const token = url.searchParams.get("token");
     const attachParam = url.searchParams.get("attach");
-    if (token === null && attachParam === null) {
-      return { token: null, attach: null };
-    }
+    if (token === null && attachParam === null) return null;
     url.searchParams.delete("token");
     url.searchParams.delete("attach");
     history.replaceState(history.state, "", url.pathname + url.search + url.hash);
-    return { token, attach: attachParam };
+    return attachParam;
   }
 
   function newAttachToken() {
@@ -92,11 +95,9 @@
     return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
   }
 
-  const fromURL = takeURLParams();
-  if (fromURL.token !== null) save(session, ACCESS_KEY, fromURL.token);
-  const access = fromURL.token !== null ? fromURL.token : load(session, ACCESS_KEY) || "";
+  drop(session, OLD_ACCESS_KEY);
 
-  let attach = fromURL.attach;
+  let attach = takeURLParams();
   if (attach === null || !ATTACH_RE.test(attach)) attach = load(local, ATTACH_KEY);
   if (attach === null || !ATTACH_RE.test(attach)) attach = newAttachToken();
   save(local, ATTACH_KEY, attach);
@@ -186,8 +187,7 @@
     gaveUp = false;
     closeCurrent("replaced");
 
-    let q = "attach=" + encodeURIComponent(attach);
-    if (access) q += "&token=" + encodeURIComponent(access);
+    let q = "attach=" + encodeURIComponent(attach); // the access token goes in the cookie
     let requested = 0;
     if (screenEpoch !== null) {
       requested = offset;
