@@ -79,6 +79,9 @@ type Config struct {
 	// TLSCert and TLSKey are PEM files: with them the public listener
 	// serves HTTPS/WSS.
 	TLSCert, TLSKey string
+	// MaxConnections bounds each transport's open connections (0: its
+	// default, 20000); past it a new connection gets HTTP 503.
+	MaxConnections int
 	// OrphanGrace is how long a session with no viewer stays parked before
 	// it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
@@ -248,6 +251,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 		HealthInterval: cfg.HealthInterval,
 		HealthTimeout:  cfg.HealthTimeout,
+		MaxConnections: cfg.MaxConnections,
+		TLSCert:        cfg.TLSCert,
+		TLSKey:         cfg.TLSKey,
 		PingInterval:   cfg.PingInterval,
 		PeerTimeout:    cfg.PeerTimeout,
 		Metrics:        m,

@@ -60,6 +60,7 @@ func serve(args []string) int {
 		pprofOn      = fs.Bool("pprof", false, "also serve /debug/pprof on --admin-listen (it shows the process's command line and memory: token-protected, but enable it only when you need it)")
 		tlsCert      = fs.String("tls-cert", "", "PEM certificate: serve HTTPS/WSS on --listen (with --tls-key)")
 		tlsKey       = fs.String("tls-key", "", "PEM private key for --tls-cert")
+		maxConns     = fs.Int("max-connections", 20000, "open connections per transport at most (every accepted TCP connection counts); past it a new one gets HTTP 503")
 	)
 	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB suffix")
 	fs.Var(&allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
@@ -109,6 +110,10 @@ func serve(args []string) int {
 	ptyArgv, err := agent.ParseCommandLine(*ptyCommand)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tether serve: --pty-command %q: %v\n", *ptyCommand, err)
+		return 2
+	}
+	if *maxConns < 1 {
+		fmt.Fprintln(os.Stderr, "tether serve: --max-connections must be at least 1")
 		return 2
 	}
 	if *ptyScroll < 0 || *ptyScroll > 1<<20 {
@@ -212,6 +217,7 @@ func serve(args []string) int {
 		Pprof:             *pprofOn,
 		TLSCert:           *tlsCert,
 		TLSKey:            *tlsKey,
+		MaxConnections:    *maxConns,
 		Agents:            agents,
 		Transport:         transport,
 		Transports:        extra,

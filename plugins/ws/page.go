@@ -103,14 +103,21 @@ func (s *Server) serveStatic(w http.ResponseWriter, r *http.Request, cfg *config
 	s.Static.ServeHTTP(w, r)
 }
 
+// tokenCookieMaxAge is the cookie's lifetime in seconds: 400 days, the
+// longest browsers keep one.
+const tokenCookieMaxAge = 400 * 24 * 3600
+
 // setTokenCookie sets the tether_token cookie to tok: HttpOnly (no script
 // reads it), SameSite=Strict (no other site's page sends it), Path=/ (the
-// page and /api/...), Secure under TLS. It is a session cookie.
+// page and /api/...), Secure under TLS. It lasts tokenCookieMaxAge, like
+// the token file it mirrors, so a bookmark of the bare URL still works in a
+// later browser session.
 func (s *Server) setTokenCookie(w http.ResponseWriter, r *http.Request, tok string) {
 	c := &http.Cookie{
 		Name:     TokenCookie,
 		Value:    tok,
 		Path:     "/",
+		MaxAge:   tokenCookieMaxAge,
 		HttpOnly: true,
 		SameSite: http.SameSiteStrictMode,
 		Secure:   r.TLS != nil,

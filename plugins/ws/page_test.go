@@ -64,12 +64,12 @@ func TestPageToken(t *testing.T) {
 		{
 			name: "good query token", path: "/?token=" + pageToken,
 			wantStatus: 200, wantBody: pageMarker,
-			wantCookie: "tether_token=" + pageToken + "; Path=/; HttpOnly; SameSite=Strict",
+			wantCookie: "tether_token=" + pageToken + "; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict",
 		},
 		{
 			name: "good query token with attach", path: "/?attach=abcdefghijklmnop&token=" + pageToken,
 			wantStatus: 200, wantBody: pageMarker,
-			wantCookie: "tether_token=" + pageToken + "; Path=/; HttpOnly; SameSite=Strict",
+			wantCookie: "tether_token=" + pageToken + "; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict",
 		},
 		{
 			name: "good cookie", path: "/", header: http.Header{"Cookie": {good}},
@@ -220,7 +220,7 @@ func TestPageTokenTLS(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(body, pageMarker) {
 		t.Fatalf("GET /?token= over TLS: got %d, want the page", resp.StatusCode)
 	}
-	want := "tether_token=" + pageToken + "; Path=/; HttpOnly; Secure; SameSite=Strict"
+	want := "tether_token=" + pageToken + "; Path=/; Max-Age=34560000; HttpOnly; Secure; SameSite=Strict"
 	if got := resp.Header.Get("Set-Cookie"); got != want {
 		t.Errorf("Set-Cookie: got %q, want %q", got, want)
 	}
@@ -244,7 +244,7 @@ func TestPageWithoutToken(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(body, pageMarker) {
 		t.Errorf("GET /?token=: got %d, want the page", resp.StatusCode)
 	}
-	if got, want := resp.Header.Get("Set-Cookie"), "tether_token=anything; Path=/; HttpOnly; SameSite=Strict"; got != want {
+	if got, want := resp.Header.Get("Set-Cookie"), "tether_token=anything; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict"; got != want {
 		t.Errorf("Set-Cookie: got %q, want %q", got, want)
 	}
 }

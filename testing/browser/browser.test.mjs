@@ -286,7 +286,10 @@ test("signed in through the cookie", { timeout: 120000 }, (t) =>
     assert.equal(c.httpOnly, true, "the cookie is not HttpOnly");
     assert.equal(c.sameSite, "Strict");
     assert.equal(c.secure, false, "Secure on a plain-HTTP page");
-    assert.equal(c.expires, -1, "not a session cookie");
+    // Persistent, like the token file: a bookmark works in a later
+    // browser session too (400 days, the longest browsers keep one).
+    const days = (c.expires - Date.now() / 1000) / 86400;
+    assert.ok(days > 399 && days <= 400, `the cookie expires in ${days} days, want 400`);
     assert.equal(await page.evaluate(() => document.cookie), "", "a script can read the cookie");
     assert.equal(await page.evaluate(() => sessionStorage.getItem("tether.access")), null, "the page keeps the token in sessionStorage");
 

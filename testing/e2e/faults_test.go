@@ -1,9 +1,12 @@
 package e2e_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -513,5 +516,58 @@ func TestFaultHostlessPluginExits(t *testing.T) {
 	waitPIDGone(t, rec2.PID, 10*time.Second)
 	if _, err := os.Stat(recordFile(s.StateDir)); !os.IsNotExist(err) {
 		t.Errorf("the record of the stopped plugin is still there: %v", err)
+	}
+}
+
+// TestFaultConnectionCap: past --max-connections open connections a new
+// one gets HTTP 503 (counted), instead of hanging in the backlog; idle
+// connections that never send their headers are closed after 10 s, which
+// frees their places.
+func TestFaultConnectionCap(t *testing.T) {
+	checkNoLeaks(t)
+	const limit = 10
+	s := e2e.Start(t, e2e.Config{Args: []string{"--max-connections", fmt.Sprint(limit), "--pty-command", "",
+		"--plugin-health-interval", "200ms", "--admin-listen", "127.0.0.1:0"}})
+	var idle []net.Conn
+	for range limit {
+		c, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+		defer c.Close()
+	}
+	get := func() (int, error) {
+		c, err := net.DialTimeout("tcp", s.Addr, 5*time.Second)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", s.Addr)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	// The cap counts the idle ones once the plugin has accepted them.
+	waitFor(t, func() bool { code, err := get(); return err == nil && code == 503 }, "HTTP 503 past the cap")
+	waitFor(t, func() bool { return s.Metric(t, "tether_transport_refused_total", "plugin=ws") >= 1 }, "the refusal to be counted")
+	// The idle connections sent no headers: closed after the header
+	// timeout.
+	started := time.Now()
+	for _, c := range idle {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Errorf("an idle connection got data instead of being closed")
+		}
+	}
+	if d := time.Since(started); d > 15*time.Second {
+		t.Errorf("idle connections closed after %v, want about 10 s", d)
+	}
+	if code, err := get(); err != nil || code != 200 {
+		t.Errorf("after the idle connections were closed: %d, %v; want 200", code, err)
 	}
 }

@@ -35,6 +35,8 @@ type Metrics struct {
 	PTYs             prometheus.GaugeFunc
 	ScreenRebuilds   prometheus.GaugeFunc
 	BuildInfo        *prometheus.GaugeVec
+	TransportRefused *prometheus.CounterVec
+	TransportConns   *prometheus.GaugeVec
 	StoreErrors      prometheus.Counter
 	RPCDuration      *prometheus.HistogramVec
 	PTYAttach        prometheus.Histogram
@@ -67,6 +69,8 @@ func New() *Metrics {
 		Supersedes:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_supersedes_total", Help: "PTY writers closed with 4409 because a newer writer attached."}),
 	}
 	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tether_build_info", Help: "Always 1; the labels say which tether and Go built this host."}, []string{"version", "go_version"})
+	m.TransportRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_transport_refused_total", Help: "Connections a transport refused because --max-connections were open (HTTP 503), or because it ran out of file descriptors; read at each health ping."}, []string{"plugin"})
+	m.TransportConns = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tether_transport_open_connections", Help: "TCP connections a transport holds open, upgraded or not (read at each health ping)."}, []string{"plugin"})
 	m.StoreErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_store_errors_total", Help: "Failed writes to the state database (disk full, I/O error, read-only file system, …)."})
 	m.RPCDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tether_rpc_duration_seconds",
@@ -86,7 +90,7 @@ func New() *Metrics {
 	})
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
 		m.AgentCloses, m.CASConflicts, m.OwnerErrors, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
-		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs, m.ScreenRebuilds, m.BuildInfo, m.StoreErrors, m.RPCDuration, m.PTYAttach)
+		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs, m.ScreenRebuilds, m.BuildInfo, m.TransportRefused, m.TransportConns, m.StoreErrors, m.RPCDuration, m.PTYAttach)
 	return m
 }
 

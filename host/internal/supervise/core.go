@@ -91,6 +91,8 @@ type core struct {
 	crashed func(g gen, err error)
 	// failed, if set, runs once the plugin is marked failed.
 	failed func(lastErr string)
+	// pinged, if set, runs after each health ping g answered.
+	pinged func(ctx context.Context, g gen)
 	// healthInterval and healthTimeout: every healthInterval the serving
 	// process is pinged; one that does not answer within healthTimeout
 	// is killed and restarted. A zero interval pings never.
@@ -180,6 +182,9 @@ func (c *core) health(g gen) {
 		ctx, cancel := context.WithTimeout(c.ctx, c.healthTimeout)
 		err := pingPlugin(ctx, st.proc)
 		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+		if err == nil && c.pinged != nil {
+			c.pinged(ctx, g)
+		}
 		cancel()
 		if err == nil || !timedOut || st.retired.Load() {
 			continue

@@ -2,11 +2,13 @@ package supervise
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -59,6 +61,12 @@ type Options struct {
 	// HealthInterval and HealthTimeout: every plugin is pinged this often;
 	// one that does not answer in time is killed and restarted (0: never).
 	HealthInterval, HealthTimeout time.Duration
+	// MaxConnections bounds each transport's open connections (0: the
+	// transport's default); past it a new connection gets HTTP 503.
+	MaxConnections int
+	// TLSCert and TLSKey are PEM files the primary transport serves
+	// HTTPS/WSS with ("": plain HTTP).
+	TLSCert, TLSKey string
 	// PrimaryFailed, if set, is called when the primary transport is
 	// marked failed (it failed RestartLimit times in a row): the host
 	// must not go on running without it.
@@ -110,6 +118,7 @@ type tgen struct {
 	genState
 	link     *link.Link
 	instance string
+	refused  atomic.Uint64 // the process's Refused503 last read
 }
 
 func (g *tgen) state() *genState { return &g.genState }
@@ -150,7 +159,23 @@ func newTransport(opts Options, ts TransportSpec, ln *net.TCPListener, ids *inst
 	if ts.Name == PrimaryTransport {
 		t.core.failed = opts.PrimaryFailed
 	}
+	t.core.pinged = t.collectStats
 	return t
+}
+
+// collectStats reads a transport process's counters after a health ping
+// and adds its new refusals (past --max-connections) to the host's
+// counter: each process counts from zero.
+func (t *Transport) collectStats(ctx context.Context, g gen) {
+	tg := g.(*tgen)
+	st, err := tg.proc.tr.Stats(ctx)
+	if err != nil {
+		return // a transport without counters, or one that is going away
+	}
+	if prev := tg.refused.Swap(st.Refused503); st.Refused503 > prev {
+		t.metrics.TransportRefused.WithLabelValues(t.name).Add(float64(st.Refused503 - prev))
+	}
+	t.metrics.TransportConns.WithLabelValues(t.name).Set(float64(st.Connections))
 }
 
 // Name is the transport's name.
@@ -203,12 +228,18 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 	instance := t.ids.next(spec.Name)
 	sctx, cancel := context.WithTimeout(t.ctx, startRPCTimeout)
 	defer cancel()
-	resp, err := proc.tr.Start(sctx, contract.StartRequest{
-		Instance:     instance,
-		Listen:       listen,
-		PingInterval: t.opts.PingInterval,
-		PeerTimeout:  t.opts.PeerTimeout,
-	})
+	req := contract.StartRequest{
+		Instance:        instance,
+		Listen:          listen,
+		PingInterval:    t.opts.PingInterval,
+		PeerTimeout:     t.opts.PeerTimeout,
+		MaxConnections:  t.opts.MaxConnections,
+		PageTokenSHA256: sha256.Sum256([]byte(t.opts.Token)),
+	}
+	if t.name == PrimaryTransport {
+		req.TLSCertFile, req.TLSKeyFile = t.opts.TLSCert, t.opts.TLSKey
+	}
+	resp, err := proc.tr.Start(sctx, req)
 	if err != nil {
 		proc.client.Kill()
 		if t.ln != nil {
@@ -233,7 +264,7 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 		instance: instance,
 	}
 	t.log.Info().Str("plugin", spec.Name).Str("instance", instance).Int("pid", proc.pid).
-		Str("version", resp.Version).Str("path", spec.Path).Msg("plugin started")
+		Str("version", resp.Version).Str("path", spec.Path).Int("max_connections", resp.MaxConnections).Msg("plugin started")
 	return g, nil
 }
 
