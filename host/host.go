@@ -15,12 +15,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/acp-go-sdk"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/access"
+	"github.com/tether-agent/tether/host/internal/acpagent"
+	"github.com/tether-agent/tether/host/internal/acpgw"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
@@ -28,6 +31,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/internal/supervise"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 // PluginSpec says how to run a plugin process: its name, executable,
@@ -101,8 +105,16 @@ type Config struct {
 	AllowHosts []string
 	// Pprof also serves /debug/pprof on the admin listener.
 	Pprof bool
-	// Agents builds each live session's agent.
+	// Agents builds each live session's agent (echo, exec, or your own);
+	// ignored when ACPAgent is set.
 	Agents agent.Factory
+	// ACPAgent, when set, is the command line of an ACP agent (--agent
+	// acp): the host starts it once on stdio, supervises it, and every
+	// session is a session of it.
+	ACPAgent []string
+	// AgentCwd is the working directory of the ACP agent and of sessions
+	// made without one (default: the host's).
+	AgentCwd string
 	// Transport is the primary transport plugin, built-in or external,
 	// serving Listen under the name PrimaryTransport.
 	Transport PluginSpec
@@ -202,9 +214,21 @@ func Run(ctx context.Context, cfg Config) error {
 
 	m := metrics.New()
 	m.BuildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
+	agents := cfg.Agents
+	var caps func() acp.AgentCapabilities
+	if len(cfg.ACPAgent) > 0 {
+		// Closed after the table's shutdown (deferred first): the runs it
+		// interrupts are cancelled at the agent.
+		f := acpagent.New(acpagent.Config{Argv: cfg.ACPAgent, Cwd: cfg.AgentCwd, Log: cfg.Log, Metrics: m})
+		if err := f.Start(ctx); err != nil {
+			return err
+		}
+		defer f.Close()
+		agents, caps = f, f.Capabilities
+	}
 	table := session.NewTable(session.Config{
 		Store:       st,
-		Agents:      cfg.Agents,
+		Agents:      agents,
 		OrphanGrace: cfg.OrphanGrace,
 		Log:         cfg.Log,
 		Metrics:     m,
@@ -214,7 +238,9 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
 	defer gw.Close()
-	endpoints := map[string]link.Endpoint{"/api/ws": gw}
+	acpGW := acpgw.New(acpgw.Config{Table: table, Store: st, Capabilities: caps, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: m})
+	defer acpGW.Close()
+	endpoints := map[string]link.Endpoint{wire.PathRPC: gw, wire.PathACP: acpGW}
 
 	// A TCP public listener is the host's own: every transport plugin
 	// process inherits it, so it stays bound across plugin crashes and
@@ -441,4 +467,16 @@ func warnIfHistoryMissing(cfg Config, dbPath string) {
 	case err == nil && fi.Size() == 0:
 		cfg.Log.Warn().Str("file", dbPath).Msg("state.db is empty on a state dir used before: starting with no history (restore it from a backup to get the sessions back)")
 	}
+}
+
+// agentCwd is the working directory of sessions made without one.
+func agentCwd(dir string) string {
+	if dir != "" {
+		return dir
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "/"
+	}
+	return wd
 }

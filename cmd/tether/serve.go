@@ -35,8 +35,9 @@ func serve(args []string) int {
 		journalTotal = fs.Int("journal-total", 1000000, "events kept in the journal in all (the oldest are pruned)")
 		allowOrigins strList
 		plugins      strList
-		agentKind    = fs.String("agent", "echo", "agent: echo or exec")
-		agentCommand = fs.String("agent-command", "", "for --agent exec: command run per prompt (prompt on stdin, stdout streamed)")
+		agentKind    = fs.String("agent", "echo", "agent: echo, exec or acp")
+		agentCommand = fs.String("agent-command", "", "for --agent exec: command run per prompt (prompt on stdin, stdout streamed); for --agent acp: the ACP agent, started once and spoken to on stdio")
+		agentCwd     = fs.String("agent-cwd", "", "for --agent acp: the agent's working directory, and that of sessions made without one (default: the current directory)")
 		echoDelay    = fs.Duration("echo-delay", 0, "for --agent echo: pause before each streamed word")
 		adminListen  = fs.String("admin-listen", "", "address for Prometheus /metrics and /debug/pprof (off when empty)")
 		logLevel     = fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
@@ -97,10 +98,16 @@ func serve(args []string) int {
 		}
 		*token = t
 	}
-	agents, err := agentFactory(*agentKind, *agentCommand, *echoDelay)
+	agents, acpArgv, err := agentFactory(*agentKind, *agentCommand, *echoDelay)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tether serve:", err)
 		return 2
+	}
+	if *agentCwd != "" {
+		if fi, err := os.Stat(*agentCwd); err != nil || !fi.IsDir() || !filepath.IsAbs(*agentCwd) {
+			fmt.Fprintf(os.Stderr, "tether serve: --agent-cwd %q: want an absolute path to a directory\n", *agentCwd)
+			return 2
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -219,6 +226,8 @@ func serve(args []string) int {
 		TLSKey:            *tlsKey,
 		MaxConnections:    *maxConns,
 		Agents:            agents,
+		ACPAgent:          acpArgv,
+		AgentCwd:          *agentCwd,
 		Transport:         transport,
 		Transports:        extra,
 		RestartLimit:      *restartLimit,
@@ -323,21 +332,27 @@ func loadOrCreateToken(stateDir, path string) (token string, created bool, err e
 	return t, true, nil
 }
 
-func agentFactory(kind, command string, delay time.Duration) (agent.Factory, error) {
+// agentFactory builds the --agent: an echo or exec factory, or, for acp,
+// the agent's command line (the host runs it).
+func agentFactory(kind, command string, delay time.Duration) (agent.Factory, []string, error) {
 	switch kind {
 	case "echo":
-		return agent.NewEchoFactory(delay), nil
-	case "exec":
+		return agent.NewEchoFactory(delay), nil, nil
+	case "exec", "acp":
 		argv, err := agent.ParseCommandLine(command)
 		if err != nil {
-			return nil, fmt.Errorf("--agent-command: %w", err)
+			return nil, nil, fmt.Errorf("--agent-command: %w", err)
 		}
 		if len(argv) == 0 {
-			return nil, errors.New("--agent exec needs --agent-command")
+			return nil, nil, fmt.Errorf("--agent %s needs --agent-command", kind)
 		}
-		return agent.NewExecFactory(argv)
+		if kind == "acp" {
+			return nil, argv, nil
+		}
+		f, err := agent.NewExecFactory(argv)
+		return f, nil, err
 	}
-	return nil, fmt.Errorf("--agent %q: want echo or exec", kind)
+	return nil, nil, fmt.Errorf("--agent %q: want echo, exec or acp", kind)
 }
 
 // parsePluginFlag parses KIND=PATH[#sha256] (KIND may be transport:NAME).

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 	"unicode"
@@ -24,7 +25,7 @@ type Echo struct {
 // NewEchoFactory returns a factory of Echo agents that wait delay before
 // each delta (0 = none).
 func NewEchoFactory(delay time.Duration) Factory {
-	return FactoryFunc(func(ctx context.Context, sessionKey string) (Agent, error) {
+	return FactoryFunc(func(ctx context.Context, sessionKey string, _ json.RawMessage) (Agent, error) {
 		return &Echo{Delay: delay}, nil
 	})
 }

@@ -127,7 +127,7 @@ func TestEchoDelay(t *testing.T) {
 }
 
 func TestEchoFactory(t *testing.T) {
-	a, err := NewEchoFactory(0).NewAgent(context.Background(), "20250102_030405_abcdef")
+	a, err := NewEchoFactory(0).NewAgent(context.Background(), "20250102_030405_abcdef", nil)
 	if err != nil {
 		t.Fatalf("NewAgent: got error %v, want nil", err)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 func ExampleEcho() {
-	a, err := agent.NewEchoFactory(0).NewAgent(context.Background(), "20250102_030405_abcdef")
+	a, err := agent.NewEchoFactory(0).NewAgent(context.Background(), "20250102_030405_abcdef", nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -58,7 +59,7 @@ func NewExecFactory(argv []string) (Factory, error) {
 		return nil, fmt.Errorf("exec agent: %w", ErrNoCommand)
 	}
 	argv = append([]string(nil), argv...)
-	return FactoryFunc(func(ctx context.Context, sessionKey string) (Agent, error) {
+	return FactoryFunc(func(ctx context.Context, sessionKey string, _ json.RawMessage) (Agent, error) {
 		if _, err := exec.LookPath(argv[0]); err != nil {
 			return nil, fmt.Errorf("exec agent: %w: %w", ErrCommandNotFound, err)
 		}

@@ -24,7 +24,7 @@ func newExec(tb testing.TB, argv ...string) Agent {
 	if err != nil {
 		tb.Fatalf("NewExecFactory(%q): got error %v, want nil", argv, err)
 	}
-	a, err := f.NewAgent(context.Background(), "20250102_030405_abcdef")
+	a, err := f.NewAgent(context.Background(), "20250102_030405_abcdef", nil)
 	if err != nil {
 		tb.Fatalf("NewAgent: got error %v, want nil", err)
 	}
@@ -115,7 +115,7 @@ func TestExecNewAgentLooksUpCommand(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(t)
 			}
-			a, err := f.NewAgent(context.Background(), "20250102_030405_abcdef")
+			a, err := f.NewAgent(context.Background(), "20250102_030405_abcdef", nil)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("NewAgent(%q): got error %v, want %v", tt.argv, err, tt.wantErr)
 			}
@@ -156,7 +156,7 @@ func TestExecNewAgentEveryBuild(t *testing.T) {
 		t.Fatalf("NewExecFactory: got error %v, want nil", err)
 	}
 	ctx := context.Background()
-	a, err := f.NewAgent(ctx, "20250102_030405_abcdef")
+	a, err := f.NewAgent(ctx, "20250102_030405_abcdef", nil)
 	if err != nil {
 		t.Fatalf("first NewAgent: got error %v, want nil", err)
 	}
@@ -165,7 +165,7 @@ func TestExecNewAgentEveryBuild(t *testing.T) {
 	if err := os.Remove(script); err != nil {
 		t.Fatalf("Remove: got error %v, want nil", err)
 	}
-	if _, err := f.NewAgent(ctx, "20250102_030405_abcdef"); !errors.Is(err, ErrCommandNotFound) {
+	if _, err := f.NewAgent(ctx, "20250102_030405_abcdef", nil); !errors.Is(err, ErrCommandNotFound) {
 		t.Errorf("NewAgent after the command was removed: got error %v, want %v", err, ErrCommandNotFound)
 	}
 	// An agent built before the command went fails its run instead, with
@@ -186,7 +186,7 @@ func TestExecNewAgentEveryBuild(t *testing.T) {
 	}
 
 	write()
-	b, err := f.NewAgent(ctx, "20250102_030405_abcdef")
+	b, err := f.NewAgent(ctx, "20250102_030405_abcdef", nil)
 	if err != nil {
 		t.Fatalf("NewAgent after the command came back: got error %v, want nil", err)
 	}

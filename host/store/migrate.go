@@ -55,6 +55,10 @@ var migrations = []string{
 		PRIMARY KEY (session_key, run_id)
 	) WITHOUT ROWID;
 	CREATE INDEX runs_by_start ON runs(session_key, started_at);`,
+
+	// 4: what a session's agent keeps across lives (an ACP agent's
+	// session id, its working directory).
+	`ALTER TABLE sessions ADD COLUMN agent_state TEXT NOT NULL DEFAULT '';`,
 }
 
 // latestVersion is the schema version Open migrates to.

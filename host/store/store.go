@@ -87,6 +87,9 @@ type Session struct {
 	// Epoch and LastSeq are the event cursor persisted by the host.
 	Epoch   string
 	LastSeq uint64
+	// AgentState is what the session's agent keeps across lives (JSON;
+	// empty for agents that keep nothing).
+	AgentState string
 }
 
 // Open opens (creating it if needed) the database file at path, typically
@@ -248,10 +251,10 @@ func (s *Store) createSession(ctx context.Context, sess Session) error {
 		ended = sess.EndedAt.Unix()
 	}
 	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO sessions (key, title, parent, fork_count, started_at, ended_at, end_reason, epoch, last_seq)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		`INSERT INTO sessions (key, title, parent, fork_count, started_at, ended_at, end_reason, epoch, last_seq, agent_state)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sess.Key, sess.Title, parent, sess.ForkCount, unixOf(sess.StartedAt), ended, sess.EndReason,
-		sess.Epoch, int64(sess.LastSeq))
+		sess.Epoch, int64(sess.LastSeq), sess.AgentState)
 	switch code := sqliteCode(err); {
 	case err == nil:
 		return nil
@@ -275,7 +278,7 @@ func sqliteCode(err error) int {
 
 // sessionColumns is the select list scanSession reads.
 const sessionColumns = `key, title, COALESCE(parent, ''), fork_count, started_at, ended_at, end_reason, epoch, last_seq,
-	(SELECT COUNT(*) FROM messages m WHERE m.session_key = sessions.key)`
+	(SELECT COUNT(*) FROM messages m WHERE m.session_key = sessions.key), agent_state`
 
 // scanner is a *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
@@ -289,7 +292,7 @@ func scanSession(sc scanner) (Session, error) {
 		lastSeq int64
 	)
 	if err := sc.Scan(&sess.Key, &sess.Title, &sess.Parent, &sess.ForkCount, &started, &ended,
-		&sess.EndReason, &sess.Epoch, &lastSeq, &sess.MessageCount); err != nil {
+		&sess.EndReason, &sess.Epoch, &lastSeq, &sess.MessageCount, &sess.AgentState); err != nil {
 		return Session{}, err
 	}
 	sess.StartedAt = timeOf(started)
@@ -637,6 +640,15 @@ func (s *Store) setCursor(ctx context.Context, key, epoch string, lastSeq uint64
 	res, err := s.db.ExecContext(ctx,
 		`UPDATE sessions SET epoch = ?, last_seq = ? WHERE key = ?`, epoch, int64(lastSeq), key)
 	return s.checkUpdate(ctx, "set cursor of", key, res, err)
+}
+
+// SetAgentState stores what the session's agent keeps across lives. It
+// returns an error wrapping ErrNotFound when key is not stored.
+func (s *Store) SetAgentState(ctx context.Context, key, state string) error {
+	return s.write(func() error {
+		res, err := s.db.ExecContext(ctx, `UPDATE sessions SET agent_state = ? WHERE key = ?`, state, key)
+		return s.checkUpdate(ctx, "set agent state of", key, res, err)
+	})
 }
 
 // SetTitle sets the session's title. It returns an error wrapping

@@ -51,7 +51,8 @@ var rules = []rule{
 		// a session would be a second teardown path.
 		name: "only the gateways and the wiring reach the session table",
 		from: func(pkg string) bool {
-			return within(pkg, "host") && pkg != "host" && !within(pkg, "host/internal/rpc") && !within(pkg, "host/internal/session")
+			return within(pkg, "host") && pkg != "host" && !within(pkg, "host/internal/rpc") &&
+				!within(pkg, "host/internal/acpgw") && !within(pkg, "host/internal/session")
 		},
 		forbid: func(_, dep string) bool { return within(dep, "host/internal/session") },
 	},
@@ -59,7 +60,7 @@ var rules = []rule{
 		name: "the session table knows nothing of transports, PTYs or plugins",
 		from: under("host/internal/session"),
 		forbid: func(_, dep string) bool {
-			for _, d := range []string{"host/internal/rpc", "host/internal/link", "host/internal/ptyroute", "host/internal/supervise", "host/internal/access", "plugins", "cmd"} {
+			for _, d := range []string{"host/internal/rpc", "host/internal/acpgw", "host/internal/acpagent", "host/internal/link", "host/internal/ptyroute", "host/internal/supervise", "host/internal/access", "plugins", "cmd"} {
 				if within(dep, d) {
 					return true
 				}
@@ -153,6 +154,8 @@ func TestRules(t *testing.T) {
 		{"contract", "wire", false},
 		{"host", "host/internal/session", true},
 		{"host/internal/rpc", "host/internal/session", true},
+		{"host/internal/acpgw", "host/internal/session", true},
+		{"host/internal/acpagent", "host/internal/session", false},
 		{"host/internal/ptyroute", "host/internal/session", false},
 		{"host/internal/supervise", "host/internal/session", false},
 		{"host/internal/link", "host/internal/session", false},

@@ -8,7 +8,7 @@
 //
 // # Endpoints
 //
-// GET /healthz answers 200 "ok". /api/ws and /api/pty are upgraded to
+// GET /healthz answers 200 "ok". /api/ws, /api/pty and /acp are upgraded to
 // WebSocket. Every other path goes to Server.Static when it is set, and is
 // a plain 404 otherwise.
 //

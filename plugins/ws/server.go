@@ -64,7 +64,7 @@ type config struct {
 // Server is the WebSocket transport. The zero value is not usable; call New.
 type Server struct {
 	// Static, if set before Start, serves every path other than /healthz,
-	// /api/ws and /api/pty. When nil those paths answer 404.
+	// /api/ws, /api/pty and /acp. When nil those paths answer 404.
 	Static http.Handler
 	// EventBuffer, if set before Start, bounds the bytes of message payload
 	// queued for the link; see the package doc. Zero means 16 MiB.
@@ -444,7 +444,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write([]byte("ok"))
-	case "/api/ws", "/api/pty":
+	case "/api/ws", "/api/pty", "/acp":
 		s.upgrade(w, r)
 	default:
 		if s.Static != nil {

@@ -15,6 +15,7 @@ const (
 	CodeSessionRequired    = wire.CodeSessionRequired
 	CodeStoredNotFound     = wire.CodeStoredNotFound
 	CodeSessionBusy        = wire.CodeSessionBusy
+	CodeAlreadyResolved    = wire.CodeAlreadyResolved
 	CodeResumeFailed       = wire.CodeResumeFailed
 	CodeStorageUnavailable = wire.CodeStorageUnavailable
 )

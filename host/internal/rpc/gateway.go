@@ -64,6 +64,13 @@ func (g *Gateway) newConn(id contract.TransportID, transport string, out link.Se
 	}
 }
 
+// ErrorOf maps a table error to the protocol's error code and message
+// (the /acp endpoint answers with the same codes).
+func ErrorOf(err error) (code int, message string) {
+	re := toRPCError(err)
+	return re.Code, re.Message
+}
+
 // toRPCError maps table errors to the protocol's codes.
 func toRPCError(err error) *rpcError {
 	var re *rpcError
@@ -78,6 +85,10 @@ func toRPCError(err error) *rpcError {
 		return errorf(CodeStoredNotFound, "stored session not found")
 	case errors.Is(err, session.ErrSessionBusy):
 		return errorf(CodeSessionBusy, "session busy: a run is in flight")
+	case errors.Is(err, session.ErrAlreadyResolved):
+		return errorf(CodeAlreadyResolved, "already resolved")
+	case errors.Is(err, session.ErrUnknownPermission), errors.Is(err, session.ErrUnknownOption):
+		return errorf(CodeInvalidParams, "%v", err)
 	case errors.Is(err, session.ErrStorageUnavailable):
 		return errorf(CodeStorageUnavailable, "storage unavailable: %s", strings.ReplaceAll(err.Error(), ": storage unavailable", ""))
 	case errors.Is(err, session.ErrBuildFailed), errors.Is(err, session.ErrTableClosed),

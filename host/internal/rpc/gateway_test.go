@@ -104,6 +104,7 @@ var specCodes = map[int]bool{
 	CodeSessionBusy:        true,
 	CodeResumeFailed:       true,
 	CodeStorageUnavailable: true,
+	CodeAlreadyResolved:    true,
 }
 
 // outFrame is a frame the gateway sends, decoded: a response or an event.

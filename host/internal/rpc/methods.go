@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,6 +62,7 @@ func init() {
 		"prompt.submit":        {serve: (*conn).submit},
 		"session.runs":         {serve: (*conn).runs, inline: true},
 		"session.interrupt":    {serve: (*conn).interrupt},
+		"permission.respond":   {serve: (*conn).permissionRespond},
 	}
 }
 
@@ -270,4 +272,34 @@ func (c *conn) interrupt(cl call, p params) (any, error) {
 		return map[string]string{"status": "interrupted"}, nil
 	}
 	return map[string]string{"status": "idle"}, nil
+}
+
+func (c *conn) permissionRespond(cl call, p params) (any, error) {
+	rec, err := c.live(p)
+	if err != nil {
+		return nil, err
+	}
+	if !p.has("request_id") {
+		return nil, errorf(CodeInvalidParams, "request_id must be a string")
+	}
+	reqID, perr := p.str("request_id")
+	if perr != nil {
+		return nil, perr
+	}
+	raw, given := p["option_id"]
+	if !given {
+		return nil, errorf(CodeInvalidParams, "option_id must be a string, or null to cancel")
+	}
+	var option *string
+	if !bytes.Equal(bytes.TrimSpace(raw), nullID) {
+		o, perr := p.str("option_id")
+		if perr != nil {
+			return nil, perr
+		}
+		option = &o
+	}
+	if err := rec.RespondPermission(reqID, option, c.transport); err != nil {
+		return nil, err
+	}
+	return map[string]bool{"resolved": true}, nil
 }

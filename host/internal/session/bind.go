@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -44,10 +45,11 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 	sess.Epoch = contract.RandomHex(8)
 	// The agent is built before the row is stored, so a create that fails
 	// leaves nothing behind.
-	ag, err := t.newAgent(ctx, sess.Key)
+	ag, err := t.newAgent(ctx, sess.Key, opt.AgentState)
 	if err != nil {
 		return err
 	}
+	sess.AgentState = agentState(ag, opt.AgentState)
 	if err := t.store.CreateSession(ctx, sess); err != nil {
 		t.discard(ag)
 		return storageErr("store session", err, ErrBuildFailed)
@@ -76,13 +78,22 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 }
 
 // newAgent builds the agent of a live session, outside every lock.
-func (t *Table) newAgent(ctx context.Context, key string) (agent.Agent, error) {
-	ag, err := t.agents.NewAgent(ctx, key)
+func (t *Table) newAgent(ctx context.Context, key string, state json.RawMessage) (agent.Agent, error) {
+	ag, err := t.agents.NewAgent(ctx, key, state)
 	if err != nil {
 		return nil, fmt.Errorf("agent for %s: %v: %w", key, err, ErrBuildFailed)
 	}
 	t.metrics.AgentBuilds.Inc()
 	return ag, nil
+}
+
+// agentState is what ag keeps across lives (Stateful), else what it was
+// given.
+func agentState(ag agent.Agent, given json.RawMessage) string {
+	if st, ok := ag.(agent.Stateful); ok {
+		return string(st.State())
+	}
+	return string(given)
 }
 
 // build loads a stored session's display history and makes its session
@@ -99,8 +110,18 @@ func (t *Table) build(ctx context.Context, sess store.Session, ag agent.Agent, c
 		t.discard(ag)
 		return nil, fmt.Errorf("load %s: %v: %w", sess.Key, err, ErrBuildFailed)
 	}
+	_, turns := ag.(agent.Turner)
+	reset := false
+	if st, ok := ag.(agent.Stateful); ok {
+		reset = st.ContextReset()
+	}
+	state := agentState(ag, json.RawMessage(sess.AgentState))
 	return &Session{
 		t:                 t,
+		turns:             turns,
+		agentReset:        reset,
+		agentState:        state,
+		perms:             make(map[string]*permission),
 		id:                id,
 		key:               sess.Key,
 		agent:             ag,
@@ -305,9 +326,19 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 		if err := t.writable(); err != nil {
 			return fmt.Errorf("resume %s: %w", key, err)
 		}
-		ag, err := t.newAgent(ctx, key)
+		var state json.RawMessage
+		if sess.AgentState != "" {
+			state = json.RawMessage(sess.AgentState)
+		}
+		ag, err := t.newAgent(ctx, key, state)
 		if err != nil {
 			return err
+		}
+		if now := agentState(ag, state); now != sess.AgentState {
+			if err := t.store.SetAgentState(ctx, key, now); err != nil {
+				t.discard(ag)
+				return storageErr("store agent state of "+key, err, ErrBuildFailed)
+			}
 		}
 		s, err := t.build(ctx, sess, ag, false)
 		if err != nil {

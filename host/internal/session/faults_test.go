@@ -80,7 +80,7 @@ func newFaultTable(t *testing.T, path string) *faultTable {
 	ft := &faultTable{st: st, path: path, agent: &steppedAgent{step: make(chan stepMsg)}, m: metrics.New()}
 	ft.tbl = NewTable(Config{
 		Store:   st,
-		Agents:  agent.FactoryFunc(func(context.Context, string) (agent.Agent, error) { return ft.agent, nil }),
+		Agents:  agent.FactoryFunc(func(context.Context, string, json.RawMessage) (agent.Agent, error) { return ft.agent, nil }),
 		Log:     zerolog.Nop(),
 		Metrics: ft.m,
 	})

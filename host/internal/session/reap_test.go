@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -39,7 +40,7 @@ func TestReaperAndCapPickOnlyParkedIdle(t *testing.T) {
 	now := func() time.Time { return time.Unix(clock.Load(), 0) }
 	tbl := NewTable(Config{
 		Store:   st,
-		Agents:  agent.FactoryFunc(func(context.Context, string) (agent.Agent, error) { return blockingAgent{}, nil }),
+		Agents:  agent.FactoryFunc(func(context.Context, string, json.RawMessage) (agent.Agent, error) { return blockingAgent{}, nil }),
 		Log:     zerolog.Nop(),
 		Now:     now,
 		MaxLive: 4,

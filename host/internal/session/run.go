@@ -60,7 +60,7 @@ func (s *Session) Submit(text string) (string, error) {
 	s.runs = append(s.runs, RunInfo{RunID: ru.id, Status: statusRunning, StartedAt: now.Unix()})
 	s.lastActive = now
 	// The run's start seq is stored with its message.start.
-	s.emitOpsLocked("message.start", map[string]string{"run_id": ru.id}, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
+	s.emitOpsLocked("message.start", map[string]string{"run_id": ru.id, "prompt": text}, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
 	ru.startSeq = s.seq
 	t.wg.Add(1)
 	s.mu.Unlock()
@@ -76,25 +76,28 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 	t := s.t
 	defer t.wg.Done()
 	defer ru.cancel()
-	err := s.agent.Run(ctx, history, prompt, func(delta string) {
-		if delta == "" {
-			return
-		}
-		s.mu.Lock()
-		ru.text.WriteString(delta)
-		ru.progress = t.now()
-		s.lastActive = ru.progress
-		s.emitLocked("message.delta", map[string]string{"text": delta})
-		s.mu.Unlock()
-	})
+	var err error
+	stopReason := ""
+	if tu, ok := s.agent.(agent.Turner); ok {
+		stopReason, err = tu.Turn(ctx, history, prompt, turnEvents{s: s, ru: ru})
+	} else {
+		err = s.agent.Run(ctx, history, prompt, func(delta string) { s.delta(ru, delta) })
+	}
+	if st, ok := s.agent.(agent.Stateful); ok {
+		s.keepAgentState(st)
+	}
 
 	s.mu.Lock()
 	status := statusComplete
 	switch {
-	case ru.interrupted || errors.Is(err, context.Canceled):
+	case ru.interrupted || errors.Is(err, context.Canceled) || err == nil && stopReason == "cancelled":
 		status = statusInterrupted
 	case err != nil:
 		status = statusFailed
+	}
+	// Open permission requests end with the run.
+	for _, p := range s.perms {
+		s.resolveLocked(p, "", false, "cancelled")
 	}
 	if err != nil && status == statusFailed {
 		s.log.Warn().Err(err).Str("run_id", ru.id).Msg("run failed")
@@ -111,7 +114,14 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 	s.messages = append(s.messages, agent.Message{Role: agent.RoleAssistant, Text: answer})
 	s.run = nil
 	s.lastActive = now
-	s.emitOpsLocked("message.complete", map[string]string{"text": answer, "status": status}, ops{
+	complete := map[string]string{"text": answer, "status": status, "run_id": ru.id}
+	if stopReason != "" {
+		complete["stop_reason"] = stopReason
+	}
+	if err != nil && status == statusFailed {
+		complete["reason"] = err.Error()
+	}
+	s.emitOpsLocked("message.complete", complete, ops{
 		messages: []store.Message{{Key: s.key, Message: agent.Message{Role: agent.RoleAssistant, Text: answer}}},
 		runEnds:  []store.RunEnd{{Key: s.key, RunID: ru.id, Status: status, At: now}},
 		cursor:   &store.Cursor{Key: s.key, Epoch: s.epoch, LastSeq: s.seq + 1},
@@ -123,6 +133,40 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 
 	if idle {
 		t.release(releaseRef{s: s, gen: gen}, settled)
+	}
+}
+
+// delta is one piece of the answer's text: message.delta.
+func (s *Session) delta(ru *run, text string) {
+	if text == "" {
+		return
+	}
+	s.mu.Lock()
+	ru.text.WriteString(text)
+	ru.progress = s.t.now()
+	s.lastActive = ru.progress
+	s.emitLocked("message.delta", map[string]string{"text": text})
+	s.mu.Unlock()
+}
+
+// keepAgentState stores the agent's state when a turn changed it (an ACP
+// agent that had to start a new agent session, say).
+func (s *Session) keepAgentState(st agent.Stateful) {
+	now := string(st.State())
+	s.mu.Lock()
+	changed := now != s.agentState
+	s.agentState = now
+	if st.ContextReset() {
+		s.agentReset = true
+	}
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.t.store.SetAgentState(ctx, s.key, now); err != nil {
+		s.log.Error().Err(err).Msg("storing the agent's state")
 	}
 }
 

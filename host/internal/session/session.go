@@ -62,6 +62,10 @@ type Session struct {
 	log               zerolog.Logger
 	released          chan struct{} // closed when a teardown has persisted it
 	ringCap           int
+	// turns: the agent reports protocol updates (agent.Turner): its text
+	// comes as acp.update events as well as message.delta.
+	turns bool
+
 	// op is held by the one bind or teardown of this session in progress:
 	// they change the binding and record it in the ownership store outside
 	// every lock, one at a time.
@@ -90,6 +94,14 @@ type Session struct {
 	ringStart  uint64
 	epoch      string
 	lastActive time.Time
+	// Permission requests of the run in flight still open, by id, and
+	// the ids answered lately (a late answer gets ErrAlreadyResolved).
+	perms    map[string]*permission
+	resolved []string
+	// The agent's state as last stored, and whether it could not carry
+	// the session's earlier context over (a new agent session).
+	agentState string
+	agentReset bool
 }
 
 // ID is the session's runtime id.
@@ -97,6 +109,10 @@ func (s *Session) ID() string { return s.id }
 
 // Key is the session's stored key.
 func (s *Session) Key() string { return s.key }
+
+// Turns reports whether the session's agent reports protocol updates
+// (acp.update events carry its answer as well as message.delta).
+func (s *Session) Turns() bool { return s.turns }
 
 // acquire takes the session's bind/teardown slot, or gives up with ctx.
 func (s *Session) acquire(ctx context.Context) error {
@@ -163,6 +179,11 @@ type Snapshot struct {
 	StartedAt    int64           `json:"started_at"`
 	LatestSeq    uint64          `json:"latest_seq"`
 	Epoch        string          `json:"epoch"`
+	// PendingPermissions are the agent's permission requests still open.
+	PendingPermissions []PermissionInfo `json:"pending_permissions,omitempty"`
+	// AgentContext is "reset" when the agent could not carry the
+	// session's earlier context over.
+	AgentContext string `json:"agent_context,omitempty"`
 }
 
 // statusLocked is "working" while a run is in flight, or while a
@@ -202,6 +223,9 @@ func (s *Session) snapshotLocked() Snapshot {
 		StartedAt:    s.startedAt.Unix(),
 		LatestSeq:    s.seq,
 		Epoch:        s.epoch,
+
+		PendingPermissions: s.pendingLocked(),
+		AgentContext:       map[bool]string{true: "reset"}[s.agentReset],
 	}
 }
 

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -241,6 +242,9 @@ type CreateOptions struct {
 	// ForkCount overrides the number of parent rows in the prefix; -1
 	// means all the parent's rows as stored now.
 	ForkCount int
+	// AgentState is given to the new session's agent (e.g. the working
+	// directory an ACP client asked for); nil for none.
+	AgentState json.RawMessage
 }
 
 // Activate binds v to the live session id.

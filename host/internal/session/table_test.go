@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -71,8 +72,8 @@ type countingFactory struct {
 	built, closed int
 }
 
-func (f *countingFactory) NewAgent(ctx context.Context, key string) (agent.Agent, error) {
-	a, err := f.inner.NewAgent(ctx, key)
+func (f *countingFactory) NewAgent(ctx context.Context, key string, state json.RawMessage) (agent.Agent, error) {
+	a, err := f.inner.NewAgent(ctx, key, state)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ const stderrTailLines = 3
 // plugin flooding its stderr cannot flood the host's log (or its CPU).
 type pluginLogWriter struct {
 	log     zerolog.Logger
+	field   string             // the field naming the writer ("plugin", "agent"), dropped from re-emitted lines
 	dropped prometheus.Counter // lines dropped by the rate limit; may be nil
 	now     func() time.Time
 
@@ -42,7 +43,32 @@ type pluginLogWriter struct {
 const logLinesPerSecond = 1000
 
 func newPluginLogWriter(log zerolog.Logger, name string, dropped prometheus.Counter) *pluginLogWriter {
-	return &pluginLogWriter{log: log.With().Str("plugin", name).Logger(), dropped: dropped, now: time.Now}
+	return newLogWriter(log, "plugin", name, dropped)
+}
+
+func newLogWriter(log zerolog.Logger, field, name string, dropped prometheus.Counter) *pluginLogWriter {
+	w := &pluginLogWriter{log: log.With().Str(field, name).Logger(), field: field, dropped: dropped, now: time.Now}
+	return w
+}
+
+// LogWriter re-emits the lines a process writes (its stderr) through log
+// with field=name, as a plugin's are: JSON lines keep their level and
+// fields, at most 1,000 lines a second, the rest counted (in dropped,
+// when not nil) and summarised.
+type LogWriter struct{ w *pluginLogWriter }
+
+// NewLogWriter returns a LogWriter; Close it when the process is gone.
+func NewLogWriter(log zerolog.Logger, field, name string, dropped prometheus.Counter) *LogWriter {
+	return &LogWriter{w: newLogWriter(log, field, name, dropped)}
+}
+
+// Write implements io.Writer.
+func (l *LogWriter) Write(p []byte) (int, error) { return l.w.Write(p) }
+
+// Close reports what is still to be summarised.
+func (l *LogWriter) Close() error {
+	l.w.close()
+	return nil
 }
 
 // Write implements io.Writer; go-plugin writes one line (or a part of a
@@ -117,7 +143,7 @@ func (w *pluginLogWriter) emitLocked(line []byte) {
 	delete(fields, zerolog.LevelFieldName)
 	delete(fields, zerolog.MessageFieldName)
 	delete(fields, zerolog.TimestampFieldName)
-	delete(fields, "plugin")
+	delete(fields, w.field)
 	w.log.WithLevel(level).Fields(fields).Msg(msg)
 }
 

@@ -1,0 +1,563 @@
+// Package acpagent runs an Agent Client Protocol agent (Claude Code,
+// Codex, Gemini CLI, hermes… over stdio) behind the session table: one
+// agent process for every session, supervised (restarted with backoff
+// when it exits, its stderr re-emitted with the field agent), spoken to
+// with github.com/coder/acp-go-sdk as its client. Each live session gets
+// an agent.Turner: session/new (or session/load of the stored agent
+// session) when it is built, session/prompt for a turn — whose
+// session/update notifications become acp.update events and whose
+// permission requests go to the session's viewers — and session/cancel
+// when the turn is interrupted.
+package acpagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coder/acp-go-sdk"
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/supervise"
+)
+
+// Errors of the ACP agent.
+var (
+	// ErrAgentDown: the agent process is not running (it exited and is
+	// being restarted, or could not be started).
+	ErrAgentDown = errors.New("acp agent not running")
+	// ErrNoTurn: a Run on an ACP session (its agent only takes Turns).
+	ErrNoTurn = errors.New("acp agents take turns, not runs")
+)
+
+// Restart backoff of the agent process.
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 5 * time.Second
+	// cancelGrace is how long a cancelled turn waits for the agent's
+	// answer to session/cancel.
+	cancelGrace = 30 * time.Second
+	// startTimeout bounds the agent's initialize.
+	startTimeout = 30 * time.Second
+)
+
+// Config configures the agent.
+type Config struct {
+	// Argv is the agent's command line (--agent-command).
+	Argv []string
+	// Cwd is the working directory of new agent sessions (--agent-cwd;
+	// "": the host's).
+	Cwd     string
+	Log     zerolog.Logger
+	Metrics *metrics.Metrics
+}
+
+// Factory is the agent.Factory of ACP sessions: it owns the agent process.
+type Factory struct {
+	cfg  Config
+	log  zerolog.Logger
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex // guards the fields below
+	cur      *process   // the running process, or nil
+	up       chan struct{}
+	sessions map[acp.SessionId]*session
+	closed   bool
+}
+
+var _ agent.Factory = (*Factory)(nil)
+
+// process is one agent process and the ACP connection to it.
+type process struct {
+	gen  int
+	cmd  *exec.Cmd
+	conn *acp.ClientSideConnection
+	caps acp.AgentCapabilities
+	done chan struct{} // closed once the process has exited
+}
+
+// New returns a Factory; Start starts the agent.
+func New(cfg Config) *Factory {
+	if cfg.Cwd == "" {
+		cfg.Cwd, _ = os.Getwd()
+	}
+	return &Factory{
+		cfg:      cfg,
+		log:      cfg.Log.With().Str("agent", filepath.Base(cfg.Argv[0])).Logger(),
+		stop:     make(chan struct{}),
+		up:       make(chan struct{}),
+		sessions: make(map[acp.SessionId]*session),
+	}
+}
+
+// Start starts the agent process and keeps it running. It fails when the
+// first start fails (a missing command, an agent that does not answer
+// initialize), so that tether serve can say why at once.
+func (f *Factory) Start(ctx context.Context) error {
+	p, err := f.launch(ctx, 1)
+	if err != nil {
+		return err
+	}
+	f.setCurrent(p)
+	f.wg.Add(1)
+	go f.supervise(p)
+	return nil
+}
+
+// launch starts the agent process and initializes the connection.
+func (f *Factory) launch(ctx context.Context, gen int) (*process, error) {
+	cmd := exec.Command(f.cfg.Argv[0], f.cfg.Argv[1:]...)
+	cmd.Env = contract.WithoutTetherEnv(os.Environ())
+	cmd.Dir = f.cfg.Cwd
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("acp agent: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("acp agent: %w", err)
+	}
+	var dropped = f.cfg.Metrics.PluginLogDropped.WithLabelValues("agent")
+	logw := supervise.NewLogWriter(f.cfg.Log, "agent", filepath.Base(f.cfg.Argv[0]), dropped)
+	cmd.Stderr = logw
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("acp agent %q: cannot run it: %w", f.cfg.Argv[0], err)
+	}
+	p := &process{gen: gen, cmd: cmd, done: make(chan struct{})}
+	p.conn = acp.NewClientSideConnection(&client{f: f, gen: gen}, stdin, stdout)
+	p.conn.SetLogger(slog.New(slog.DiscardHandler))
+	go func() {
+		_ = cmd.Wait()
+		_ = logw.Close()
+		close(p.done)
+	}()
+	ictx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	resp, err := p.conn.Initialize(ictx, acp.InitializeRequest{
+		ProtocolVersion:    acp.ProtocolVersionNumber,
+		ClientCapabilities: acp.ClientCapabilities{Fs: acp.FileSystemCapabilities{ReadTextFile: false, WriteTextFile: false}, Terminal: false},
+		ClientInfo:         &acp.Implementation{Name: "tether", Version: "1"},
+	})
+	if err != nil {
+		p.kill()
+		return nil, fmt.Errorf("acp agent %q: initialize: %w", f.cfg.Argv[0], err)
+	}
+	p.caps = resp.AgentCapabilities
+	f.log.Info().Int("pid", cmd.Process.Pid).Int("generation", gen).Bool("load_session", p.caps.LoadSession).
+		Int("protocol", int(resp.ProtocolVersion)).Msg("acp agent started")
+	return p, nil
+}
+
+// kill stops the process group and waits for it.
+func (p *process) kill() {
+	if p.cmd.Process != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	<-p.done
+}
+
+func (f *Factory) setCurrent(p *process) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cur = p
+	if p != nil {
+		close(f.up)
+	} else {
+		f.up = make(chan struct{})
+	}
+}
+
+// supervise waits for the process to exit and starts a new one after a
+// capped backoff, until Close. Turns in flight fail (their prompt's
+// connection ended); each session reattaches on its next turn.
+func (f *Factory) supervise(p *process) {
+	defer f.wg.Done()
+	wait := time.Duration(0)
+	for {
+		started := time.Now()
+		select {
+		case <-p.done:
+		case <-f.stop:
+			p.kill()
+			return
+		}
+		f.setCurrent(nil)
+		f.cfg.Metrics.PluginRestarts.WithLabelValues("agent", supervise.ReasonCrashed).Inc()
+		f.log.Warn().Int("generation", p.gen).Msg("acp agent exited; restarting")
+		if time.Since(started) > time.Minute {
+			wait = 0
+		}
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-time.After(wait):
+			}
+			wait = min(max(2*wait, backoffMin), backoffMax)
+			next, err := f.launch(context.Background(), p.gen+1)
+			if err != nil {
+				f.log.Error().Err(err).Msg("restarting the acp agent")
+				continue
+			}
+			p = next
+			f.setCurrent(p)
+			break
+		}
+	}
+}
+
+// current returns the running process, waiting for a restart within ctx.
+func (f *Factory) current(ctx context.Context) (*process, error) {
+	for {
+		f.mu.Lock()
+		p, up, closed := f.cur, f.up, f.closed
+		f.mu.Unlock()
+		if closed {
+			return nil, fmt.Errorf("acp agent: %w", ErrAgentDown)
+		}
+		if p != nil {
+			return p, nil
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("acp agent: %v: %w", ctx.Err(), ErrAgentDown)
+		}
+	}
+}
+
+// Capabilities are the running agent's (for tether's own initialize on
+// /acp: its prompt capabilities are the agent's).
+func (f *Factory) Capabilities() acp.AgentCapabilities {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur == nil {
+		return acp.AgentCapabilities{}
+	}
+	return f.cur.caps
+}
+
+// Close stops the agent process.
+func (f *Factory) Close() {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	f.mu.Unlock()
+	close(f.stop)
+	f.wg.Wait()
+}
+
+// state is what an ACP session keeps across lives.
+type state struct {
+	SessionID string `json:"session_id,omitempty"`
+	Cwd       string `json:"cwd,omitempty"`
+}
+
+// NewAgent implements agent.Factory: it attaches the stored session's
+// agent session (session/load when the agent can, else a new one: its
+// context is reset), or makes a new one.
+func (f *Factory) NewAgent(ctx context.Context, key string, raw json.RawMessage) (agent.Agent, error) {
+	var st state
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return nil, fmt.Errorf("acp agent state of %s: %w", key, err)
+		}
+	}
+	if st.Cwd == "" || !filepath.IsAbs(st.Cwd) {
+		st.Cwd = f.cfg.Cwd
+	}
+	s := &session{f: f, key: key, id: acp.SessionId(st.SessionID), cwd: st.Cwd}
+	p, err := f.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.attach(ctx, p); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// route returns the session an agent's message is about.
+func (f *Factory) route(id acp.SessionId) *session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sessions[id]
+}
+
+// client is tether as the ACP client of one agent process.
+type client struct {
+	f   *Factory
+	gen int
+}
+
+var _ acp.Client = (*client)(nil)
+
+// SessionUpdate routes an update to its session's turn: journaled as
+// acp.update (and its text as message.delta). Updates the agent replays
+// while tether loads a session into it are dropped (the journal holds
+// them), and so are updates outside a turn.
+func (c *client) SessionUpdate(_ context.Context, n acp.SessionNotification) error {
+	s := c.f.route(n.SessionId)
+	if s == nil {
+		return nil
+	}
+	ev := s.events()
+	if ev == nil {
+		return nil
+	}
+	raw, err := json.Marshal(n.Update)
+	if err != nil {
+		return nil
+	}
+	ev.Update(raw)
+	if ch := n.Update.AgentMessageChunk; ch != nil && ch.Content.Text != nil {
+		ev.Delta(ch.Content.Text.Text)
+	}
+	return nil
+}
+
+// RequestPermission asks the session's viewers; the first answer is the
+// agent's. A request outside a turn is cancelled.
+func (c *client) RequestPermission(ctx context.Context, r acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+	cancelled := acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}
+	s := c.f.route(r.SessionId)
+	if s == nil {
+		return cancelled, nil
+	}
+	ev := s.events()
+	if ev == nil {
+		return cancelled, nil
+	}
+	tc, _ := json.Marshal(r.ToolCall)
+	opts, _ := json.Marshal(r.Options)
+	option, ok, err := ev.Permission(ctx, agent.PermissionRequest{ToolCall: tc, Options: opts})
+	if err != nil || !ok {
+		return cancelled, nil
+	}
+	return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(acp.PermissionOptionId(option))}, nil
+}
+
+var errUnsupported = errors.New("tether offers no file system or terminal to agents")
+
+// ReadTextFile implements acp.Client: not offered.
+func (c *client) ReadTextFile(context.Context, acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
+	return acp.ReadTextFileResponse{}, errUnsupported
+}
+
+// WriteTextFile implements acp.Client: not offered.
+func (c *client) WriteTextFile(context.Context, acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
+	return acp.WriteTextFileResponse{}, errUnsupported
+}
+
+// CreateTerminal implements acp.Client: not offered.
+func (c *client) CreateTerminal(context.Context, acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
+	return acp.CreateTerminalResponse{}, errUnsupported
+}
+
+// KillTerminal implements acp.Client: not offered.
+func (c *client) KillTerminal(context.Context, acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
+	return acp.KillTerminalResponse{}, errUnsupported
+}
+
+// TerminalOutput implements acp.Client: not offered.
+func (c *client) TerminalOutput(context.Context, acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
+	return acp.TerminalOutputResponse{}, errUnsupported
+}
+
+// ReleaseTerminal implements acp.Client: not offered.
+func (c *client) ReleaseTerminal(context.Context, acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
+	return acp.ReleaseTerminalResponse{}, errUnsupported
+}
+
+// WaitForTerminalExit implements acp.Client: not offered.
+func (c *client) WaitForTerminalExit(context.Context, acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
+	return acp.WaitForTerminalExitResponse{}, errUnsupported
+}
+
+// session is one live session's ACP agent session.
+type session struct {
+	f   *Factory
+	key string
+
+	mu      sync.Mutex // guards the fields below
+	id      acp.SessionId
+	cwd     string
+	gen     int          // the process generation id is attached in
+	reset   bool         // the context could not be carried over
+	ev      agent.Events // the turn in flight's, or nil
+	loading bool         // session/load in flight: its replay is dropped
+}
+
+var (
+	_ agent.Turner   = (*session)(nil)
+	_ agent.Stateful = (*session)(nil)
+)
+
+func (s *session) events() agent.Events {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loading {
+		return nil
+	}
+	return s.ev
+}
+
+// attach makes the session's agent session live in process p: session/load
+// of the stored one when the agent supports it, else (or when the load
+// fails) a new one, with the context reset.
+func (s *session) attach(ctx context.Context, p *process) error {
+	s.mu.Lock()
+	id, cwd := s.id, s.cwd
+	s.mu.Unlock()
+	if id != "" && p.caps.LoadSession {
+		s.f.mu.Lock()
+		s.f.sessions[id] = s
+		s.f.mu.Unlock()
+		s.mu.Lock()
+		s.loading = true
+		s.mu.Unlock()
+		_, err := p.conn.LoadSession(ctx, acp.LoadSessionRequest{SessionId: id, Cwd: cwd, McpServers: []acp.McpServer{}})
+		s.mu.Lock()
+		s.loading = false
+		if err == nil {
+			s.gen = p.gen
+		}
+		s.mu.Unlock()
+		if err == nil {
+			return nil
+		}
+		s.f.log.Warn().Err(err).Str("session_key", s.key).Msg("session/load failed; starting a new agent session (context reset)")
+	}
+	resp, err := p.conn.NewSession(ctx, acp.NewSessionRequest{Cwd: cwd, McpServers: []acp.McpServer{}})
+	if err != nil {
+		return fmt.Errorf("acp session/new for %s: %w", s.key, err)
+	}
+	s.f.mu.Lock()
+	if id != "" {
+		delete(s.f.sessions, id)
+	}
+	s.f.sessions[resp.SessionId] = s
+	s.f.mu.Unlock()
+	s.mu.Lock()
+	s.reset = s.reset || id != ""
+	s.id, s.gen = resp.SessionId, p.gen
+	s.mu.Unlock()
+	return nil
+}
+
+// State implements agent.Stateful.
+func (s *session) State() json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _ := json.Marshal(state{SessionID: string(s.id), Cwd: s.cwd})
+	return b
+}
+
+// ContextReset implements agent.Stateful.
+func (s *session) ContextReset() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reset
+}
+
+// Run implements agent.Agent; the table takes Turns of a Turner.
+func (s *session) Run(context.Context, []agent.Message, string, func(string)) error {
+	return ErrNoTurn
+}
+
+// Turn implements agent.Turner: session/prompt with one text block. Its
+// updates and permission requests come through ev; cancelling ctx sends
+// session/cancel and waits (a bounded time) for the agent's stop reason.
+func (s *session) Turn(ctx context.Context, _ []agent.Message, prompt string, ev agent.Events) (string, error) {
+	p, err := s.f.current(ctx)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	stale := s.gen != p.gen
+	s.mu.Unlock()
+	if stale {
+		// The agent was restarted since: reattach the session first.
+		if err := s.attach(ctx, p); err != nil {
+			return "", err
+		}
+	}
+	s.mu.Lock()
+	s.ev = ev
+	id := s.id
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.ev = nil
+		s.mu.Unlock()
+	}()
+	type result struct {
+		resp acp.PromptResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := p.conn.Prompt(context.WithoutCancel(ctx), acp.PromptRequest{SessionId: id, Prompt: []acp.ContentBlock{acp.TextBlock(prompt)}})
+		done <- result{resp, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+		if err := p.conn.Cancel(cctx, acp.CancelNotification{SessionId: id}); err != nil {
+			s.f.log.Debug().Err(err).Msg("session/cancel")
+		}
+		select {
+		case r = <-done:
+		case <-cctx.Done():
+			cancel()
+			return "cancelled", ctx.Err()
+		case <-p.done:
+			cancel()
+			return "", fmt.Errorf("the agent exited during the turn: %w", ErrAgentDown)
+		}
+		cancel()
+	}
+	if r.err != nil {
+		select {
+		case <-p.done:
+			return "", fmt.Errorf("the agent exited during the turn: %w", ErrAgentDown)
+		default:
+		}
+		return "", fmt.Errorf("session/prompt: %w", r.err)
+	}
+	return string(r.resp.StopReason), nil
+}
+
+// Close implements agent.Agent: the session leaves the router.
+func (s *session) Close() error {
+	s.mu.Lock()
+	id := s.id
+	s.mu.Unlock()
+	s.f.mu.Lock()
+	if s.f.sessions[id] == s {
+		delete(s.f.sessions, id)
+	}
+	s.f.mu.Unlock()
+	return nil
+}
+
+var _ io.Closer = (*session)(nil)

@@ -1,0 +1,255 @@
+package acpgw
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/coder/acp-go-sdk"
+
+	"github.com/tether-agent/tether/host/internal/rpc"
+	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/wire"
+)
+
+// acpAgent is what the client's requests reach: tether playing the ACP
+// agent for one connection.
+type acpAgent struct{ c *conn }
+
+var (
+	_ acp.Agent       = (*acpAgent)(nil)
+	_ acp.AgentLoader = (*acpAgent)(nil)
+)
+
+// tableError is a table error as a JSON-RPC error, with tether's code.
+func tableError(err error) error {
+	code, msg := rpc.ErrorOf(err)
+	return &acp.RequestError{Code: code, Message: msg}
+}
+
+// agentState is what tether stores of an /acp session for its agent: the
+// working directory it was made with.
+type agentState struct {
+	Cwd string `json:"cwd,omitempty"`
+}
+
+// Initialize implements acp.Agent: protocol version 1, sessions that can
+// be loaded, resumed and listed, and the configured agent's prompt
+// capabilities.
+func (a *acpAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
+	caps := acp.AgentCapabilities{}
+	if f := a.c.g.cfg.Capabilities; f != nil {
+		caps.PromptCapabilities = f().PromptCapabilities
+	}
+	caps.LoadSession = true
+	caps.SessionCapabilities = acp.SessionCapabilities{
+		Resume: &acp.SessionResumeCapabilities{},
+		List:   &acp.SessionListCapabilities{},
+	}
+	return acp.InitializeResponse{
+		ProtocolVersion:   acp.ProtocolVersionNumber,
+		AgentCapabilities: caps,
+		AgentInfo:         &acp.Implementation{Name: "tether", Version: a.c.g.cfg.Version},
+		AuthMethods:       []acp.AuthMethod{},
+	}, nil
+}
+
+// Authenticate implements acp.Agent: access was decided when the socket
+// opened (the token), so there is nothing to authenticate.
+func (a *acpAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
+	return acp.AuthenticateResponse{}, nil
+}
+
+// NewSession implements acp.Agent: a new tether session with the
+// configured agent, bound to this connection; its sessionId is the stored
+// key.
+func (a *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
+	cwd := p.Cwd
+	if !filepath.IsAbs(cwd) {
+		return acp.NewSessionResponse{}, acp.NewInvalidParams(map[string]any{"cwd": "must be an absolute path"})
+	}
+	state, _ := json.Marshal(agentState{Cwd: filepath.Clean(cwd)})
+	snap, err := a.c.bind(ctx, "", nil, &session.CreateOptions{ForkCount: -1, AgentState: state})
+	if err != nil {
+		return acp.NewSessionResponse{}, tableError(err)
+	}
+	return acp.NewSessionResponse{SessionId: acp.SessionId(snap.SessionKey)}, nil
+}
+
+// LoadSession implements acp.AgentLoader: bind, replay the whole history,
+// then answer.
+func (a *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
+	var from uint64
+	if _, err := a.c.bind(ctx, string(p.SessionId), &from, nil); err != nil {
+		return acp.LoadSessionResponse{}, tableError(err)
+	}
+	return acp.LoadSessionResponse{}, nil
+}
+
+// ResumeSession implements acp.Agent: bind, send exactly the updates after
+// _meta["tether/after"] (none without it), then answer.
+func (a *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	var after *uint64
+	if v, ok := p.Meta[MetaAfter]; ok {
+		n, ok := seqOf(v)
+		if !ok {
+			return acp.ResumeSessionResponse{}, acp.NewInvalidParams(map[string]any{MetaAfter: "must be a non-negative integer"})
+		}
+		after = &n
+	}
+	if _, err := a.c.bind(ctx, string(p.SessionId), after, nil); err != nil {
+		return acp.ResumeSessionResponse{}, tableError(err)
+	}
+	return acp.ResumeSessionResponse{}, nil
+}
+
+// seqOf reads a seq from a decoded JSON number.
+func seqOf(v any) (uint64, bool) {
+	switch n := v.(type) {
+	case float64:
+		if n < 0 || n != float64(uint64(n)) {
+			return 0, false
+		}
+		return uint64(n), true
+	case json.Number:
+		u, err := n.Int64()
+		return uint64(u), err == nil && u >= 0
+	}
+	return 0, false
+}
+
+// ListSessions implements acp.Agent: the stored sessions, newest first,
+// with the cwd each was made with (only those under p.Cwd when given).
+func (a *acpAgent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
+	stored, err := a.c.g.cfg.Store.List(ctx, 0)
+	if err != nil {
+		return acp.ListSessionsResponse{}, tableError(fmt.Errorf("list: %v: %w", err, session.ErrStorageUnavailable))
+	}
+	out := acp.ListSessionsResponse{Sessions: []acp.SessionInfo{}}
+	for _, s := range stored {
+		cwd := a.c.g.cfg.Cwd
+		var st agentState
+		if json.Unmarshal([]byte(s.AgentState), &st) == nil && st.Cwd != "" {
+			cwd = st.Cwd
+		}
+		if p.Cwd != nil && *p.Cwd != "" && filepath.Clean(*p.Cwd) != cwd {
+			continue
+		}
+		info := acp.SessionInfo{SessionId: acp.SessionId(s.Key), Cwd: cwd}
+		if s.Title != "" {
+			t := s.Title
+			info.Title = &t
+		}
+		updated := s.StartedAt.UTC().Format(time.RFC3339)
+		info.UpdatedAt = &updated
+		out.Sessions = append(out.Sessions, info)
+	}
+	return out, nil
+}
+
+// Prompt implements acp.Agent: submit the prompt's text to the bound
+// session and answer when its run ends: its stop reason, "cancelled" when
+// interrupted, error 5001 when it failed.
+func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
+	c := a.c
+	key := string(p.SessionId)
+	s := c.session(key)
+	if s == nil {
+		return acp.PromptResponse{}, &acp.RequestError{Code: wire.CodeUnknownSession, Message: "session not loaded on this connection: session/load or session/resume it first"}
+	}
+	text := promptText(p.Prompt)
+	if text == "" {
+		return acp.PromptResponse{}, acp.NewInvalidParams(map[string]any{"prompt": "needs a text block"})
+	}
+	sid := s.ID()
+	c.mu.Lock()
+	c.submitting++
+	c.prompts[sid]++
+	c.promptText[sid] = text
+	c.mu.Unlock()
+	runID, err := s.Submit(text)
+	ch := make(chan runEnd, 1)
+	c.mu.Lock()
+	if err == nil {
+		if end, ok := c.ended[runID]; ok {
+			ch <- end
+			delete(c.ended, runID)
+		} else {
+			c.runs[runID] = ch
+		}
+	}
+	c.submitting--
+	if c.submitting == 0 {
+		clear(c.ended)
+	}
+	if c.prompts[sid]--; c.prompts[sid] == 0 {
+		delete(c.prompts, sid)
+		delete(c.promptText, sid)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return acp.PromptResponse{}, tableError(err)
+	}
+	var end runEnd
+	select {
+	case end = <-ch:
+	case <-c.stop:
+		return acp.PromptResponse{}, errors.New("connection closed")
+	case <-c.g.ctx.Done():
+		return acp.PromptResponse{}, errors.New("shutting down")
+	}
+	switch end.Status {
+	case "interrupted":
+		return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+	case "failed":
+		return acp.PromptResponse{}, &acp.RequestError{Code: CodeTurnFailed, Message: "turn failed", Data: map[string]any{"reason": end.Reason}}
+	}
+	reason := acp.StopReason(end.StopReason)
+	if reason == "" {
+		reason = acp.StopReasonEndTurn
+	}
+	return acp.PromptResponse{StopReason: reason}, nil
+}
+
+// promptText is the text of a prompt's text blocks, and the links of its
+// resource links, in order (tether's sessions take text prompts).
+func promptText(blocks []acp.ContentBlock) string {
+	var parts []string
+	for _, b := range blocks {
+		switch {
+		case b.Text != nil:
+			parts = append(parts, b.Text.Text)
+		case b.ResourceLink != nil:
+			parts = append(parts, b.ResourceLink.Uri)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Cancel implements acp.Agent: interrupt the bound session's run.
+func (a *acpAgent) Cancel(_ context.Context, p acp.CancelNotification) error {
+	if s := a.c.session(string(p.SessionId)); s != nil {
+		s.Interrupt()
+	}
+	return nil
+}
+
+// CloseSession implements acp.Agent; tether does not advertise it.
+func (a *acpAgent) CloseSession(context.Context, acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
+	return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
+}
+
+// SetSessionMode implements acp.Agent; tether's sessions have no modes.
+func (a *acpAgent) SetSessionMode(context.Context, acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
+	return acp.SetSessionModeResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetMode)
+}
+
+// SetSessionConfigOption implements acp.Agent; tether's sessions have no
+// config options.
+func (a *acpAgent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
+	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetConfigOption)
+}
