@@ -170,14 +170,33 @@ func (p *process) kill() {
 	<-p.done
 }
 
+// setCurrent makes p the running process, waking those waiting for one.
 func (f *Factory) setCurrent(p *process) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cur = p
-	if p != nil {
-		close(f.up)
-	} else {
+	close(f.up)
+}
+
+// retire takes p out of use, once: the next use waits for a restart.
+func (f *Factory) retire(p *process) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur == p {
+		f.cur = nil
 		f.up = make(chan struct{})
+	}
+}
+
+// dead reports whether p exited or closed its side of the connection.
+func (p *process) dead() bool {
+	select {
+	case <-p.done:
+		return true
+	case <-p.conn.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -191,11 +210,13 @@ func (f *Factory) supervise(p *process) {
 		started := time.Now()
 		select {
 		case <-p.done:
+		case <-p.conn.Done():
+			p.kill() // its stdio is gone: of no more use
 		case <-f.stop:
 			p.kill()
 			return
 		}
-		f.setCurrent(nil)
+		f.retire(p)
 		f.cfg.Metrics.PluginRestarts.WithLabelValues("agent", supervise.ReasonCrashed).Inc()
 		f.log.Warn().Int("generation", p.gen).Msg("acp agent exited; restarting")
 		if time.Since(started) > time.Minute {
@@ -229,11 +250,16 @@ func (f *Factory) current(ctx context.Context) (*process, error) {
 		if closed {
 			return nil, fmt.Errorf("acp agent: %w", ErrAgentDown)
 		}
-		if p != nil {
+		if p != nil && !p.dead() {
 			return p, nil
+		}
+		if p != nil {
+			f.retire(p) // supervise restarts it
+			continue
 		}
 		select {
 		case <-up:
+		case <-f.stop:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("acp agent: %v: %w", ctx.Err(), ErrAgentDown)
 		}
@@ -490,6 +516,9 @@ func (s *session) Turn(ctx context.Context, _ []agent.Message, prompt string, ev
 	if err != nil {
 		return "", err
 	}
+	if ctx.Err() != nil {
+		return "cancelled", ctx.Err() // interrupted before it was sent
+	}
 	s.mu.Lock()
 	stale := s.gen != p.gen
 	s.mu.Unlock()
@@ -530,6 +559,9 @@ func (s *session) Turn(ctx context.Context, _ []agent.Message, prompt string, ev
 		case <-cctx.Done():
 			cancel()
 			return "cancelled", ctx.Err()
+		case <-p.conn.Done():
+			cancel()
+			return "", fmt.Errorf("the agent exited during the turn: %w", ErrAgentDown)
 		case <-p.done:
 			cancel()
 			return "", fmt.Errorf("the agent exited during the turn: %w", ErrAgentDown)
@@ -540,6 +572,8 @@ func (s *session) Turn(ctx context.Context, _ []agent.Message, prompt string, ev
 		select {
 		case <-p.done:
 			return "", fmt.Errorf("the agent exited during the turn: %w", ErrAgentDown)
+		case <-p.conn.Done():
+			return "", fmt.Errorf("the agent closed its stdio during the turn: %w", ErrAgentDown)
 		default:
 		}
 		return "", fmt.Errorf("session/prompt: %w", r.err)

@@ -1,0 +1,422 @@
+package acpagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/acp-go-sdk"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/metrics"
+)
+
+// The test binary is also the ACP agent these tests run as a real
+// subprocess: with envAgent set, TestMain serves ACP on stdio instead.
+const (
+	envAgent = "ACPAGENT_TEST_AGENT" // "1": be the agent
+	envLoad  = "ACPAGENT_TEST_LOAD"  // "1": advertise loadSession
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envAgent) == "1" {
+		serveTestAgent()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testAgent answers prompts by their first word:
+//
+//	echo TEXT  one agent_message_chunk TEXT, end_turn
+//	ask        a permission request, then "chose OPTION" (or "chose none")
+//	hang       a chunk "hanging", then nothing until session/cancel, then cancelled
+//	die        a chunk, then the process exits
+//	env        the names of its TETHER_* environment variables
+//
+// session/load (when advertised) replays a chunk "replayed", which tether
+// must drop.
+type testAgent struct {
+	conn *acp.AgentSideConnection
+	mu   sync.Mutex
+	n    int
+	hung map[acp.SessionId]chan struct{}
+}
+
+func serveTestAgent() {
+	fmt.Fprintln(os.Stderr, "test agent starting")
+	a := &testAgent{hung: map[acp.SessionId]chan struct{}{}}
+	a.conn = acp.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+	a.conn.SetLogger(slog.New(slog.DiscardHandler))
+	<-a.conn.Done()
+}
+
+func (a *testAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
+	return acp.InitializeResponse{ProtocolVersion: acp.ProtocolVersionNumber, AgentCapabilities: acp.AgentCapabilities{
+		LoadSession:        os.Getenv(envLoad) == "1",
+		PromptCapabilities: acp.PromptCapabilities{EmbeddedContext: true},
+	}}, nil
+}
+
+func (a *testAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
+	return acp.AuthenticateResponse{}, nil
+}
+
+func (a *testAgent) NewSession(_ context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
+	a.mu.Lock()
+	a.n++
+	id := fmt.Sprintf("agent-%d-%d", os.Getpid(), a.n)
+	a.mu.Unlock()
+	fmt.Fprintf(os.Stderr, "new session %s in %s\n", id, p.Cwd)
+	return acp.NewSessionResponse{SessionId: acp.SessionId(id)}, nil
+}
+
+func (a *testAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
+	err := a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: p.SessionId, Update: acp.UpdateAgentMessageText("replayed")})
+	return acp.LoadSessionResponse{}, err
+}
+
+func (a *testAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
+	text := p.Prompt[0].Text.Text
+	cmd, arg, _ := strings.Cut(text, " ")
+	say := func(s string) error {
+		return a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: p.SessionId, Update: acp.UpdateAgentMessageText(s)})
+	}
+	switch cmd {
+	case "echo":
+		if err := say(arg); err != nil {
+			return acp.PromptResponse{}, err
+		}
+	case "ask":
+		if err := a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: p.SessionId, Update: acp.StartToolCall("t1", "write file")}); err != nil {
+			return acp.PromptResponse{}, err
+		}
+		resp, err := a.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
+			SessionId: p.SessionId,
+			ToolCall:  acp.ToolCallUpdate{ToolCallId: "t1"},
+			Options: []acp.PermissionOption{
+				{OptionId: "allow", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
+				{OptionId: "deny", Name: "Deny", Kind: acp.PermissionOptionKindRejectOnce},
+			},
+		})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		chose := "none"
+		if resp.Outcome.Selected != nil {
+			chose = string(resp.Outcome.Selected.OptionId)
+		}
+		if err := say("chose " + chose); err != nil {
+			return acp.PromptResponse{}, err
+		}
+	case "hang":
+		ch := make(chan struct{})
+		a.mu.Lock()
+		a.hung[p.SessionId] = ch
+		a.mu.Unlock()
+		if err := say("hanging"); err != nil {
+			return acp.PromptResponse{}, err
+		}
+		<-ch
+		return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+	case "die":
+		_ = say("dying")
+		os.Exit(3)
+	case "env":
+		var names []string
+		for _, kv := range os.Environ() {
+			if strings.HasPrefix(kv, "TETHER_") {
+				names = append(names, kv)
+			}
+		}
+		if err := say(fmt.Sprintf("tether env: %q", names)); err != nil {
+			return acp.PromptResponse{}, err
+		}
+	default:
+		return acp.PromptResponse{}, acp.NewInvalidParams(map[string]any{"prompt": text})
+	}
+	return acp.PromptResponse{StopReason: acp.StopReasonEndTurn}, nil
+}
+
+func (a *testAgent) Cancel(_ context.Context, p acp.CancelNotification) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ch := a.hung[p.SessionId]; ch != nil {
+		close(ch)
+		delete(a.hung, p.SessionId)
+	}
+	return nil
+}
+
+func (a *testAgent) ListSessions(context.Context, acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
+	return acp.ListSessionsResponse{Sessions: []acp.SessionInfo{}}, nil
+}
+
+func (a *testAgent) ResumeSession(context.Context, acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+}
+
+func (a *testAgent) CloseSession(context.Context, acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
+	return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
+}
+
+func (a *testAgent) SetSessionMode(context.Context, acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
+	return acp.SetSessionModeResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetMode)
+}
+
+func (a *testAgent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
+	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetConfigOption)
+}
+
+// syncBuffer is a log sink read while written.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs the test binary as the agent (loadSession advertised when
+// load) behind a Factory.
+func start(t *testing.T, load bool) (*Factory, *syncBuffer) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envAgent, "1")
+	t.Setenv("TETHER_TOKEN", "secret-that-must-not-leak")
+	if load {
+		t.Setenv(envLoad, "1")
+	} else {
+		t.Setenv(envLoad, "")
+	}
+	logs := &syncBuffer{}
+	f := New(Config{Argv: []string{self}, Cwd: t.TempDir(), Log: zerolog.New(logs), Metrics: metrics.New()})
+	if err := f.Start(context.Background()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(f.Close)
+	return f, logs
+}
+
+// events records what a turn reports; Permission answers with answer.
+type events struct {
+	mu      sync.Mutex
+	deltas  []string
+	updates []string
+	asked   chan agent.PermissionRequest
+	answer  string // "" cancels
+}
+
+func newEvents(answer string) *events {
+	return &events{asked: make(chan agent.PermissionRequest, 4), answer: answer}
+}
+
+func (e *events) Delta(text string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.deltas = append(e.deltas, text)
+}
+
+func (e *events) Update(u json.RawMessage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.updates = append(e.updates, string(u))
+}
+
+func (e *events) Permission(_ context.Context, req agent.PermissionRequest) (string, bool, error) {
+	e.asked <- req
+	return e.answer, e.answer != "", nil
+}
+
+func (e *events) text() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return strings.Join(e.deltas, "")
+}
+
+func turn(t *testing.T, a agent.Agent, prompt string, ev agent.Events) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return a.(agent.Turner).Turn(ctx, nil, prompt, ev)
+}
+
+// TestTurnUpdatesAndPermission: a turn's session/update notifications
+// reach Events as the ACP update objects (chunk text also as deltas),
+// a permission request is asked through Events and its answer goes to the
+// agent, and the turn ends with the agent's stop reason. The agent runs
+// in the configured cwd with no TETHER_* variables, and its stderr is
+// logged with the field agent.
+func TestTurnUpdatesAndPermission(t *testing.T) {
+	f, logs := start(t, false)
+	if got := f.Capabilities(); !got.PromptCapabilities.EmbeddedContext {
+		t.Errorf("capabilities = %+v, want the agent's", got)
+	}
+	a, err := f.NewAgent(context.Background(), "k1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ev := newEvents("")
+	if reason, err := turn(t, a, "echo hello", ev); err != nil || reason != "end_turn" {
+		t.Fatalf("turn = %q, %v", reason, err)
+	}
+	if ev.text() != "hello" || len(ev.updates) != 1 || !strings.Contains(ev.updates[0], `"sessionUpdate":"agent_message_chunk"`) {
+		t.Fatalf("deltas %q updates %q", ev.deltas, ev.updates)
+	}
+	ev = newEvents("deny")
+	if reason, err := turn(t, a, "ask", ev); err != nil || reason != "end_turn" {
+		t.Fatalf("ask turn = %q, %v", reason, err)
+	}
+	req := <-ev.asked
+	if !strings.Contains(string(req.Options), `"optionId":"allow"`) || !strings.Contains(string(req.ToolCall), `"toolCallId":"t1"`) {
+		t.Fatalf("permission request = %s %s", req.ToolCall, req.Options)
+	}
+	if ev.text() != "chose deny" {
+		t.Fatalf("after answering deny the agent said %q", ev.text())
+	}
+	ev = newEvents("")
+	if _, err := turn(t, a, "ask", ev); err != nil || ev.text() != "chose none" {
+		t.Fatalf("a cancelled permission: %q, %v; want chose none", ev.text(), err)
+	}
+	ev = newEvents("")
+	if _, err := turn(t, a, "env", ev); err != nil || ev.text() != "tether env: []" {
+		t.Fatalf("the agent's TETHER_ environment: %q, %v; want none", ev.text(), err)
+	}
+	var st state
+	if err := json.Unmarshal(a.(agent.Stateful).State(), &st); err != nil || !strings.HasPrefix(st.SessionID, "agent-") {
+		t.Fatalf("state = %s, %v", a.(agent.Stateful).State(), err)
+	}
+	if !strings.Contains(logs.String(), `"agent":`) || !strings.Contains(logs.String(), "test agent starting") {
+		t.Fatalf("the agent's stderr is not in the log with the field agent: %s", logs)
+	}
+}
+
+// hangEvents says when the agent reported it hangs.
+type hangEvents struct {
+	*events
+	hanging chan struct{}
+	once    sync.Once
+}
+
+func (h *hangEvents) Delta(text string) {
+	h.events.Delta(text)
+	if text == "hanging" {
+		h.once.Do(func() { close(h.hanging) })
+	}
+}
+
+// TestCancelSendsSessionCancel: cancelling a turn's context sends
+// session/cancel, and the turn ends with the agent's cancelled.
+func TestCancelSendsSessionCancel(t *testing.T) {
+	f, _ := start(t, false)
+	a, err := f.NewAgent(context.Background(), "k1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan string, 1)
+	ev := &hangEvents{events: newEvents(""), hanging: make(chan struct{})}
+	go func() {
+		r, _ := a.(agent.Turner).Turn(ctx, nil, "hang", ev)
+		done <- r
+	}()
+	<-ev.hanging // the prompt is in flight at the agent
+	cancel()
+	select {
+	case r := <-done:
+		if r != "cancelled" {
+			t.Fatalf("stop reason = %q, want cancelled", r)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a cancelled turn did not end")
+	}
+}
+
+// TestCrashFailsTurnAndReattaches: the agent exiting mid-turn fails the
+// turn with ErrAgentDown; the host restarts it, and the session's next
+// turn reattaches with session/load — whose replay is not reported — when
+// the agent can load, or with a new agent session (context reset) when it
+// cannot.
+func TestCrashFailsTurnAndReattaches(t *testing.T) {
+	for _, load := range []bool{true, false} {
+		t.Run(fmt.Sprintf("load=%v", load), func(t *testing.T) {
+			f, _ := start(t, load)
+			a, err := f.NewAgent(context.Background(), "k1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			before := string(a.(agent.Stateful).State())
+			if _, err := turn(t, a, "die", newEvents("")); !errors.Is(err, ErrAgentDown) {
+				t.Fatalf("turn of a dying agent: %v, want ErrAgentDown", err)
+			}
+			ev := newEvents("")
+			if reason, err := turn(t, a, "echo back", ev); err != nil || reason != "end_turn" {
+				t.Fatalf("turn after the restart = %q, %v", reason, err)
+			}
+			if ev.text() != "back" {
+				t.Fatalf("after the restart the turn reported %q, want only its own text (no replay)", ev.text())
+			}
+			st := a.(agent.Stateful)
+			if load {
+				if st.ContextReset() || string(st.State()) != before {
+					t.Fatalf("with loadSession: reset %v, state %s (was %s); want the same agent session", st.ContextReset(), st.State(), before)
+				}
+			} else if !st.ContextReset() || string(st.State()) == before {
+				t.Fatalf("without loadSession: reset %v, state %s (was %s); want a new agent session, reset", st.ContextReset(), st.State(), before)
+			}
+		})
+	}
+}
+
+// TestStoredStateReattaches: a Factory given a stored state (after a host
+// restart) loads that agent session when the agent can.
+func TestStoredStateReattaches(t *testing.T) {
+	f, _ := start(t, true)
+	a, err := f.NewAgent(context.Background(), "k1", json.RawMessage(`{"session_id":"agent-old-1","cwd":"/srv/project"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if got := string(a.(agent.Stateful).State()); got != `{"session_id":"agent-old-1","cwd":"/srv/project"}` {
+		t.Fatalf("state = %s, want the stored one kept", got)
+	}
+	if a.(agent.Stateful).ContextReset() {
+		t.Fatal("a loaded session reports its context reset")
+	}
+}
+
+// TestStartFails: a command that is not there fails Start with a message
+// naming it.
+func TestStartFails(t *testing.T) {
+	f := New(Config{Argv: []string{"/nonexistent/agent"}, Log: zerolog.Nop(), Metrics: metrics.New()})
+	err := f.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/agent") {
+		t.Fatalf("start = %v", err)
+	}
+	f.Close()
+}
