@@ -120,6 +120,12 @@ func ServeBackend(impl Backend) {
 // the host also cuts its command batches well below it).
 const MaxMessageSize = 64 << 20
 
+// MaxFrameData is the largest frame the host hands a transport: half the
+// gRPC limit, so one command with its envelope always fits in a message.
+// A larger frame is never sent (it would break the plugin's stream and
+// every connection on it); its connection is closed with 1013 instead.
+const MaxFrameData = MaxMessageSize / 2
+
 // grpcServer is go-plugin's server with tether's message size limits.
 func grpcServer(opts []grpc.ServerOption) *grpc.Server {
 	return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))...)

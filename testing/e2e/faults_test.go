@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/testing/e2e"
+	"github.com/tether-agent/tether/testing/wsclient"
 )
 
 // healthArgs make the host ping its plugins often, so that a hung one is
@@ -570,4 +572,76 @@ func TestFaultConnectionCap(t *testing.T) {
 	if code, err := get(); err != nil || code != 200 {
 		t.Errorf("after the idle connections were closed: %d, %v; want 200", code, err)
 	}
+}
+
+// TestFaultHugeFrameClosesOnlyItsConnection: an answer larger than the
+// plugin link can carry (70 MB, past the 64 MiB gRPC limit) closes its
+// viewer with 1013 and nothing else: the transport plugin is not
+// restarted, another client on it stays connected, the answer is stored,
+// and a resume whose snapshot is as large is refused the same way while
+// the host keeps serving.
+func TestFaultHugeFrameClosesOnlyItsConnection(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "", "--admin-listen", "127.0.0.1:0",
+		"--agent", "exec", "--agent-command", `sh -c "head -c 70000000 /dev/zero | tr '\\0' a"`}})
+	bystander := s.Dial(t)
+	var other snapshot
+	call(t, bystander, "session.create", map[string]any{"title": "bystander"}, &other)
+	c := s.Dial(t)
+	var snap snapshot
+	call(t, c, "session.create", map[string]any{"title": "huge"}, &snap)
+	call(t, c, "prompt.submit", map[string]any{"session_id": snap.SessionID, "text": "go"}, nil)
+	select {
+	case <-c.Closed():
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the viewer of a 70 MB answer was not closed")
+	}
+	if code, reason := c.CloseCode(); code != 1013 {
+		t.Fatalf("viewer closed with %d %q, want 1013", code, reason)
+	}
+	// The bystander's socket is the same plugin's: still there.
+	var list json.RawMessage
+	call(t, bystander, "session.list", map[string]any{}, &list)
+	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=ws"); got != 0 {
+		t.Fatalf("tether_plugin_restarts_total{plugin=ws} = %v, want 0", got)
+	}
+	// The run goes on without its viewer and its answer is stored.
+	deadline := time.Now().Add(2 * time.Minute)
+	for storedCount(t, bystander, snap.SessionKey) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the 70 MB answer was not stored in 2 minutes")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the store: no event tells a bystander
+	}
+	// A resume of it (a 70 MB snapshot) is refused with 1013 too.
+	again := s.Dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = again.Call(ctx, "session.resume", map[string]any{"session_id": snap.SessionKey}, nil)
+	<-again.Closed()
+	if code, _ := again.CloseCode(); code != 1013 {
+		t.Fatalf("a resume with a 70 MB snapshot closed with %d, want 1013", code)
+	}
+	call(t, bystander, "session.list", map[string]any{}, &list)
+	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=ws"); got != 0 {
+		t.Fatalf("after the resume: tether_plugin_restarts_total{plugin=ws} = %v, want 0", got)
+	}
+}
+
+// storedCount is the stored message count of key, from session.list.
+func storedCount(t *testing.T, c *wsclient.Client, key string) int {
+	t.Helper()
+	var res struct {
+		Sessions []struct {
+			ID           string `json:"id"`
+			MessageCount int    `json:"message_count"`
+		} `json:"sessions"`
+	}
+	call(t, c, "session.list", map[string]any{}, &res)
+	for _, s := range res.Sessions {
+		if s.ID == key {
+			return s.MessageCount
+		}
+	}
+	return -1
 }

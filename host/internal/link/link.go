@@ -141,7 +141,13 @@ func (l *Link) Run(ctx context.Context) error {
 }
 
 // Send implements Sender: queue cmd for the plugin, never blocking.
+// A frame over contract.MaxFrameData closes its connection with 1013
+// instead: it cannot cross to the plugin.
 func (l *Link) Send(cmd contract.Command) {
+	if cmd.Kind == contract.CommandSend && len(cmd.Data) > contract.MaxFrameData {
+		l.log.Warn().Uint64("conn", cmd.Conn).Int("bytes", len(cmd.Data)).Msg("frame too large for the transport; closing its connection")
+		cmd = contract.Command{Kind: contract.CommandClose, Conn: cmd.Conn, Code: contract.CloseTryAgainLater, Reason: "message too large"}
+	}
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
