@@ -229,6 +229,70 @@ async function type(page, line) {
   await page.keyboard.press("Enter");
 }
 
+// screen returns what a test compares of the active buffer: its kind,
+// every line, the visible rows and the cursor. Trailing spaces are
+// trimmed (a space the shell wrote and a cell never written look the
+// same, and a snapshot need not tell them apart) and trailing empty lines
+// dropped.
+function screen(page) {
+  return page.evaluate(() => {
+    const t = window.tether.term;
+    const b = t.buffer.active;
+    const lines = [];
+    for (let i = 0; i < b.length; i++) lines.push(b.getLine(i).translateToString(true).trimEnd());
+    while (lines.length && lines[lines.length - 1] === "") lines.pop();
+    const rows = [];
+    for (let i = b.baseY; i < b.baseY + t.rows; i++) rows.push(b.getLine(i).translateToString(true).trimEnd());
+    return { type: b.type, lines, rows, cursor: [b.cursorX, b.cursorY], size: [t.cols, t.rows] };
+  });
+}
+
+// lastReplay is the page's last pty.replay header.
+function lastReplay(page) {
+  return page.evaluate(() => window.tether.replay());
+}
+
+// dimmed reports whether the page shows the terminal dimmed with its
+// overlay, and whether xterm.js takes no input.
+function dimmed(page) {
+  return page.evaluate(() => {
+    const term = document.getElementById("terminal");
+    const overlay = document.getElementById("overlay");
+    return (
+      Number(getComputedStyle(term).opacity) < 0.6 &&
+      getComputedStyle(overlay).visibility === "visible" &&
+      Number(getComputedStyle(overlay).opacity) === 1 &&
+      window.tether.term.options.disableStdin === true
+    );
+  });
+}
+
+async function waitDimmed(page) {
+  await page.waitForFunction(
+    () => {
+      const term = document.getElementById("terminal");
+      const overlay = document.getElementById("overlay");
+      return Number(getComputedStyle(term).opacity) < 0.6 && Number(getComputedStyle(overlay).opacity) === 1;
+    },
+    null,
+    { timeout: wait },
+  );
+  assert.ok(await dimmed(page), "not dimmed, or xterm.js still takes input");
+}
+
+// waitPrompt waits until the cursor's line is exactly /bin/sh's prompt
+// ("$ ", or "# " for root), which the shell prints last.
+async function waitPrompt(page) {
+  await page.waitForFunction(
+    () => {
+      const b = window.tether.term.buffer.active;
+      return /^[$#]$/.test(b.getLine(b.baseY + b.cursorY).translateToString(true).trimEnd());
+    },
+    null,
+    { timeout: wait },
+  );
+}
+
 test("reload replays the same shell", { timeout: 120000 }, (t) =>
   withContext(t, async (ctx) => {
     const page = await open(ctx);
@@ -239,7 +303,7 @@ test("reload replays the same shell", { timeout: 120000 }, (t) =>
 
     await page.reload();
     await waitState(page, "connected");
-    await waitText(page, `pid=${pid}\\b`); // replayed into the fresh page
+    await waitText(page, `pid=${pid}\\b`); // in the snapshot of the fresh page
 
     await type(page, "echo again=$$");
     const again = await waitText(page, String.raw`again=(\d+)`);
@@ -247,22 +311,273 @@ test("reload replays the same shell", { timeout: 120000 }, (t) =>
   }),
 );
 
-test("a second tab supersedes the first", { timeout: 120000 }, (t) =>
+// The program asks the terminal DA, CPR, OSC 10/11 and DECRQM when it
+// starts; the live page answers (or it would never print READY1). Two
+// reloads restore its screen from snapshots, and a tab that was
+// superseded takes the terminal back with its cursor, so it gets the raw
+// bytes it missed — the second batch of queries — as a replay. Whatever
+// xterm.js answers to replayed queries must not reach the program: a
+// typed line comes back as exactly GOT:<line>.
+test("no answer to a replayed query reaches the program", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const prog = path.join(here, "testdata", "queries.mjs");
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    await type(page, `exec '${process.execPath}' '${prog}'`);
+    await waitText(page, "READY1");
+
+    for (let i = 0; i < 2; i++) {
+      await page.reload();
+      await waitState(page, "connected");
+      const r = await lastReplay(page);
+      assert.equal(r.snapshot, true, `reload ${i + 1}: ${JSON.stringify(r)}`);
+      assert.equal(r.reason, "initial", `reload ${i + 1}: attached with a cursor: ${JSON.stringify(r)}`);
+      await waitText(page, "READY1");
+    }
+    await type(page, "hello");
+    assert.equal(await waitText(page, String.raw`(?:^|\n)GOT:([^\n]*)`), "hello");
+
+    // A second tab takes the terminal and makes the program ask again;
+    // the second tab answers live.
+    const other = await open(ctx);
+    await waitState(other, "connected");
+    await waitState(page, "superseded");
+    await type(other, "again");
+    await waitText(other, "READY2");
+
+    // The first tab takes it back and resumes from its cursor: the
+    // queries come as replayed bytes.
+    const before = await page.evaluate(() => window.tether.offset());
+    await page.click("#reconnect");
+    await waitState(page, "connected");
+    const r = await lastReplay(page);
+    assert.equal(r.reason, "resume", `the first tab did not resume: ${JSON.stringify(r)}`);
+    assert.ok(r.replay_end_offset > before, `nothing replayed: ${JSON.stringify(r)}, offset was ${before}`);
+    await waitText(page, "READY2");
+    await type(page, "world");
+    const got = await waitText(page, String.raw`(?:^|\n)GOT:((?!hello)[^\n]*)`);
+    assert.equal(got, "world", "an answer to a replayed query reached the program");
+    await type(page, "quit");
+  }),
+);
+
+test("the screen after a reload is the screen before it", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    // Colours, a line longer than the terminal, tabs and some lines.
+    await type(page, String.raw`printf '\033[1;31mred\033[0m \033[42mgreen\033[0m\tTAB\n'; i=0; while [ $i -lt 40 ]; do printf 'line %s ' $i; i=$((i+1)); done; echo; seq 1 30`);
+    await waitText(page, "\n30\n");
+    await waitPrompt(page);
+    const before = await screen(page);
+    await page.reload();
+    await waitState(page, "connected");
+    assert.deepEqual(await screen(page), before, "the normal screen differs after a reload");
+
+    // An alternate-screen program, as vim draws it.
+    await type(page, String.raw`printf '\033[?1049h\033[2J\033[Hfull screen\n\033[7mreverse\033[0m\033[10;20Hat 10,20'; read x; printf '\033[?1049l'`);
+    await page.waitForFunction(() => window.tether.term.buffer.active.type === "alternate", null, { timeout: wait });
+    await waitText(page, "at 10,20");
+    const alt = await screen(page);
+    assert.equal(alt.type, "alternate");
+    await page.reload();
+    await waitState(page, "connected");
+    assert.deepEqual(await screen(page), alt, "the alternate screen differs after a reload");
+
+    // Leaving it shows the shell's screen again.
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => window.tether.term.buffer.active.type === "normal", null, { timeout: wait });
+    await waitText(page, String.raw`\n30\n`);
+  }),
+);
+
+test("a second tab supersedes the first: dimmed, input blocked", { timeout: 120000 }, (t) =>
   withContext(t, async (ctx) => {
     const a = await open(ctx);
     await waitState(a, "connected");
+    assert.equal(await dimmed(a), false, "the connected tab is dimmed");
     const b = await open(ctx); // same context: same localStorage, same attach token
     await waitState(b, "connected");
     await waitState(a, "superseded");
     assert.equal(await a.evaluate(() => document.body.dataset.closeCode), "4409");
     assert.match(await a.textContent("#status-text"), /another tab/);
-    assert.ok(await a.isVisible("#reconnect"), "no Reconnect button in the superseded tab");
     assert.equal(await b.evaluate(() => window.tether.attach()), await a.evaluate(() => window.tether.attach()));
+    await waitDimmed(a);
+    assert.match(await a.textContent("#overlay"), /Opened in another tab/);
+    assert.ok(await a.isVisible("#reconnect"), "no Take it back button in the superseded tab");
 
-    // Reconnect in tab A takes the terminal back.
+    // Typing in the superseded tab is refused, and it says so.
+    await a.evaluate(() => window.tether.term.focus());
+    await a.keyboard.type("x");
+    await a.waitForFunction(() => /not sent/.test(document.getElementById("toast").textContent), null, { timeout: wait });
+
+    // Take it back in tab A.
     await a.click("#reconnect");
     await waitState(a, "connected");
     await waitState(b, "superseded");
+    assert.equal(await dimmed(a), false, "dimmed after taking the terminal back");
+    await type(a, "echo back=$$");
+    await waitText(a, String.raw`back=\d+`);
+  }),
+);
+
+// pointAt returns the page coordinates of the middle of the cell in
+// column col of the visible row whose text is exactly line.
+async function pointAt(page, line, col) {
+  const cell = await page.evaluate((line) => {
+    const t = window.tether.term;
+    const b = t.buffer.active;
+    for (let y = 0; y < t.rows; y++) {
+      if (b.getLine(b.viewportY + y).translateToString(true) === line) return { y, cols: t.cols, rows: t.rows };
+    }
+    return null;
+  }, line);
+  assert.ok(cell, `no row ${JSON.stringify(line)} on screen`);
+  const box = await page.locator("#terminal .xterm-screen").boundingBox();
+  return {
+    x: box.x + ((col + 0.5) * box.width) / cell.cols,
+    y: box.y + ((cell.y + 0.5) * box.height) / cell.rows,
+  };
+}
+
+test("links are clickable", { timeout: 60000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const link = "https://example.invalid/x";
+    await ctx.route("https://example.invalid/**", (route) =>
+      route.fulfill({ status: 200, contentType: "text/html", body: "<title>linked</title>" }),
+    );
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    await type(page, "echo see https://example.invalid/x now");
+    await waitText(page, String.raw`\nsee https://example\.invalid/x now`);
+    const { x, y } = await pointAt(page, `see ${link} now`, 4 + 5);
+    // Hovering underlines it, shows the pointer and says where it goes.
+    await page.mouse.move(x - 30, y - 30);
+    await page.mouse.move(x, y, { steps: 4 });
+    await page.waitForFunction(() => document.querySelector("#terminal .xterm-screen").classList.contains("xterm-cursor-pointer"), null, {
+      timeout: wait,
+    });
+    assert.equal(await page.textContent("#toast"), `click to open ${link}`);
+    const [popup] = await Promise.all([ctx.waitForEvent("page", { timeout: wait }), page.mouse.click(x, y)]);
+    await popup.waitForLoadState();
+    assert.equal(popup.url(), link);
+    assert.equal(await popup.evaluate(() => window.opener), null, "the linked page has a handle on the terminal page");
+  }),
+);
+
+test("copy, search and font size", { timeout: 60000 }, (t) =>
+  withContext(t, async (ctx) => {
+    await ctx.grantPermissions(["clipboard-read", "clipboard-write"], { origin: new URL(url).origin });
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    await type(page, "echo one needle two");
+    await waitText(page, "\none needle two");
+
+    // Ctrl+Shift+F finds (and selects) the word; Ctrl+Shift+C copies it.
+    await page.keyboard.press("Control+Shift+F");
+    assert.ok(await page.isVisible("#search"), "no search box");
+    await page.keyboard.type("needle");
+    // Two matches: the command line and its output.
+    await page.waitForFunction(() => /^[12] of 2$/.test(document.getElementById("search-count").textContent), null, { timeout: wait });
+    assert.equal(await page.evaluate(() => window.tether.term.getSelection()), "needle");
+    await page.keyboard.press("Escape");
+    assert.ok(!(await page.isVisible("#search")), "Escape left the search box open");
+    // A half-typed line, then Ctrl+Shift+C: it copies, and it is not ^C
+    // (which would throw the half line away).
+    await page.keyboard.type("echo ali");
+    await waitText(page, String.raw`[$#] echo ali(?:\n|$)`);
+    await page.evaluate(() => navigator.clipboard.writeText("before"));
+    await page.evaluate(() => window.tether.term.selectAll());
+    const all = await page.evaluate(() => window.tether.term.getSelection());
+    assert.match(all, /one needle two/);
+    await page.keyboard.press("Control+Shift+C");
+    await page.waitForFunction((want) => navigator.clipboard.readText().then((got) => got === want), all, { timeout: wait });
+    await type(page, "ve");
+    await waitText(page, "\nalive\n");
+
+    // Copy on select: a double-click selects a word and copies it.
+    await page.check("#copy-on-select");
+    const { x, y } = await pointAt(page, "one needle two", 6);
+    await page.mouse.dblclick(x, y);
+    await page.waitForFunction(() => navigator.clipboard.readText().then((got) => got === "needle"), null, { timeout: wait });
+    assert.equal(await page.evaluate(() => localStorage.getItem("tether.copyOnSelect")), "1");
+
+    // Font size: Ctrl+= and the buttons; it lasts across a reload.
+    const size = () => page.evaluate(() => window.tether.term.options.fontSize);
+    assert.equal(await size(), 14);
+    await page.keyboard.press("Control+Equal");
+    assert.equal(await size(), 15);
+    await page.click("#font-up");
+    assert.equal(await size(), 16);
+    assert.equal(await page.textContent("#font-size"), "16");
+    await page.reload();
+    await waitState(page, "connected");
+    assert.equal(await size(), 16, "the font size did not last across a reload");
+    await page.evaluate(() => window.tether.term.focus());
+    await page.keyboard.press("Control+Minus");
+    assert.equal(await size(), 15);
+    await page.keyboard.press("Control+0");
+    assert.equal(await size(), 14);
+  }),
+);
+
+test("New terminal keeps the old one; switch back; close one", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    const first = await page.evaluate(() => window.tether.attach());
+    await type(page, "echo first=$$");
+    const pid1 = await waitText(page, String.raw`first=(\d+)`);
+
+    await page.click("#new-terminal");
+    await waitState(page, "connected");
+    const second = await page.evaluate(() => window.tether.attach());
+    assert.notEqual(second, first);
+    assert.equal(await page.evaluate(() => localStorage.getItem("tether.attach")), second);
+    await type(page, "echo second=$$");
+    const pid2 = await waitText(page, String.raw`second=(\d+)`);
+    assert.notEqual(pid2, pid1);
+    const tokens = (await page.evaluate(() => window.tether.terminals())).map((e) => e.token);
+    assert.deepEqual(tokens.sort(), [first, second].sort(), "the list does not hold both terminals");
+
+    // Switch back to the first from the menu: its shell, its screen.
+    await page.click("#terminals");
+    await page.click(`#terminals-list li[data-token="${first}"] .pick`);
+    await waitState(page, "connected");
+    assert.equal(await page.evaluate(() => window.tether.attach()), first);
+    await waitText(page, `first=${pid1}\\b`);
+    await type(page, "echo still=$$");
+    assert.equal(await waitText(page, String.raw`still=(\d+)`), pid1);
+
+    // A reload stays on this tab's terminal.
+    await page.reload();
+    await waitState(page, "connected");
+    assert.equal(await page.evaluate(() => window.tether.attach()), first);
+
+    // Close the second (not shown): the dialog says the shell keeps
+    // running and shows its token; Forget drops it.
+    await page.click("#terminals");
+    await page.click(`#terminals-list li[data-token="${second}"] .close`);
+    assert.ok(await page.isVisible("#close-dialog"));
+    assert.match(await page.textContent("#close-dialog"), /keeps\s+running/);
+    assert.equal(await page.textContent("#close-token"), second);
+    assert.ok(!(await page.isVisible("#close-exit")), "Type exit offered for a terminal this tab does not show");
+    await page.click("#close-forget");
+    assert.deepEqual((await page.evaluate(() => window.tether.terminals())).map((e) => e.token), [first]);
+    assert.equal(await page.evaluate(() => window.tether.attach()), first);
+
+    // Close the shown one with Type exit: the shell ends (4410), the
+    // terminal is forgotten and the tab moves to a new one.
+    await page.click("#terminals");
+    await page.click(`#terminals-list li[data-token="${first}"] .close`);
+    assert.ok(await page.isVisible("#close-exit"));
+    await page.click("#close-exit");
+    await page.waitForFunction((tok) => window.tether.attach() !== tok && document.body.dataset.state === "connected", first, {
+      timeout: wait,
+    });
+    const left = (await page.evaluate(() => window.tether.terminals())).map((e) => e.token);
+    assert.ok(!left.includes(first), `the closed terminal is still listed: ${left}`);
+    assert.equal(left.length, 1);
   }),
 );
 
@@ -307,6 +622,8 @@ test("signed in through the cookie", { timeout: 120000 }, (t) =>
     for (const s of sockets) {
       assert.ok(s.includes("/api/pty?"), `WebSocket to ${s}`);
       assert.ok(!/[?&]token=/.test(s), `the token in a WebSocket URL: ${s}`);
+      // A page load attaches without a cursor: its screen is empty.
+      assert.ok(!/[?&]offset=/.test(s), `a page load attached with a cursor: ${s}`);
     }
   }),
 );
@@ -329,22 +646,52 @@ test("a wrong or missing token gets the 401 page and no cookie", { timeout: 6000
   }),
 );
 
-// Last: it replaces the server.
-test("the open page stays signed in across a host restart", { timeout: 120000 }, (t) =>
+// Last: it replaces the server. The host is gone for hostGone ms (a
+// rebuild takes that long); the page keeps retrying, shows why and when it
+// tries next, and is back by itself on the same shell, resuming from its
+// cursor.
+const hostGone = 30000;
+test("the open page reconnects by itself after the host was gone 30 s", { timeout: 180000 }, (t) =>
   withContext(t, async (ctx) => {
     const page = await open(ctx);
     await waitState(page, "connected");
     await type(page, "echo pid=$$");
     const pid = await waitText(page, String.raw`pid=(\d+)`);
 
+    // Record every state and status line the page shows from now on.
+    await page.evaluate(() => {
+      window.seen = [];
+      const note = () => window.seen.push([document.body.dataset.state, document.getElementById("status-text").textContent]);
+      const o = new MutationObserver(note);
+      o.observe(document.body, { attributes: true, attributeFilter: ["data-state"] });
+      o.observe(document.getElementById("status-text"), { childList: true, characterData: true, subtree: true });
+    });
     const addr = new URL(url).host;
     await stopServer();
     await waitState(page, "reconnecting");
+    await page.waitForFunction(() => /^host restarting \(1001\) — reconnecting in \d+ s$/.test(document.getElementById("status-text").textContent), null, {
+      timeout: wait,
+    });
+    await waitDimmed(page);
+    const gone = Date.now();
+    // The host is away; nothing to wait on but the clock.
+    await new Promise((r) => setTimeout(r, hostGone));
+    const seen = await page.evaluate(() => window.seen);
+    const states = new Set(seen.map(([s]) => s));
+    assert.deepEqual([...states].filter((s) => s !== "reconnecting"), [], `the page left reconnecting: ${[...states]}`);
+    assert.ok(
+      seen.some(([, text]) => /^host restarting \(1001\) — reconnecting in 10 s$/.test(text)),
+      `no 10 s countdown while the host was gone: ${seen.map(([, text]) => text).slice(-5)}`,
+    );
+    assert.ok(seen.every(([, text]) => !/^connection lost \(1006\)/.test(text)), "the page blamed 1006 for the host's 1001");
+
     const again = await startServer(["--listen", addr]);
     assert.equal(again.token, token, "the restarted host has another token (token file)");
     url = again.url;
-
     await waitState(page, "connected"); // the page's own retry, with its cookie
+    t.diagnostic(`back ${Date.now() - gone - hostGone} ms after the host`);
+    assert.equal((await lastReplay(page)).reason, "resume", "the open page did not resume from its cursor");
+    assert.equal(await dimmed(page), false);
     await type(page, "echo after=$$");
     assert.equal(await waitText(page, String.raw`after=(\d+)`), pid, "another shell after the restart");
     const resp = await page.goto(bare());

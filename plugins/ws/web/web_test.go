@@ -53,6 +53,10 @@ func TestServe(t *testing.T) {
 		{"/vendor/addon-fit.js", "text/javascript; charset=utf-8", "FitAddon"},
 		{"/vendor/LICENSE.xterm", "text/plain; charset=utf-8", "The xterm.js authors"},
 		{"/vendor/LICENSE.addon-fit", "text/plain; charset=utf-8", "The xterm.js authors"},
+		{"/vendor/addon-web-links.js", "text/javascript; charset=utf-8", "WebLinksAddon"},
+		{"/vendor/LICENSE.addon-web-links", "text/plain; charset=utf-8", "The xterm.js authors"},
+		{"/vendor/addon-search.js", "text/javascript; charset=utf-8", "SearchAddon"},
+		{"/vendor/LICENSE.addon-search", "text/plain; charset=utf-8", "The xterm.js authors"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
@@ -158,20 +162,38 @@ func TestVendorChecksums(t *testing.T) {
 	}
 	defer f.Close()
 	line := regexp.MustCompile(`^([0-9a-f]{64})  (\S+)$`)
-	n := 0
+	listed := make(map[string]bool)
 	for sc := bufio.NewScanner(f); sc.Scan(); {
 		m := line.FindStringSubmatch(sc.Text())
 		if m == nil {
 			continue
 		}
-		n++
+		listed[m[2]] = true
 		served := body(t, get(t, web.Handler(), "GET", "/vendor/"+m[2], nil))
 		sum := sha256.Sum256([]byte(served))
 		if got := hex.EncodeToString(sum[:]); got != m[1] {
 			t.Errorf("%s: got sha256 %s, want %s (README.md)", m[2], got, m[1])
 		}
 	}
-	if n != 3 {
-		t.Errorf("got %d checksums in README.md, want 3", n)
+	// Every vendored script and style sheet has its checksum, and each has
+	// its licence next to it.
+	built, err := filepath.Glob(filepath.Join(dir, "*.[jc]s*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range built {
+		name := filepath.Base(p)
+		if !listed[name] {
+			t.Errorf("%s: no checksum in README.md", name)
+		}
+		if ext := filepath.Ext(name); ext == ".js" {
+			lic := "LICENSE." + strings.TrimSuffix(name, ext)
+			if _, err := os.Stat(filepath.Join(dir, lic)); err != nil {
+				t.Errorf("%s: no %s next to it", name, lic)
+			}
+		}
+	}
+	if len(listed) != len(built) {
+		t.Errorf("got %d checksums in README.md for %d vendored files", len(listed), len(built))
 	}
 }

@@ -1,16 +1,27 @@
-// tether browser terminal: one xterm.js terminal on GET /api/pty (docs/PROTOCOL.md).
+// tether browser terminal: xterm.js on GET /api/pty (docs/PROTOCOL.md).
 // Plain JavaScript, no build step; the package doc of plugins/ws/web
-// describes the behaviour and the states.
+// describes the behaviour, the states and the choices made here.
 (function () {
   "use strict";
 
+  // ---- constants
+
+  const ATTACH_KEY = "tether.attach"; // localStorage: the current terminal's attach token (what a new tab opens)
+  const TERMINALS_KEY = "tether.terminals"; // localStorage: this browser's terminals, a JSON array
+  const TAB_KEY = "tether.tab.attach"; // sessionStorage: this tab's terminal, so a reload keeps it
+  const FONT_KEY = "tether.fontSize"; // localStorage
+  const COPY_KEY = "tether.copyOnSelect"; // localStorage: "1" or "0"
   const OLD_ACCESS_KEY = "tether.access"; // sessionStorage of older pages: the access token, now removed
-  const ATTACH_KEY = "tether.attach"; // localStorage: the attach token
-  const CURSOR_KEY = "tether.cursor."; // sessionStorage + attach token: {epoch, offset}
+  const OLD_CURSOR_PREFIX = "tether.cursor."; // sessionStorage of older pages: a cursor per token, now unused
   const ATTACH_RE = /^[A-Za-z0-9_-]{16,128}$/;
-  const BACKOFF_MS = [250, 500, 1000, 2000, 3000];
-  const RETRY_CODES = new Set([1001, 1006, 1012, 1013]);
-  const SAVE_DELAY_MS = 500;
+
+  const BACKOFF_FIRST_MS = 250; // doubles per failed attempt...
+  const BACKOFF_MAX_MS = 10000; // ...up to this, forever
+  const DIAL_TIMEOUT_MS = 10000; // from new WebSocket to the pty.replay header
+  const EXIT_WAIT_MS = 5000; // "Type exit and close": how long to wait for the shell to end
+  const FONT_DEFAULT = 14;
+  const FONT_MIN = 8;
+  const FONT_MAX = 32;
   // Flow control: the browser takes every frame at once, xterm.js parses
   // them later. When more than HIGH bytes wait to be parsed, the page
   // detaches and reattaches from its offset once xterm.js is below LOW, so
@@ -18,21 +29,58 @@
   const QUEUE_HIGH = 8 << 20;
   const QUEUE_LOW = 512 << 10;
 
-  // Closes that end the retries: the message, and whether Reconnect is offered.
-  const FATAL = {
-    1011: ["too many terminals open (registry full)", true],
-    4400: ["bad attach token — use New terminal", false],
-    4401: ["access token missing or wrong — open the URL printed by tether serve (its token is in <state-dir>/token)", false],
-    4403: ["forbidden origin/host — open the URL printed by tether serve", false],
-    4404: ["terminal endpoint switched off on this server", true],
-    4408: ["this server only accepts local connections", false],
+  // A RESET cancels any escape sequence a dropped stream left open (CAN)
+  // and resets the terminal (RIS); EMPTY carries only a write callback.
+  const RESET = new Uint8Array([0x18, 0x1b, 0x63]);
+  const EMPTY = new Uint8Array(0);
+
+  // What a close code means, as the page says it.
+  const CLOSE_TEXT = {
+    1000: "closed",
+    1001: "host restarting",
+    1002: "protocol error",
+    1005: "closed without a code",
+    1006: "connection lost",
+    1007: "invalid data",
+    1008: "refused by policy",
+    1009: "message too big",
+    1011: "host error",
+    1012: "terminal service restarting",
+    1013: "too slow to keep up",
+    1015: "TLS handshake failed",
+    4400: "bad attach token",
+    4401: "access token missing or wrong",
+    4403: "forbidden origin or host",
+    4404: "terminal endpoint switched off",
+    4408: "this host only accepts local connections",
+    4409: "opened in another tab or window",
+    4410: "session ended",
+    4411: "no such terminal",
   };
 
+  // Closes after which the page does not retry by itself: what to tell the
+  // user, and whether Reconnect is offered. Any other close (1001, 1006,
+  // 1012, 1013, 1011 other than "registry full", ...) is retried forever.
+  const FATAL = {
+    4400: ["The attach token is malformed. Start a New terminal.", false],
+    4401: ["Open the URL printed by tether serve (its token is in <state-dir>/token); this page's cookie does not carry the host's access token.", false],
+    4403: ["Open the URL printed by tether serve: the host refuses this page's origin or host name.", false],
+    4404: ["The terminal endpoint is switched off on this host.", true],
+    4408: ["The host only accepts connections from its own machine.", false],
+    4411: ["The host has no such terminal.", true],
+  };
+  const REGISTRY_FULL = "Too many terminals are open on the host (--pty-max-sessions). Close one (exit its shell) and Reconnect.";
+
+  const $ = (id) => document.getElementById(id);
   const body = document.body;
-  const statusText = document.getElementById("status-text");
-  const reconnectButton = document.getElementById("reconnect");
-  const restartButton = document.getElementById("restart");
-  const newButton = document.getElementById("new-terminal");
+  const statusText = $("status-text");
+  const toastEl = $("toast");
+  const overlayTitle = $("overlay-title");
+  const overlayText = $("overlay-text");
+  const reconnectButton = $("reconnect");
+  const restartButton = $("restart");
+  const overlayClose = $("overlay-close");
+  const newButton = $("new-terminal");
 
   // ---- storage (may be unavailable; then values live for this page only)
 
@@ -68,6 +116,16 @@
     }
   }
 
+  drop(session, OLD_ACCESS_KEY);
+  try {
+    for (let i = session ? session.length - 1 : -1; i >= 0; i--) {
+      const k = session.key(i);
+      if (k && k.startsWith(OLD_CURSOR_PREFIX)) session.removeItem(k);
+    }
+  } catch (_) {
+    // as above
+  }
+
   // ---- tokens
 
   // takeURLParams removes ?token= and ?attach= from the visible URL (and
@@ -95,83 +153,184 @@
     return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
   }
 
-  drop(session, OLD_ACCESS_KEY);
+  function valid(t) {
+    return typeof t === "string" && ATTACH_RE.test(t) ? t : null;
+  }
 
-  let attach = takeURLParams();
-  if (attach === null || !ATTACH_RE.test(attach)) attach = load(local, ATTACH_KEY);
-  if (attach === null || !ATTACH_RE.test(attach)) attach = newAttachToken();
-  save(local, ATTACH_KEY, attach);
+  // ---- this browser's terminals: [{token, n, created, used, title, epoch, ended}]
+
+  function loadTerminals() {
+    try {
+      const v = JSON.parse(load(local, TERMINALS_KEY) || "[]");
+      return Array.isArray(v) ? v.filter((e) => e && valid(e.token)) : [];
+    } catch (_) {
+      return [];
+    }
+  }
+
+  // updateTerminal merges fields into the entry of token, adding it if
+  // it is missing; it re-reads the list first, as other tabs change it.
+  function updateTerminal(token, fields) {
+    const list = loadTerminals();
+    let e = list.find((x) => x.token === token);
+    if (!e) {
+      const n = list.reduce((m, x) => Math.max(m, Number(x.n) || 0), 0) + 1;
+      e = { token, n, created: Date.now() };
+      list.push(e);
+    }
+    Object.assign(e, fields);
+    save(local, TERMINALS_KEY, JSON.stringify(list));
+    renderTerminals();
+    return e;
+  }
+
+  function removeTerminal(token) {
+    save(local, TERMINALS_KEY, JSON.stringify(loadTerminals().filter((x) => x.token !== token)));
+    renderTerminals();
+  }
+
+  function terminalName(e) {
+    if (!e) return "this terminal";
+    return e.title ? e.title : "Terminal " + (e.n || "?");
+  }
+
+  let attach = valid(takeURLParams()) || valid(load(session, TAB_KEY)) || valid(load(local, ATTACH_KEY));
+  if (attach === null) {
+    const list = loadTerminals().sort((a, b) => (b.used || 0) - (a.used || 0));
+    attach = list.length ? list[0].token : newAttachToken();
+  }
+
+  // makeCurrent records token as this tab's terminal and the browser's
+  // current one (the one a new tab opens).
+  function makeCurrent(token) {
+    attach = token;
+    save(session, TAB_KEY, token);
+    save(local, ATTACH_KEY, token);
+    updateTerminal(token, { used: Date.now() });
+  }
 
   // ---- state shown to the user and to tests
 
   let state = "";
-  function setState(next, text, buttons) {
+  let overlayKind = "";
+  function setState(next, status, overlay) {
     state = next;
     body.dataset.state = next;
-    statusText.textContent = text;
-    reconnectButton.hidden = !(buttons && buttons.reconnect);
-    restartButton.hidden = !(buttons && buttons.restart);
+    statusText.textContent = status;
+    const o = overlay || {};
+    overlayKind = next;
+    overlayTitle.textContent = o.title || "";
+    overlayText.textContent = o.text || "";
+    reconnectButton.hidden = !o.reconnect;
+    if (o.reconnect) reconnectButton.textContent = o.reconnect;
+    restartButton.hidden = !o.restart;
+    overlayClose.hidden = !o.close;
+    // An ended terminal has no shell left: closing it only forgets it.
+    overlayClose.textContent = next === "ended" ? "Close this terminal" : "Close this terminal…";
+    $("overlay").setAttribute("aria-hidden", next === "connected" ? "true" : "false");
+    if (term) {
+      const blocked = next !== "connected";
+      if (term.options.disableStdin !== blocked) term.options.disableStdin = blocked;
+    }
   }
 
-  if (typeof Terminal !== "function" || typeof FitAddon !== "object") {
-    setState("error", "failed to load xterm.js");
+  let toastTimer = 0;
+  function toast(text, ms) {
+    clearTimeout(toastTimer);
+    toastEl.textContent = text;
+    toastEl.classList.add("on");
+    toastTimer = setTimeout(() => {
+      toastEl.classList.remove("on");
+      toastEl.textContent = "";
+    }, ms || 2500);
+  }
+
+  let term = null;
+  if (typeof Terminal !== "function" || typeof FitAddon !== "object" || typeof WebLinksAddon !== "object" || typeof SearchAddon !== "object") {
+    setState("error", "failed to load xterm.js", { title: "The page did not load", text: "xterm.js or one of its addons is missing." });
     return;
   }
 
   // ---- the terminal
 
-  const term = new Terminal({
+  function clampFont(n) {
+    n = Math.round(Number(n));
+    return n >= FONT_MIN && n <= FONT_MAX ? n : FONT_DEFAULT;
+  }
+
+  term = new Terminal({
+    allowProposedApi: true, // the search addon's match decorations
     cursorBlink: true,
+    disableStdin: true, // until the first screen is restored
     fontFamily: 'ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", "Liberation Mono", monospace',
-    fontSize: 14,
+    fontSize: clampFont(load(local, FONT_KEY) || FONT_DEFAULT),
     scrollback: 10000,
-    theme: { background: "#1e1e1e", foreground: "#d4d4d4" },
+    theme: {
+      background: "#1e1e1e",
+      foreground: "#d4d4d4",
+      cursor: "#d4d4d4",
+      selectionBackground: "#264f78",
+    },
   });
   const fitAddon = new FitAddon.FitAddon();
+  const searchAddon = new SearchAddon.SearchAddon();
   term.loadAddon(fitAddon);
-  term.open(document.getElementById("terminal"));
+  term.loadAddon(searchAddon);
+  term.loadAddon(
+    new WebLinksAddon.WebLinksAddon(
+      (_ev, uri) => {
+        // The page's URL holds no secret, but the opened page gets no
+        // handle on this one either way.
+        window.open(uri, "_blank", "noopener,noreferrer");
+      },
+      {
+        hover: (_ev, uri) => toast("click to open " + uri, 4000),
+        leave: () => toast("", 1),
+      },
+    ),
+  );
+  term.open($("terminal"));
   term.onTitleChange((t) => {
     document.title = t ? t + " — tether" : "tether";
+    const e = t ? loadTerminals().find((x) => x.token === attach) : null;
+    if (t && (!e || e.title !== t)) updateTerminal(attach, { title: t });
   });
 
   // ---- the connection
+  //
+  // Replayed bytes (a snapshot, or a raw replay) are written to xterm.js
+  // while the state is connecting or reconnecting, when disableStdin is on
+  // and onData is not forwarded: what xterm.js answers to a query inside a
+  // replay goes nowhere. The state turns connected in the write callback
+  // of the last replayed byte, which xterm.js calls after parsing that
+  // chunk and before parsing the next one, so the first live byte is
+  // parsed with input on and a live query is answered.
 
   let ws = null; // the current socket; events of any other are ignored
-  let attempt = 0; // next index into BACKOFF_MS
-  let retryTimer = 0;
-  let gaveUp = false; // the retries ran out
-  let screenEpoch = null; // epoch of the PTY output on screen; null: empty screen
-  let offset = 0; // bytes of screenEpoch received since the PTY started
+  let gen = 0; // bumps on every connect; callbacks of an older one do nothing
+  let header = null; // the current socket's pty.replay, with .remaining replay bytes to come
+  let restoring = false; // a replay is being written: no fitting meanwhile
+  let screenEpoch = null; // epoch of the output on screen; null: no valid cursor
+  let offset = 0; // offset of the next byte of screenEpoch
   let queued = 0; // bytes handed to term.write and not yet parsed
   let paused = false; // detached for flow control
-  let saveTimer = 0;
+  let dialTimer = 0;
+  let attempt = 0; // failed attempts since the last restore
+  let retryTimer = 0;
+  let retryAt = 0;
+  let countdownTimer = 0;
+  let outage = null; // {code, reason}: the close that started this outage
+  let lastClose = null; // {code, reason}: the latest close
+  let exitPending = null; // {token, timer}: "Type exit and close" is waiting for 4410
 
-  // The cursor saved by an earlier page of this tab. Its screen is gone,
-  // so only its epoch is used (with offset 0, which asks for the whole
-  // window): it tells whether the terminal is still the same one.
-  let savedEpoch = null;
-  try {
-    const c = JSON.parse(load(session, CURSOR_KEY + attach) || "null");
-    if (c && typeof c.epoch === "string") savedEpoch = c.epoch;
-  } catch (_) {
-    // unreadable: start without
-  }
-
-  function saveCursor() {
-    clearTimeout(saveTimer);
-    saveTimer = 0;
-    if (screenEpoch !== null) {
-      save(session, CURSOR_KEY + attach, JSON.stringify({ epoch: screenEpoch, offset }));
-    }
-  }
-  function scheduleSave() {
-    if (!saveTimer) saveTimer = setTimeout(saveCursor, SAVE_DELAY_MS);
-  }
-
-  // resetScreen clears the terminal after anything still queued for it.
-  function resetScreen() {
-    if (queued > 0) term.write("\x1bc");
-    else term.reset();
+  function write(data, cb) {
+    const n = data.length;
+    queued += n;
+    term.write(data, () => {
+      queued -= n;
+      if (cb) cb();
+      if (paused && queued <= QUEUE_LOW) connect("reconnecting");
+    });
   }
 
   function wsURL() {
@@ -179,36 +338,58 @@
     return scheme + "//" + location.host + "/api/pty";
   }
 
-  // connect replaces the current socket (if any) with a new one.
-  function connect(next) {
+  function closeLabel(c) {
+    if (!c) return "";
+    let t = CLOSE_TEXT[c.code] || (c.code >= 4000 ? "closed by the host" : "closed");
+    if (c.code === 1011 && c.reason) t += ": " + c.reason;
+    return t + " (" + c.code + ")";
+  }
+
+  function stopRetry() {
     clearTimeout(retryTimer);
+    clearInterval(countdownTimer);
     retryTimer = 0;
+    countdownTimer = 0;
+  }
+
+  // connect replaces the current socket (if any) with a new one; with a
+  // valid cursor it asks for the bytes from it, else for a snapshot.
+  function connect(next) {
+    stopRetry();
+    clearTimeout(dialTimer);
     paused = false;
-    gaveUp = false;
     closeCurrent("replaced");
+    const g = ++gen;
+    header = null;
+    restoring = false;
 
     let q = "attach=" + encodeURIComponent(attach); // the access token goes in the cookie
-    let requested = 0;
-    if (screenEpoch !== null) {
-      requested = offset;
-      q += "&offset=" + offset + "&epoch=" + encodeURIComponent(screenEpoch);
-    } else if (savedEpoch !== null) {
-      q += "&offset=0&epoch=" + encodeURIComponent(savedEpoch);
-    }
+    const cursor = screenEpoch !== null ? offset : null;
+    if (cursor !== null) q += "&offset=" + cursor + "&epoch=" + encodeURIComponent(screenEpoch);
 
-    setState(next, next === "reconnecting" ? "reconnecting…" : "connecting…");
+    const why = outage ? closeLabel(outage) + " — " : "";
+    setState(next, next === "reconnecting" ? why + "reconnecting…" : "connecting…", {
+      title: next === "reconnecting" ? "Reconnecting…" : "Connecting…",
+      text: next === "reconnecting" ? why + "input is blocked until the terminal is back." : "",
+    });
     let sock;
     try {
       sock = new WebSocket(wsURL() + "?" + q);
     } catch (err) {
-      setState("error", "cannot open a WebSocket: " + err.message, { reconnect: true });
+      setState("error", "cannot open a WebSocket: " + err.message, {
+        title: "Cannot connect",
+        text: String(err.message),
+        reconnect: "Reconnect",
+      });
       return;
     }
     sock.binaryType = "arraybuffer";
     ws = sock;
-    sock.onopen = () => {
-      if (ws === sock) fit();
-    };
+    dialTimer = setTimeout(() => {
+      if (ws !== sock || header) return;
+      closeCurrent("no answer");
+      onClose({ code: 1006, reason: "no answer from the host", wasClean: false });
+    }, DIAL_TIMEOUT_MS);
     sock.onmessage = (ev) => {
       if (ws !== sock) return;
       if (typeof ev.data === "string") {
@@ -218,10 +399,10 @@
         } catch (_) {
           return;
         }
-        if (msg && msg.type === "pty.replay") onReplay(msg, requested);
+        if (msg && msg.type === "pty.replay" && header === null) onHeader(msg, cursor, g);
         return;
       }
-      onOutput(ev.data);
+      if (header !== null) onBytes(new Uint8Array(ev.data), g);
     };
     sock.onclose = (ev) => {
       if (ws !== sock) return;
@@ -243,100 +424,223 @@
     }
   }
 
-  function onReplay(msg, requested) {
-    const before = screenEpoch !== null ? screenEpoch : savedEpoch;
-    if (msg.reset) {
-      resetScreen();
-      offset = Number(msg.start_offset) || 0;
-    } else {
-      offset = requested;
-    }
-    screenEpoch = String(msg.epoch);
-    savedEpoch = null;
-    attempt = 0;
-    saveCursor();
-    let text = "connected";
-    if (before !== null && before !== screenEpoch) {
-      text += " — the previous shell had ended; this is a new one";
-    }
-    setState("connected", text);
-    term.focus();
+  function count(v) {
+    const n = Number(v);
+    return Number.isSafeInteger(n) && n >= 0 ? n : 0;
+  }
+  function size(v) {
+    const n = Number(v);
+    return Number.isInteger(n) && n >= 1 && n <= 10000 ? n : 0;
   }
 
-  function onOutput(buf) {
-    const n = buf.byteLength;
-    offset += n;
-    queued += n;
-    term.write(new Uint8Array(buf), () => {
-      queued -= n;
-      if (paused && queued <= QUEUE_LOW) connect("reconnecting");
-    });
-    scheduleSave();
-    if (queued > QUEUE_HIGH && !paused) {
+  let lastReplay = null; // the last pty.replay header, for tests and debugging
+
+  function onHeader(msg, cursor, g) {
+    clearTimeout(dialTimer);
+    lastReplay = msg;
+    const epoch = String(msg.epoch);
+    const end = count(msg.replay_end_offset);
+    const h = { epoch, snapshot: msg.snapshot === true, remaining: 0, previous: screenEpoch };
+    restoring = true;
+    if (h.snapshot) {
+      // A snapshot redraws the terminal on a fresh cols×rows terminal, so
+      // the page resets xterm.js and gives it the PTY's size while it is
+      // written; once written, the page fits the window and resizes the
+      // PTY, and the program redraws for the new size.
+      h.remaining = count(msg.snapshot_bytes);
+      const cols = size(msg.cols);
+      const rows = size(msg.rows);
+      screenEpoch = null; // no valid cursor until the whole snapshot is here
+      offset = end;
+      write(RESET, () => {
+        if (cols && rows && (cols !== term.cols || rows !== term.rows)) term.resize(cols, rows);
+      });
+    } else if (msg.reset || cursor === null) {
+      // A raw replay of the whole ring (a backend without snapshots).
+      const start = count(msg.start_offset);
+      h.remaining = Math.max(0, end - start);
+      screenEpoch = epoch;
+      offset = start;
+      write(RESET);
+    } else {
+      h.remaining = Math.max(0, end - cursor);
+      screenEpoch = epoch;
+      offset = cursor;
+    }
+    header = h;
+    statusText.textContent = "restoring the screen…";
+    if (h.remaining === 0) replayDone(g);
+  }
+
+  function onBytes(bytes, g) {
+    let live = bytes;
+    if (header.remaining > 0) {
+      const k = Math.min(header.remaining, bytes.length);
+      header.remaining -= k;
+      if (!header.snapshot) offset += k; // snapshot bytes are not PTY output
+      write(bytes.subarray(0, k));
+      live = bytes.subarray(k);
+      if (header.remaining === 0) replayDone(g);
+    }
+    if (live.length > 0) {
+      offset += live.length;
+      write(live);
+    }
+    if (queued > QUEUE_HIGH && !paused && !restoring && screenEpoch !== null) {
       closeCurrent("catching up");
       paused = true;
-      setState("reconnecting", "catching up with the output…");
+      setState("reconnecting", "catching up with the output…", {
+        title: "Catching up…",
+        text: "The output comes faster than this tab can draw it; the rest waits on the host.",
+      });
     }
+  }
+
+  // replayDone runs once every replay byte has been received: after
+  // xterm.js parsed them, the page fits, sends its size and takes input.
+  function replayDone(g) {
+    const h = header;
+    if (h.snapshot) screenEpoch = h.epoch;
+    write(EMPTY, () => {
+      if (g !== gen || !ws) return;
+      restoring = false;
+      const e = loadTerminals().find((x) => x.token === attach);
+      const known = h.previous || (e && e.epoch) || null;
+      updateTerminal(attach, { epoch: h.epoch, used: Date.now(), ended: false });
+      attempt = 0;
+      outage = null;
+      fitTerminal();
+      sendSize();
+      let text = "connected";
+      if (known !== null && known !== h.epoch) text += " — a new shell (the previous one had ended)";
+      setState("connected", text);
+      if (!document.hidden && !dialogOpen()) term.focus();
+    });
   }
 
   function onClose(ev) {
-    const code = ev.code;
-    body.dataset.closeCode = String(code);
-    saveCursor();
-    if (code === 4409) {
-      setState("superseded", "opened in another tab — Reconnect takes it back here", { reconnect: true });
-      return;
-    }
-    if (code === 4410) {
-      setState("ended", "session ended", { restart: true });
-      return;
-    }
-    const fatal = FATAL[code];
-    if (fatal) {
-      setState("error", fatal[0] + " (" + code + ")", { reconnect: fatal[1] });
-      return;
-    }
-    if (RETRY_CODES.has(code) || !ev.wasClean) {
-      retry(code);
-      return;
-    }
-    const why = ev.reason ? ": " + ev.reason : "";
-    setState("error", "connection closed (" + code + why + ")", { reconnect: true });
-  }
-
-  function retry(code) {
-    if (attempt >= BACKOFF_MS.length) {
-      gaveUp = true;
-      setState("error", "connection lost (" + code + ") — check that tether serve is running", {
-        reconnect: true,
+    clearTimeout(dialTimer);
+    const c = { code: ev.code, reason: ev.reason || "" };
+    body.dataset.closeCode = String(c.code);
+    lastClose = c;
+    const wasRestoring = restoring;
+    header = null;
+    restoring = false;
+    if (wasRestoring) fitTerminal();
+    if (c.code === 4409) {
+      setState("superseded", "opened in another tab or window (4409) — input blocked here", {
+        title: "Opened in another tab",
+        text: "Another tab or window took this terminal (4409). This tab stays as it was and sends nothing; Take it back makes it the terminal's writer again.",
+        reconnect: "Take it back",
       });
       return;
     }
-    const delay = BACKOFF_MS[attempt++];
-    setState("reconnecting", "connection lost (" + code + "); reconnecting in " + delay + " ms…");
-    retryTimer = setTimeout(() => connect("reconnecting"), delay);
+    if (c.code === 4410) {
+      screenEpoch = null; // the next attach starts a new shell
+      updateTerminal(attach, { ended: true });
+      if (exitPending && exitPending.token === attach) {
+        const token = attach;
+        clearTimeout(exitPending.timer);
+        exitPending = null;
+        forget(token);
+        toast("the shell ended; its terminal is closed", 4000);
+        return;
+      }
+      setState("ended", "session ended (4410)", {
+        title: "Session ended",
+        text: "The shell of this terminal exited (4410).",
+        restart: true,
+        close: true,
+      });
+      return;
+    }
+    const fatal = FATAL[c.code] || (c.code === 1011 && /registry full/.test(c.reason) ? [REGISTRY_FULL, true] : null);
+    if (fatal) {
+      setState("error", closeLabel(c), { title: closeLabel(c), text: fatal[0], reconnect: fatal[1] ? "Reconnect" : "" });
+      return;
+    }
+    retry(c);
   }
 
-  // rotate starts a new terminal under a new attach token.
-  function rotate() {
-    clearTimeout(saveTimer);
-    saveTimer = 0;
-    drop(session, CURSOR_KEY + attach);
-    attach = newAttachToken();
-    save(local, ATTACH_KEY, attach);
+  // retry schedules the next attempt on a doubling, capped backoff, with
+  // a countdown; it never gives up.
+  function retry(c) {
+    if (!outage) outage = c;
+    const base = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
+    const delay = Math.min(BACKOFF_MAX_MS, Math.round(base * (1 + 0.2 * Math.random())));
+    attempt++;
+    retryAt = Date.now() + delay;
+    retryTimer = setTimeout(() => connect("reconnecting"), delay);
+    showCountdown();
+    countdownTimer = setInterval(showCountdown, 250);
+  }
+
+  function showCountdown() {
+    const left = Math.max(0, retryAt - Date.now());
+    const when = left >= 1000 ? "reconnecting in " + Math.ceil(left / 1000) + " s" : "reconnecting…";
+    const cause = closeLabel(outage);
+    let detail = cause;
+    if (lastClose && outage && lastClose.code !== outage.code) detail += "; last try: " + closeLabel(lastClose);
+    if (attempt > 1) detail += "; attempt " + attempt;
+    const text = cause + " — " + when;
+    if (state === "reconnecting" && statusText.textContent === text) return;
+    setState("reconnecting", text, {
+      title: when.charAt(0).toUpperCase() + when.slice(1),
+      text: detail + ". Input is blocked until the terminal is back.",
+      reconnect: "Reconnect now",
+    });
+  }
+
+  function retryNow() {
+    if (retryTimer) connect("reconnecting");
+  }
+
+  // switchTo shows the terminal of token in this tab.
+  function switchTo(token) {
+    closeMenu();
+    if (token === attach) {
+      if (state !== "connected") {
+        attempt = 0;
+        connect("connecting");
+      }
+      return;
+    }
+    makeCurrent(token);
     screenEpoch = null;
-    savedEpoch = null;
     offset = 0;
     attempt = 0;
-    resetScreen();
+    outage = null;
+    write(RESET);
+    document.title = "tether";
     connect("connecting");
+  }
+
+  function newTerminal() {
+    const token = newAttachToken();
+    updateTerminal(token, { created: Date.now() });
+    switchTo(token);
+  }
+
+  // forget drops token from this browser's list (after the user asked);
+  // if it is this tab's terminal, the tab moves to the most recently used
+  // other one, or to a new one.
+  function forget(token) {
+    removeTerminal(token);
+    if (token !== attach) return;
+    const rest = loadTerminals().sort((a, b) => (b.used || 0) - (a.used || 0));
+    const next = rest.find((x) => !x.ended) || rest[0];
+    if (next) switchTo(next.token);
+    else newTerminal();
   }
 
   // ---- input and size
 
   const encoder = new TextEncoder();
+  function writing() {
+    return state === "connected" && ws !== null && ws.readyState === WebSocket.OPEN;
+  }
   function send(bytes) {
-    if (ws && ws.readyState === WebSocket.OPEN) ws.send(bytes);
+    if (writing()) ws.send(bytes);
   }
   term.onData((d) => send(encoder.encode(d)));
   term.onBinary((d) => {
@@ -345,13 +649,16 @@
     send(b);
   });
 
-  function fit() {
+  function fitTerminal() {
+    if (restoring) return; // replayDone fits
     try {
       fitAddon.fit();
     } catch (_) {
       // not laid out yet
     }
-    if (ws && ws.readyState === WebSocket.OPEN) {
+  }
+  function sendSize() {
+    if (!restoring && ws && ws.readyState === WebSocket.OPEN && header !== null) {
       ws.send("\x1b[RESIZE:" + term.cols + ";" + term.rows + "]");
     }
   }
@@ -360,33 +667,358 @@
     if (!fitFrame) {
       fitFrame = requestAnimationFrame(() => {
         fitFrame = 0;
-        fit();
+        if (restoring) return;
+        const before = term.cols + "x" + term.rows;
+        fitTerminal();
+        if (term.cols + "x" + term.rows !== before) sendSize();
       });
     }
   }
   window.addEventListener("resize", scheduleFit);
   if (typeof ResizeObserver === "function") {
-    new ResizeObserver(scheduleFit).observe(document.getElementById("terminal"));
+    new ResizeObserver(scheduleFit).observe($("terminal"));
   }
+
+  // ---- copy, search, font size
+
+  function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) {
+      return navigator.clipboard.writeText(text).then(
+        () => true,
+        () => copyFallback(text),
+      );
+    }
+    return Promise.resolve(copyFallback(text));
+  }
+  function copyFallback(text) {
+    const ta = document.createElement("textarea");
+    ta.value = text;
+    ta.setAttribute("readonly", "");
+    ta.className = "offscreen";
+    document.body.appendChild(ta);
+    ta.select();
+    let ok = false;
+    try {
+      ok = document.execCommand("copy");
+    } catch (_) {
+      ok = false;
+    }
+    ta.remove();
+    return ok;
+  }
+  function copySelection(auto) {
+    const text = term.getSelection();
+    if (!text) {
+      if (!auto) toast("nothing selected");
+      return;
+    }
+    copyText(text).then((ok) => {
+      toast(ok ? "copied " + text.length + " characters" : "the browser refused the clipboard");
+    });
+    if (!auto) term.focus();
+  }
+
+  const copyOnSelect = $("copy-on-select");
+  copyOnSelect.checked = load(local, COPY_KEY) === "1";
+  copyOnSelect.addEventListener("change", () => {
+    save(local, COPY_KEY, copyOnSelect.checked ? "1" : "0");
+    term.focus();
+  });
+  // A selection is final when the mouse button goes up (also a user
+  // gesture, which clipboard writes may need).
+  $("terminal").addEventListener("mouseup", () => {
+    if (copyOnSelect.checked) setTimeout(() => term.hasSelection() && copySelection(true), 0);
+  });
+
+  const searchBox = $("search");
+  const searchInput = $("search-input");
+  const searchCount = $("search-count");
+  const searchOptions = {
+    decorations: {
+      matchBackground: "#5a4a1a",
+      matchBorder: "#8a7432",
+      matchOverviewRuler: "#d7ba7d",
+      activeMatchBackground: "#a0781e",
+      activeMatchBorder: "#ffd75f",
+      activeMatchColorOverviewRuler: "#ffd75f",
+    },
+  };
+  searchAddon.onDidChangeResults(({ resultIndex, resultCount }) => {
+    if (!searchInput.value) searchCount.textContent = "";
+    else if (resultCount === 0) searchCount.textContent = "no matches";
+    else if (resultIndex < 0) searchCount.textContent = resultCount + "+ matches";
+    else searchCount.textContent = resultIndex + 1 + " of " + resultCount;
+  });
+  function openSearch() {
+    searchBox.hidden = false;
+    const sel = term.getSelection();
+    if (sel && !sel.includes("\n")) searchInput.value = sel;
+    searchInput.select();
+    searchInput.focus();
+    if (searchInput.value) find(true);
+  }
+  function closeSearch() {
+    searchBox.hidden = true;
+    searchAddon.clearDecorations();
+    searchCount.textContent = "";
+    term.focus();
+  }
+  function find(forward, incremental) {
+    const q = searchInput.value;
+    if (!q) {
+      searchAddon.clearDecorations();
+      searchCount.textContent = "";
+      return;
+    }
+    const o = Object.assign({ incremental: !!incremental }, searchOptions);
+    if (forward) searchAddon.findNext(q, o);
+    else searchAddon.findPrevious(q, o);
+  }
+  searchInput.addEventListener("input", () => find(true, true));
+  searchInput.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter") {
+      ev.preventDefault();
+      find(!ev.shiftKey);
+    } else if (ev.key === "Escape") {
+      ev.preventDefault();
+      closeSearch();
+    }
+  });
+  $("search-next").addEventListener("click", () => find(true));
+  $("search-prev").addEventListener("click", () => find(false));
+  $("search-close").addEventListener("click", closeSearch);
+
+  const fontSizeButton = $("font-size");
+  function setFont(n) {
+    n = clampFont(n);
+    fontSizeButton.textContent = String(n);
+    save(local, FONT_KEY, String(n));
+    if (term.options.fontSize !== n) {
+      term.options.fontSize = n;
+      scheduleFit();
+    }
+  }
+  setFont(term.options.fontSize);
+  $("font-up").addEventListener("click", () => setFont(Math.min(FONT_MAX, term.options.fontSize + 1)));
+  $("font-down").addEventListener("click", () => setFont(Math.max(FONT_MIN, term.options.fontSize - 1)));
+  fontSizeButton.addEventListener("click", () => setFont(FONT_DEFAULT));
+
+  // shortcut names the page's own shortcut in a keyboard event, if any.
+  function shortcut(ev) {
+    if (!ev.ctrlKey || ev.altKey || ev.metaKey) return "";
+    const k = ev.key.length === 1 ? ev.key.toLowerCase() : ev.key;
+    if (ev.shiftKey && k === "c") return "copy";
+    if (ev.shiftKey && k === "f") return "find";
+    if (ev.shiftKey && k === "v") return "paste"; // the browser's own paste, not ^V
+    if (k === "=" || k === "+") return "font-up";
+    if (k === "-" && !ev.shiftKey) return "font-down";
+    if (k === "0" && !ev.shiftKey) return "font-reset";
+    return "";
+  }
+  function runShortcut(name) {
+    switch (name) {
+      case "copy":
+        copySelection(false);
+        break;
+      case "find":
+        openSearch();
+        break;
+      case "font-up":
+        setFont(Math.min(FONT_MAX, term.options.fontSize + 1));
+        break;
+      case "font-down":
+        setFont(Math.max(FONT_MIN, term.options.fontSize - 1));
+        break;
+      case "font-reset":
+        setFont(FONT_DEFAULT);
+        break;
+    }
+  }
+  const MODIFIERS = new Set(["Shift", "Control", "Alt", "Meta", "AltGraph", "CapsLock"]);
+  term.attachCustomKeyEventHandler((ev) => {
+    const name = shortcut(ev);
+    if (name) {
+      if (ev.type === "keydown" && name !== "paste") {
+        ev.preventDefault();
+        runShortcut(name);
+      }
+      return false; // xterm.js leaves it alone
+    }
+    if (ev.type === "keydown" && state !== "connected" && !MODIFIERS.has(ev.key)) {
+      // Say so instead of dropping keys silently.
+      toast("not sent: " + (statusText.textContent || state), 3000);
+      const card = document.querySelector("#overlay .card");
+      card.classList.remove("nudge");
+      void card.offsetWidth;
+      card.classList.add("nudge");
+    }
+    return true;
+  });
+  // The same shortcuts when the focus is elsewhere on the page (the
+  // terminal's own keys are handled above).
+  document.addEventListener("keydown", (ev) => {
+    if (ev.defaultPrevented || (term.textarea && ev.target === term.textarea)) return;
+    const name = shortcut(ev);
+    if (name && name !== "paste" && name !== "copy") {
+      ev.preventDefault();
+      runShortcut(name);
+    } else if (ev.key === "Escape") {
+      closeMenu();
+    }
+  });
+
+  // ---- terminals menu and the close dialog
+
+  const menu = $("terminals-menu");
+  const menuButton = $("terminals");
+  const listEl = $("terminals-list");
+
+  function ago(ms) {
+    const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+    if (s < 60) return "just now";
+    if (s < 3600) return Math.round(s / 60) + " min ago";
+    if (s < 86400) return Math.round(s / 3600) + " h ago";
+    return Math.round(s / 86400) + " d ago";
+  }
+
+  function renderTerminals() {
+    const list = loadTerminals().sort((a, b) => (a.created || 0) - (b.created || 0));
+    $("terminals-count").textContent = String(list.length);
+    listEl.textContent = "";
+    for (const e of list) {
+      const li = document.createElement("li");
+      li.dataset.token = e.token;
+      if (e.token === attach) li.className = "current";
+      const pick = document.createElement("button");
+      pick.type = "button";
+      pick.className = "pick";
+      pick.setAttribute("role", "menuitem");
+      const name = document.createElement("span");
+      name.className = "name";
+      name.textContent = terminalName(e);
+      const meta = document.createElement("span");
+      meta.className = "meta";
+      const bits = ["started " + ago(e.created || Date.now())];
+      if (e.token === attach) bits.unshift("this tab");
+      if (e.ended) bits.push("shell ended");
+      meta.textContent = bits.join(" · ");
+      pick.append(name, meta);
+      pick.title = "Show this terminal here (attach token " + e.token.slice(0, 6) + "…)";
+      pick.addEventListener("click", () => switchTo(e.token));
+      const x = document.createElement("button");
+      x.type = "button";
+      x.className = "close";
+      x.title = "Close this terminal…";
+      x.setAttribute("aria-label", "Close " + terminalName(e));
+      x.textContent = "×";
+      x.addEventListener("click", () => openClose(e.token));
+      li.append(pick, x);
+      listEl.append(li);
+    }
+  }
+
+  function openMenu() {
+    renderTerminals();
+    menu.hidden = false;
+    menuButton.setAttribute("aria-expanded", "true");
+  }
+  function closeMenu() {
+    menu.hidden = true;
+    menuButton.setAttribute("aria-expanded", "false");
+  }
+  menuButton.addEventListener("click", (ev) => {
+    ev.stopPropagation();
+    if (menu.hidden) openMenu();
+    else closeMenu();
+  });
+  document.addEventListener("mousedown", (ev) => {
+    if (!menu.hidden && !menu.contains(ev.target) && !menuButton.contains(ev.target)) closeMenu();
+  });
+
+  const dialog = $("close-dialog");
+  let closing = null; // the token the dialog is about
+  function dialogOpen() {
+    return dialog.open === true;
+  }
+  function openClose(token) {
+    closeMenu();
+    const e = loadTerminals().find((x) => x.token === token) || { token };
+    closing = token;
+    $("close-name").textContent = terminalName(e);
+    $("close-token").textContent = token;
+    const canExit = token === attach && state === "connected";
+    $("close-running").hidden = !!e.ended;
+    $("close-token").parentElement.hidden = !!e.ended;
+    $("close-exit-note").hidden = !canExit;
+    $("close-exit").hidden = !canExit;
+    if (typeof dialog.showModal === "function") dialog.showModal();
+    else dialog.setAttribute("open", "");
+  }
+  function closeDialog() {
+    closing = null;
+    if (typeof dialog.close === "function") dialog.close();
+    else dialog.removeAttribute("open");
+    if (state === "connected") term.focus();
+  }
+  $("close-cancel").addEventListener("click", closeDialog);
+  $("close-copy").addEventListener("click", () => {
+    if (closing) copyText(closing).then((ok) => toast(ok ? "attach token copied" : "the browser refused the clipboard"));
+  });
+  $("close-forget").addEventListener("click", () => {
+    const token = closing;
+    closeDialog();
+    if (token) forget(token);
+  });
+  $("close-exit").addEventListener("click", () => {
+    const token = closing;
+    closeDialog();
+    if (token !== attach || !writing()) return;
+    // End of line, kill the line, then exit: at a shell prompt this ends
+    // the shell; 4410 then closes the terminal (onClose).
+    send(encoder.encode("\x05\x15exit\r"));
+    clearTimeout(exitPending && exitPending.timer);
+    exitPending = {
+      token,
+      timer: setTimeout(() => {
+        exitPending = null;
+        toast("the shell did not exit (is a program running in it?) — the terminal stays open", 6000);
+      }, EXIT_WAIT_MS),
+    };
+  });
+  dialog.addEventListener("close", () => {
+    closing = null;
+  });
 
   // ---- buttons and page events
 
   reconnectButton.addEventListener("click", () => {
     attempt = 0;
+    outage = null;
     connect("connecting");
   });
-  restartButton.addEventListener("click", rotate);
-  newButton.addEventListener("click", rotate);
+  restartButton.addEventListener("click", () => {
+    attempt = 0;
+    outage = null;
+    connect("connecting"); // the same token: the host starts a new shell
+  });
+  overlayClose.addEventListener("click", () => {
+    if (state === "ended") forget(attach);
+    else openClose(attach);
+  });
+  newButton.addEventListener("click", newTerminal);
+  $("find").addEventListener("click", openSearch);
+  $("copy").addEventListener("click", () => copySelection(false));
 
-  function retryIfGaveUp() {
-    if (gaveUp && !document.hidden) {
-      attempt = 0;
-      connect("reconnecting");
-    }
-  }
-  window.addEventListener("online", retryIfGaveUp);
-  document.addEventListener("visibilitychange", retryIfGaveUp);
-  window.addEventListener("pagehide", saveCursor);
+  window.addEventListener("online", retryNow);
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) retryNow();
+  });
+  window.addEventListener("storage", (ev) => {
+    if (ev.key !== TERMINALS_KEY) return;
+    // Another tab forgot this tab's terminal: it is still shown here.
+    if (!loadTerminals().some((x) => x.token === attach)) updateTerminal(attach, { used: Date.now() });
+    else renderTerminals();
+  });
 
   window.tether = {
     term,
@@ -394,12 +1026,12 @@
     offset: () => offset,
     epoch: () => screenEpoch,
     attach: () => attach,
+    terminals: () => loadTerminals(),
+    replay: () => lastReplay,
   };
 
-  try {
-    fitAddon.fit();
-  } catch (_) {
-    // laid out later; the ResizeObserver fits then
-  }
+  makeCurrent(attach);
+  fitTerminal();
+  setState("connecting", "connecting…", { title: "Connecting…" });
   connect("connecting");
 })();
