@@ -42,7 +42,7 @@ type BackendConfig struct {
 	Buffer int64
 	// Scrollback is how many lines scrolled off the screen each PTY's
 	// screen model keeps and a snapshot sends (--pty-scrollback; 0 takes
-	// the backend's default).
+	// the backend's default, NoScrollback keeps none).
 	Scrollback int
 	// Instance is the plugin instance id the host assigned (for logs).
 	Instance string
@@ -213,3 +213,6 @@ type Backend interface {
 	// stream starts at each PTY's current end offset.
 	Output(ctx context.Context, sink OutputSink) error
 }
+
+// NoScrollback as BackendConfig.Scrollback keeps no scrollback.
+const NoScrollback = -1

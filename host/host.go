@@ -80,6 +80,9 @@ type Config struct {
 	// TokenFile is where the access token is kept (default
 	// <state-dir>/token).
 	TokenFile string
+	// TokenCreated says the token file was made by this start (so the
+	// state dir is new: a missing state.db is no loss to warn of).
+	TokenCreated bool
 	// TLSCert and TLSKey are PEM files: with them the public listener
 	// serves HTTPS/WSS.
 	TLSCert, TLSKey string
@@ -457,7 +460,7 @@ func warnIfHistoryMissing(cfg Config, dbPath string) {
 	if tokenFile == "" {
 		tokenFile = filepath.Join(cfg.StateDir, "token")
 	}
-	if _, err := os.Stat(tokenFile); err != nil {
+	if _, err := os.Stat(tokenFile); err != nil || cfg.TokenCreated {
 		return // a new state dir
 	}
 	fi, err := os.Stat(dbPath)

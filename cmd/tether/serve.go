@@ -47,7 +47,7 @@ func serve(args []string) int {
 		ptyMax       = fs.Int("pty-max-sessions", 16, "live PTYs at most")
 		ptyBuffer    = sizeFlag{n: 1 << 20}
 		ptyIdleExit  = fs.Duration("pty-idle-exit", 50*time.Second, "a PTY plugin left running with no host and no PTY exits after this long")
-		ptyScroll    = fs.Int("pty-scrollback", 1000, "lines of scrollback kept in a PTY's screen model and sent in a screen snapshot")
+		ptyScroll    = fs.Int("pty-scrollback", 1000, "lines of scrollback kept in a PTY's screen model and sent in a screen snapshot (0: none)")
 		pingInterval = fs.Duration("ping-interval", 20*time.Second, "how often the transport pings idle clients")
 		peerTimeout  = fs.Duration("peer-timeout", 60*time.Second, "a client silent for this long is closed as dead")
 		stopPTYs     = fs.Bool("stop-ptys", false, "on shutdown also stop the PTY plugin (and its PTYs) instead of leaving it for the next host")
@@ -87,6 +87,7 @@ func serve(args []string) int {
 	if *tokenFile == "" {
 		*tokenFile = filepath.Join(*stateDir, "token")
 	}
+	tokenCreated := false
 	if *token == "" {
 		t, created, err := loadOrCreateToken(*stateDir, *tokenFile)
 		if err != nil {
@@ -96,7 +97,7 @@ func serve(args []string) int {
 		if created {
 			log.Info().Str("file", *tokenFile).Msg("new access token created")
 		}
-		*token = t
+		*token, tokenCreated = t, created
 	}
 	agents, acpArgv, err := agentFactory(*agentKind, *agentCommand, *echoDelay)
 	if err != nil {
@@ -221,6 +222,7 @@ func serve(args []string) int {
 		AllowOrigins:      allowOrigins,
 		AllowHosts:        allowHosts,
 		TokenFile:         *tokenFile,
+		TokenCreated:      tokenCreated,
 		Pprof:             *pprofOn,
 		TLSCert:           *tlsCert,
 		TLSKey:            *tlsKey,
@@ -240,7 +242,7 @@ func serve(args []string) int {
 			TTL:         *ptyTTL,
 			MaxSessions: *ptyMax,
 			Buffer:      ptyBuffer.n,
-			Scrollback:  *ptyScroll,
+			Scrollback:  scrollback(*ptyScroll),
 			IdleExit:    *ptyIdleExit,
 		}},
 		StopPTYs:     *stopPTYs,
@@ -459,4 +461,12 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: at least 1KiB", s)
 	}
 	return n * mult, nil
+}
+
+// scrollback is --pty-scrollback as the backend takes it: 0 is none.
+func scrollback(lines int) int {
+	if lines == 0 {
+		return contract.NoScrollback
+	}
+	return lines
 }

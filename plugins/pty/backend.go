@@ -111,7 +111,7 @@ func (b *Backend) Idle() (idle bool, exitAfter time.Duration) {
 // the reaper.
 func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract.BackendInfo, error) {
 	switch {
-	case cfg.TTL < 0, cfg.MaxSessions < 0, cfg.Buffer < 0, cfg.Scrollback < 0, cfg.IdleExit < 0:
+	case cfg.TTL < 0, cfg.MaxSessions < 0, cfg.Buffer < 0, cfg.Scrollback < contract.NoScrollback, cfg.IdleExit < 0:
 		return contract.BackendInfo{}, fmt.Errorf("start: negative setting: %w", contract.ErrInvalidArgument)
 	case cfg.Buffer > maxBuffer:
 		return contract.BackendInfo{}, fmt.Errorf("start: buffer %d over %d: %w", cfg.Buffer, maxBuffer, contract.ErrInvalidArgument)
@@ -125,7 +125,12 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	cfg.MaxSessions = cmp.Or(cfg.MaxSessions, DefaultMaxSessions)
 	cfg.Buffer = cmp.Or(cfg.Buffer, DefaultBuffer)
-	cfg.Scrollback = cmp.Or(cfg.Scrollback, DefaultScrollback)
+	switch cfg.Scrollback {
+	case 0:
+		cfg.Scrollback = DefaultScrollback
+	case contract.NoScrollback:
+		cfg.Scrollback = 0
+	}
 
 	b.mu.Lock()
 	if b.stopped {

@@ -107,3 +107,20 @@ func TestScreenRebuilt(t *testing.T) {
 		})
 	}
 }
+
+// TestNoScrollback: a model with no scrollback (--pty-scrollback 0) sends
+// only the screen; NoScrollback is what the backend takes for it.
+func TestNoScrollback(t *testing.T) {
+	tm := newTerm(40, 5, 0)
+	for i := range 20 {
+		tm.write([]byte("line " + strings.Repeat("x", i) + "\r\n"))
+	}
+	snap := string(tm.snapshot(nil))
+	if strings.Contains(snap, "line xxxxxxxxxx\r") || !strings.Contains(snap, "line "+strings.Repeat("x", 19)) {
+		t.Fatalf("snapshot %q: want only the last screen's lines", snap)
+	}
+	b, _ := newBackend(t, contract.BackendConfig{Scrollback: contract.NoScrollback})
+	if b.cfg.Scrollback != 0 {
+		t.Fatalf("backend scrollback with NoScrollback = %d, want 0", b.cfg.Scrollback)
+	}
+}

@@ -56,7 +56,11 @@ func newTerm(cols, rows, scrollback int) *term {
 	if c, ok := e.InputPipe().(io.Closer); ok {
 		_ = c.Close()
 	}
-	e.SetScrollbackSize(scrollback)
+	if scrollback > 0 {
+		e.SetScrollbackSize(scrollback)
+	} else {
+		t.scrs[0].SetScrollback(nil) // none (a size of 0 means x/vt's default)
+	}
 	t.scrs[1].SetScrollback(nil) // the alternate screen has none (charmbracelet/x#947)
 	e.SetCallbacks(vt.Callbacks{
 		Title:       func(s string) { t.title = s },

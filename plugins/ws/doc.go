@@ -22,10 +22,11 @@
 // tether_token cookie, compared in constant time (hashes compared with
 // crypto/subtle). A good ?token= also sets the cookie
 //
-//	tether_token=TOKEN; Path=/; HttpOnly; SameSite=Strict
+//	tether_token=TOKEN; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict
 //
-// (plus Secure under TLS; a session cookie, so it ends with the browser
-// session), which the browser then sends with the bare URL, other tabs
+// (plus Secure under TLS; it lasts 400 days, the most browsers keep a
+// cookie, so a bookmark of the bare URL keeps working), which the browser
+// then sends with the bare URL, other tabs
 // and the page's WebSocket upgrades, where the host checks it as it
 // checks ?token=. Any other request for a page gets HTTP 401 and a page
 // that says what to do (open the URL `tether serve` printed; the token is

@@ -32,6 +32,9 @@ func TestAccessTokenFileSurvivesRestart(t *testing.T) {
 	if strings.TrimSpace(string(b)) != s.Token {
 		t.Errorf("token file holds %q, the host printed %q", b, s.Token)
 	}
+	if strings.Contains(s.Stderr.String(), "used before") {
+		t.Errorf("a fresh state dir was taken for a used one: %s", s.Stderr.Tail(5))
+	}
 	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

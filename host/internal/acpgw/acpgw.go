@@ -167,7 +167,15 @@ var (
 // loadState holds a session's live events while its replay is sent.
 type loadState struct {
 	held []event
+	// stored is closed when every event up to the bind's snapshot is
+	// stored (so the journal can replay them all): the table hands the
+	// barrier frame to Send only then.
+	stored chan struct{}
 }
+
+// barrierPrefix starts the frames bind passes to the table's send
+// function as a barrier; never a JSON-RPC message.
+const barrierPrefix = "\x00barrier:"
 
 // runEnd is how a run ended, from its message.complete.
 type runEnd struct {
@@ -352,6 +360,10 @@ func (c *conn) pumpEvents() {
 	for {
 		select {
 		case frame := <-c.events:
+			if bytes.HasPrefix(frame, []byte(barrierPrefix)) {
+				c.passBarrier(string(frame[len(barrierPrefix):]))
+				continue
+			}
 			var n struct {
 				Params event `json:"params"`
 			}
@@ -363,6 +375,20 @@ func (c *conn) pumpEvents() {
 			return
 		case <-c.g.ctx.Done():
 			return
+		}
+	}
+}
+
+// passBarrier tells the bind of key that its snapshot's events are
+// stored.
+func (c *conn) passBarrier(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ls := c.loading[key]; ls != nil {
+		select {
+		case <-ls.stored:
+		default:
+			close(ls.stored)
 		}
 	}
 }
@@ -527,10 +553,10 @@ func (c *conn) session(key string) *session.Session {
 // snapshot's latest seq, then lets the held live events go. It returns
 // the snapshot.
 func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create *session.CreateOptions) (session.Snapshot, error) {
-	ls := &loadState{}
+	ls := &loadState{stored: make(chan struct{})}
 	var snap session.Snapshot
 	var bound session.Binding
-	reply := func(b session.Binding, sn session.Snapshot, _ func([]byte)) {
+	reply := func(b session.Binding, sn session.Snapshot, send func([]byte)) {
 		// Runs under the session's lock: record the binding (and hold
 		// its live events) before any event of it reaches us.
 		snap, bound = sn, b
@@ -541,6 +567,8 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 			c.loading[sn.SessionKey] = ls
 		}
 		c.mu.Unlock()
+		// Reaches Send once the events before the snapshot are stored.
+		send([]byte(barrierPrefix + sn.SessionKey))
 	}
 	var err error
 	if create != nil {
@@ -581,6 +609,13 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 		return session.Snapshot{}, errors.New("connection closed")
 	}
 	if replayAfter != nil && *replayAfter < snap.LatestSeq {
+		select {
+		case <-ls.stored:
+		case <-c.stop:
+			return session.Snapshot{}, errors.New("connection closed")
+		case <-ctx.Done():
+			return session.Snapshot{}, fmt.Errorf("replay of %s: %w", key, ctx.Err())
+		}
 		res, err := bound.Session().EventsSince(ctx, *replayAfter)
 		if err != nil {
 			return session.Snapshot{}, fmt.Errorf("replay of %s: %w", key, err)
