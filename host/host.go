@@ -222,7 +222,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if len(cfg.ACPAgent) > 0 {
 		// Closed after the table's shutdown (deferred first): the runs it
 		// interrupts are cancelled at the agent.
-		f := acpagent.New(acpagent.Config{Argv: cfg.ACPAgent, Cwd: cfg.AgentCwd, Log: cfg.Log, Metrics: m})
+		f := acpagent.New(acpagent.Config{Argv: cfg.ACPAgent, Cwd: cfg.AgentCwd, Log: cfg.Log, Metrics: m,
+			HealthInterval: cfg.HealthInterval, HealthTimeout: cfg.HealthTimeout})
 		if err := f.Start(ctx); err != nil {
 			return err
 		}

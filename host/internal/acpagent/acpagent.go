@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,9 +60,14 @@ type Config struct {
 	Argv []string
 	// Cwd is the working directory of new agent sessions (--agent-cwd;
 	// "": the host's).
-	Cwd     string
-	Log     zerolog.Logger
-	Metrics *metrics.Metrics
+	Cwd string
+	// HealthInterval and HealthTimeout: the agent is pinged this often
+	// (an extension request, "_tether/ping": any answer, an error
+	// included, is alive), and one that does not answer in time is killed
+	// and restarted with reason unresponsive (0 interval: no pings).
+	HealthInterval, HealthTimeout time.Duration
+	Log                           zerolog.Logger
+	Metrics                       *metrics.Metrics
 }
 
 // Factory is the agent.Factory of ACP sessions: it owns the agent process.
@@ -87,6 +93,8 @@ type process struct {
 	conn *acp.ClientSideConnection
 	caps acp.AgentCapabilities
 	done chan struct{} // closed once the process has exited
+	// unresponsive is set before a health ping's failure kills it.
+	unresponsive atomic.Bool
 }
 
 // New returns a Factory; Start starts the agent.
@@ -157,9 +165,55 @@ func (f *Factory) launch(ctx context.Context, gen int) (*process, error) {
 		return nil, fmt.Errorf("acp agent %q: initialize: %w", f.cfg.Argv[0], err)
 	}
 	p.caps = resp.AgentCapabilities
+	if f.cfg.HealthInterval > 0 {
+		f.wg.Add(1)
+		go f.watch(p)
+	}
 	f.log.Info().Int("pid", cmd.Process.Pid).Int("generation", gen).Bool("load_session", p.caps.LoadSession).
 		Int("protocol", int(resp.ProtocolVersion)).Msg("acp agent started")
 	return p, nil
+}
+
+// pingMethod is the health ping: an ACP extension method no agent
+// implements, so a live agent answers "method not found".
+const pingMethod = "_tether/ping"
+
+// watch pings p every HealthInterval until it exits; a ping not answered
+// within HealthTimeout kills it (supervise restarts it).
+func (f *Factory) watch(p *process) {
+	defer f.wg.Done()
+	timeout := cmpOr(f.cfg.HealthTimeout, 3*time.Second)
+	tick := time.NewTicker(f.cfg.HealthInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-f.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		_, err := p.conn.CallExtension(ctx, pingMethod, struct{}{})
+		cancel()
+		var re *acp.RequestError
+		if err == nil || errors.As(err, &re) && re.Code != -32603 || p.dead() {
+			continue // answered (or gone, which supervise sees)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			p.unresponsive.Store(true)
+			f.log.Warn().Int("pid", p.cmd.Process.Pid).Dur("timeout", timeout).Msg("acp agent did not answer its health ping in time; killing it to restart it")
+			p.kill()
+			return
+		}
+	}
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }
 
 // kill stops the process group and waits for it.
@@ -217,8 +271,13 @@ func (f *Factory) supervise(p *process) {
 			return
 		}
 		f.retire(p)
-		f.cfg.Metrics.PluginRestarts.WithLabelValues("agent", supervise.ReasonCrashed).Inc()
-		f.log.Warn().Int("generation", p.gen).Msg("acp agent exited; restarting")
+		if p.unresponsive.Load() {
+			f.cfg.Metrics.PluginRestarts.WithLabelValues("agent", supervise.ReasonUnresponsive).Inc()
+			f.log.Warn().Int("generation", p.gen).Msg("acp agent did not answer its health ping in time; killed it, restarting")
+		} else {
+			f.cfg.Metrics.PluginRestarts.WithLabelValues("agent", supervise.ReasonCrashed).Inc()
+			f.log.Warn().Int("generation", p.gen).Msg("acp agent exited; restarting")
+		}
 		if time.Since(started) > time.Minute {
 			wait = 0
 		}

@@ -10,10 +10,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/acp-go-sdk"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
@@ -198,7 +200,7 @@ func (s *syncBuffer) String() string {
 
 // start runs the test binary as the agent (loadSession advertised when
 // load) behind a Factory.
-func start(t *testing.T, load bool) (*Factory, *syncBuffer) {
+func start(t *testing.T, load bool, opts ...func(*Config)) (*Factory, *syncBuffer) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -212,7 +214,11 @@ func start(t *testing.T, load bool) (*Factory, *syncBuffer) {
 		t.Setenv(envLoad, "")
 	}
 	logs := &syncBuffer{}
-	f := New(Config{Argv: []string{self}, Cwd: t.TempDir(), Log: zerolog.New(logs), Metrics: metrics.New()})
+	cfg := Config{Argv: []string{self}, Cwd: t.TempDir(), Log: zerolog.New(logs), Metrics: metrics.New()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	f := New(cfg)
 	if err := f.Start(context.Background()); err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -419,4 +425,34 @@ func TestStartFails(t *testing.T) {
 		t.Fatalf("start = %v", err)
 	}
 	f.Close()
+}
+
+// TestHungAgentRestarted: an agent stopped with SIGSTOP does not answer
+// its health ping; it is killed and restarted (reason unresponsive), and
+// the session's next turn works on the new process.
+func TestHungAgentRestarted(t *testing.T) {
+	f, logs := start(t, true, func(c *Config) { c.HealthInterval, c.HealthTimeout = 50*time.Millisecond, 300*time.Millisecond })
+	a, err := f.NewAgent(context.Background(), "k1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	p, err := f.current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done // killed by the health check
+	ev := newEvents("")
+	if reason, err := turn(t, a, "echo alive", ev); err != nil || reason != "end_turn" || ev.text() != "alive" {
+		t.Fatalf("turn after the restart = %q, %v, %q", reason, err, ev.text())
+	}
+	if got := testutil.ToFloat64(f.cfg.Metrics.PluginRestarts.WithLabelValues("agent", "unresponsive")); got != 1 {
+		t.Errorf("restarts{agent,unresponsive} = %v, want 1", got)
+	}
+	if !strings.Contains(logs.String(), "did not answer its health ping") {
+		t.Errorf("no log of the unresponsive agent: %s", logs)
+	}
 }
