@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,9 +23,9 @@ import (
 
 // ControlSocket is the name of the host's control socket in its socket
 // dir (SocketDir: <state-dir>/plugins, unless that is too long a path).
-// `tether plugins` talks to the running host through it: one JSON
-// ControlRequest line in, one ControlResponse line out, then the host
-// closes the connection. The socket has mode 0600 in the 0700 state dir:
+// `tether plugins` and `tether ptys` talk to the running host through
+// it: one JSON ControlRequest line in, one ControlResponse line out, then
+// the host closes the connection. The socket has mode 0600 in the 0700 state dir:
 // only the host's user can reach it.
 const ControlSocket = "control.sock"
 
@@ -43,12 +44,19 @@ const (
 	// OpUnload: stop the added transport Name; its sockets are closed
 	// with 1012 and their sessions parked.
 	OpUnload = "unload"
+	// OpPTYs: every live PTY of the PTY backend (PTYs), for `tether
+	// ptys`. The answer holds attach tokens, each enough (with the access
+	// token) to type into its PTY: the socket's mode keeps it to the
+	// host's user.
+	OpPTYs = "ptys"
 )
 
 // Control errors.
 var (
 	// ErrNoHost: no host answers on the state dir's control socket.
 	ErrNoHost = errors.New("no tether host is running on this state dir")
+	// ErrNoPTYBackend: the host runs no PTY backend (/api/pty is off).
+	ErrNoPTYBackend = errors.New("this host runs no PTY backend (/api/pty is off)")
 )
 
 // controlTimeout bounds one control request (a reload waits for the new
@@ -76,6 +84,53 @@ type ControlResponse struct {
 	OK      bool           `json:"ok"`
 	Error   string         `json:"error,omitempty"`
 	Plugins []PluginStatus `json:"plugins,omitempty"`
+	PTYs    []PTYStatus    `json:"ptys,omitempty"`
+}
+
+// PTYStatus describes one live PTY (OpPTYs).
+type PTYStatus struct {
+	// Token is the PTY's attach token.
+	Token string `json:"token"`
+	// Pid is its process (the process group's leader).
+	Pid int `json:"pid"`
+	// Cols and Rows are the terminal's size.
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+	// Writer says a writer is attached; Viewers counts the read-only
+	// viewers.
+	Writer  bool `json:"writer"`
+	Viewers int  `json:"viewers"`
+	// Created is when the PTY started; Detached when its last writer
+	// left (zero while one is attached).
+	Created  time.Time `json:"created"`
+	Detached time.Time `json:"detached,omitzero"`
+}
+
+// ptyLister is what OpPTYs asks for the PTYs (a *supervise.Backend).
+type ptyLister interface {
+	List(ctx context.Context) ([]contract.PTYInfo, error)
+}
+
+// listPTYs answers OpPTYs: the live PTYs of l (those whose process has
+// exited are about to go and left out), oldest first.
+func listPTYs(ctx context.Context, l ptyLister) (ControlResponse, error) {
+	infos, err := l.List(ctx)
+	if err != nil {
+		return ControlResponse{}, fmt.Errorf("listing the PTYs: %w", err)
+	}
+	ptys := make([]PTYStatus, 0, len(infos))
+	for _, p := range infos {
+		if p.Exited {
+			continue
+		}
+		ptys = append(ptys, PTYStatus{
+			Token: p.Token, Pid: p.Pid, Cols: p.Cols, Rows: p.Rows,
+			Writer: !p.Writer.IsZero(), Viewers: p.Viewers,
+			Created: p.Created, Detached: p.Detached,
+		})
+	}
+	slices.SortStableFunc(ptys, func(a, b PTYStatus) int { return a.Created.Compare(b.Created) })
+	return ControlResponse{PTYs: ptys}, nil
 }
 
 // PluginStatus describes one plugin of the running host.
@@ -219,6 +274,11 @@ func controlHandler(ts *supervise.Transports, backend *supervise.Backend) func(c
 		isPTY := backend != nil && req.Name == backend.Name()
 		var err error
 		switch req.Op {
+		case OpPTYs:
+			if backend == nil {
+				return ControlResponse{}, ErrNoPTYBackend
+			}
+			return listPTYs(ctx, backend)
 		case OpList:
 		case OpReload:
 			switch sup := ts.Get(req.Name); {
@@ -256,7 +316,7 @@ func controlHandler(ts *supervise.Transports, backend *supervise.Backend) func(c
 				err = ts.Unload(ctx, req.Name)
 			}
 		default:
-			err = fmt.Errorf("unknown operation %q (want %s, %s, %s, %s or %s)", req.Op, OpList, OpReload, OpLoad, OpUnload, OpStop)
+			err = fmt.Errorf("unknown operation %q (want %s, %s, %s, %s, %s or %s)", req.Op, OpList, OpReload, OpLoad, OpUnload, OpStop, OpPTYs)
 		}
 		if err != nil {
 			return ControlResponse{}, err

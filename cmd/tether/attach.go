@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/tether-agent/tether/client"
 	"github.com/tether-agent/tether/wire"
+	"github.com/tether-agent/tether/wire/vtquery"
 )
 
 // tether attach joins a keep-alive PTY of a running host from the local
@@ -25,12 +27,29 @@ import (
 //	tether attach [--view] [--url U] [--token T] ATTACH_TOKEN
 //	tether attach [--view] [--url U] [--token T] --new
 //
-// Output is written to stdout byte for byte; stdin, in raw mode when it is
-// a terminal, is sent as input. The client counts the bytes it has
-// written and, when the connection drops (1001, 1006, 1012, 1013, a
-// network error or a silent peer), reattaches with that offset and the
-// PTY's epoch, so every byte still in the host's ring is shown exactly
-// once. It gives up after a minute without a connection.
+// Output is written to stdout; stdin, in raw mode when it is a terminal,
+// is sent as input. The client counts the bytes it has written and, when
+// the connection drops (1001, 1006, 1012, 1013, a network error or a
+// silent peer), reattaches with that offset and the PTY's epoch, so every
+// byte still in the host's ring is shown exactly once. It gives up after
+// a minute without a connection. Once attached it says so on stderr, with
+// the way out (and, with --new, the fresh token); after a drop it says
+// "reconnected".
+//
+// The local terminal never answers a query a program asked before this
+// attachment: a reset attachment (the first one, or one the host could
+// not resume) brings a screen snapshot, which holds no query; it is
+// written to a terminal reset first (RIS), since the snapshot redraws a
+// fresh one. A resumed one brings the raw bytes the client missed: the
+// queries in them (device attributes, cursor position, colours, modes …)
+// are taken out before they reach the terminal (package vtquery); so are
+// any in a snapshot. Live output, after the replay, goes through as it
+// is: its queries are the running program's, asked of this terminal.
+//
+// When stdin is not a terminal and ends (echo 'ls' | tether attach
+// --new), what it held is sent and the client detaches once the PTY has
+// printed nothing for --settle (300 ms), or 10 s after that at the
+// latest when it keeps printing.
 //
 // Ways out: the PTY's process exits (4410, status 0); another writer
 // takes the PTY (4409, status 1); the host refuses the socket (4400,
@@ -43,12 +62,14 @@ import (
 
 // Timings of tether attach.
 const (
-	attachDialTimeout  = 10 * time.Second // one dial, handshake and pty.replay
-	attachRetryFor     = time.Minute      // reconnect this long, then give up
-	attachPingEvery    = 15 * time.Second // client pings; a read times out after 3×
-	attachWriteTimeout = 10 * time.Second // one frame write
-	attachCloseWait    = time.Second      // wait for the host's close reply
-	attachMaxPending   = 64 << 10         // input held while not attached
+	attachDialTimeout  = 10 * time.Second       // one dial, handshake and pty.replay
+	attachRetryFor     = time.Minute            // reconnect this long, then give up
+	attachPingEvery    = 15 * time.Second       // client pings; a read times out after 3×
+	attachWriteTimeout = 10 * time.Second       // one frame write
+	attachCloseWait    = time.Second            // wait for the host's close reply
+	attachMaxPending   = 64 << 10               // input held while not attached
+	attachSettle       = 300 * time.Millisecond // after the end of stdin: detach once quiet this long
+	attachSettleMax    = 10 * time.Second       // … or this long after the settle time at the latest
 )
 
 // attachBackoff is the wait before each reconnect attempt; the last step
@@ -62,6 +83,11 @@ var (
 	errDetached = errors.New("detached")
 	// errStdout means writing the terminal stream to stdout failed.
 	errStdout = errors.New("writing to stdout")
+	// errSettled means stdin ended and the PTY's output then settled.
+	errSettled = errors.New("end of input")
+	// errStillPrinting means stdin ended and the PTY's output did not
+	// settle in time.
+	errStillPrinting = errors.New("end of input, output still coming")
 )
 
 // attach is "tether attach".
@@ -75,15 +101,16 @@ func attach(args []string) int {
 }
 
 // parseAttach turns the command line into a client, or returns nil and
-// the exit status after saying why on stderr. With --new it prints the
-// fresh token as "tether: attach token T".
+// the exit status after saying why on stderr. With --new the client
+// prints the fresh token as "tether: attach token T" once attached.
 func parseAttach(args []string, stderr io.Writer) (*attachClient, int) {
 	fs := flag.NewFlagSet("tether attach", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	base := fs.String("url", "http://127.0.0.1:7717", "URL of the running host")
 	tf := addTokenFlags(fs)
 	view := fs.Bool("view", false, "watch only: send no input and no resizes")
-	fresh := fs.Bool("new", false, "generate a fresh attach token, print it on stderr and use it")
+	fresh := fs.Bool("new", false, "generate a fresh attach token, use it and print it on stderr once attached")
+	settle := fs.Duration("settle", attachSettle, "when stdin is not a terminal: after it ends, detach once the PTY has printed nothing for this long (at the latest 10s later)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: tether attach [--view] [--url U] ATTACH_TOKEN
        tether attach [--view] [--url U] --new
@@ -92,7 +119,11 @@ The access token comes from TETHER_TOKEN, or from the host's token file
 (<state-dir>/token) when the host runs on this machine as this user.
 
 Joins the PTY of ATTACH_TOKEN (16-128 characters of A-Z a-z 0-9 _ -),
-starting it if it does not exist. Type Enter ~ . to detach.
+starting it if it does not exist ("tether ptys" lists the live ones, the
+browser's terminals too). Type Enter ~ . to detach; Enter ~ ~ sends one ~.
+With --view, nothing typed is sent (watch only) and a token with no live
+PTY is refused. With stdin not a terminal, what it holds is typed in and
+the command detaches once the output has settled after its end.
 
 flags:
 `)
@@ -119,7 +150,6 @@ flags:
 		return nil, 2
 	case *fresh:
 		tok = wire.NewAttachToken()
-		fmt.Fprintf(stderr, "tether: attach token %s\n", tok)
 	case len(rest) == 0:
 		fs.Usage()
 		return nil, 2
@@ -133,8 +163,14 @@ flags:
 			return nil, 2
 		}
 	}
+	if *settle <= 0 {
+		fmt.Fprintln(stderr, "tether attach: --settle must be positive")
+		return nil, 2
+	}
 	a := newAttachClient(endpoint, token, tok, *view)
 	a.tokenFile = tokenFile
+	a.fresh = *fresh
+	a.settle = *settle
 	return a, 0
 }
 
@@ -159,6 +195,7 @@ type attachClient struct {
 	tokenFile string   // where the token was looked for, for messages
 	attach    string   // attach token
 	view      bool     // view=1: never send input or resizes
+	fresh     bool     // the attach token was made here (--new): print it once attached
 
 	stdin  io.Reader // nil: no input
 	stdout io.Writer // the terminal stream, nothing else
@@ -176,12 +213,26 @@ type attachClient struct {
 	pingEvery    time.Duration // 0: no client pings and no read timeout
 	writeTimeout time.Duration
 	closeWait    time.Duration
+	settle       time.Duration // see attachSettle
+	settleMax    time.Duration // see attachSettleMax
 
-	// The fields below are owned by run.
-	in      <-chan []byte // stdin chunks; nil once stdin has ended
-	esc     escaper
-	pending []byte      // input to send once attached
-	last    *client.PTY // the last attachment: its cursor is the next one's
+	// The fields below are owned by run (and, while a connection is
+	// served, the ones marked reader by its readLoop alone).
+	in         <-chan []byte // stdin chunks; nil once stdin has ended
+	inputEnded time.Time     // when stdin ended; zero before
+	esc        escaper
+	pending    []byte      // input to send once attached
+	last       *client.PTY // the last attachment: its cursor is the next one's
+	// reader: the first attachment has been announced.
+	announced bool
+	// reader: a snapshot was cut short: the screen is half drawn, so the
+	// next attachment asks for a fresh one (no cursor) instead of
+	// resuming.
+	snapshotCut bool
+	// reader: takes the queries out of replayed bytes. It is kept across
+	// a resume (a query split by a drop is still found) and replaced on
+	// a reset.
+	filter *vtquery.Filter
 }
 
 func newAttachClient(endpoint *url.URL, token, attach string, view bool) *attachClient {
@@ -198,17 +249,29 @@ func newAttachClient(endpoint *url.URL, token, attach string, view bool) *attach
 		pingEvery:    attachPingEvery,
 		writeTimeout: attachWriteTimeout,
 		closeWait:    attachCloseWait,
+		settle:       attachSettle,
+		settleMax:    attachSettleMax,
 	}
 }
 
 // say writes one status line to stderr, on a line of its own.
 func (a *attachClient) say(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	a.sayLines(false, fmt.Sprintf(format, args...))
+}
+
+// sayLines writes status lines to stderr, on lines of their own; in raw
+// mode the first starts a new line unless lineStart says the cursor is
+// at the start of one.
+func (a *attachClient) sayLines(lineStart bool, lines ...string) {
 	if a.raw {
-		fmt.Fprint(a.stderr, "\r\n"+msg+"\r\n")
+		msg := strings.Join(lines, "\r\n") + "\r\n"
+		if !lineStart {
+			msg = "\r\n" + msg
+		}
+		fmt.Fprint(a.stderr, msg)
 		return
 	}
-	fmt.Fprintln(a.stderr, msg)
+	fmt.Fprint(a.stderr, strings.Join(lines, "\n")+"\n")
 }
 
 // run attaches, reattaches after drops, and returns the exit status once
@@ -275,6 +338,10 @@ func (a *attachClient) verdict(ctx context.Context, err error) (code int, msg st
 	switch {
 	case errors.Is(err, errDetached):
 		return 0, "tether: detached", true
+	case errors.Is(err, errSettled):
+		return 0, "tether: end of input: detached", true
+	case errors.Is(err, errStillPrinting):
+		return 0, fmt.Sprintf("tether: end of input: detached; the output had not settled %v after it", (a.settle + a.settleMax).Round(time.Millisecond)), true
 	case ctx.Err() != nil:
 		return 1, "", true
 	case errors.Is(err, errStdout), errors.Is(err, client.ErrProtocol):
@@ -346,11 +413,26 @@ func readInput(r io.Reader, in chan<- []byte, done <-chan struct{}) {
 	}
 }
 
+// endInput notes that stdin has ended and returns what is left to send:
+// a "~" held back at the start of a line.
+func (a *attachClient) endInput() []byte {
+	a.in = nil
+	a.inputEnded = time.Now()
+	if a.esc.tilde {
+		a.esc.tilde = false
+		return []byte{'~'}
+	}
+	return nil
+}
+
 // idleInput takes a chunk of input that arrives while not attached: it
 // is held for the next attachment.
 func (a *attachClient) idleInput(b []byte, ok bool) error {
 	if !ok {
-		a.in = nil
+		b = a.endInput()
+		if !a.view {
+			a.pending = append(a.pending, b[:min(len(b), attachMaxPending-len(a.pending))]...)
+		}
 		return nil
 	}
 	out, detach := a.esc.feed(b)
@@ -390,9 +472,9 @@ type connResult struct {
 
 // attachOnce makes one attachment: the first with no cursor, every later
 // one with the last one's (its epoch and the offset after the last byte
-// shown).
+// shown), unless that one's snapshot was cut short.
 func (a *attachClient) attachOnce(ctx context.Context) (*client.PTY, error) {
-	if a.last != nil {
+	if a.last != nil && !a.snapshotCut {
 		return a.last.Reattach(ctx, nil)
 	}
 	o := client.PTYOptions{
@@ -447,16 +529,9 @@ func (a *attachClient) connect(ctx context.Context, reattach bool) connResult {
 	}
 	a.last = p
 	res := connResult{dialed: true, replayed: true}
-	if p.Replay().Reset && reattach {
-		// What is shown no longer continues: clear the screen first.
-		if _, err := io.WriteString(a.stdout, "\x1bc"); err != nil {
-			p.Abort()
-			res.err = fmt.Errorf("%w: %v", errStdout, err)
-			return res
-		}
-	}
 	readErr := make(chan error, 1)
-	go func() { readErr <- a.readLoop(p) }()
+	activity := make(chan struct{}, 1)
+	go func() { readErr <- a.readLoop(p, reattach, activity) }()
 
 	// finish ends the connection, after a close handshake if polite, and
 	// waits for the reader.
@@ -489,6 +564,25 @@ func (a *attachClient) connect(ctx context.Context, reattach bool) connResult {
 		defer t.Stop()
 		ping = t.C
 	}
+	// Once stdin has ended and all it held is sent: detach when the
+	// output has settled (quiet), or at the latest at the bound.
+	var quiet, bound <-chan time.Time
+	var quietT, boundT *time.Timer
+	settle := func() {
+		if a.inputEnded.IsZero() || quietT != nil {
+			return
+		}
+		quietT = time.NewTimer(a.settle)
+		boundT = time.NewTimer(time.Until(a.inputEnded.Add(a.settle + a.settleMax)))
+		quiet, bound = quietT.C, boundT.C
+	}
+	defer func() {
+		if quietT != nil {
+			quietT.Stop()
+			boundT.Stop()
+		}
+	}()
+	settle()
 	for {
 		select {
 		case err := <-readErr:
@@ -499,11 +593,13 @@ func (a *attachClient) connect(ctx context.Context, reattach bool) connResult {
 				return finish(err, false)
 			}
 		case b, ok := <-a.in:
-			if !ok {
-				a.in = nil // stdin ended: keep showing output
-				continue
+			var out []byte
+			detach := false
+			if ok {
+				out, detach = a.esc.feed(b)
+			} else {
+				out = a.endInput()
 			}
-			out, detach := a.esc.feed(b)
 			if len(out) > 0 && !a.view {
 				if _, err := p.Write(out); err != nil {
 					return finish(err, false)
@@ -512,6 +608,15 @@ func (a *attachClient) connect(ctx context.Context, reattach bool) connResult {
 			if detach {
 				return finish(errDetached, true)
 			}
+			settle()
+		case <-activity:
+			if quietT != nil {
+				quietT.Reset(a.settle)
+			}
+		case <-quiet:
+			return finish(errSettled, true)
+		case <-bound:
+			return finish(errStillPrinting, true)
 		case <-ping:
 			if err := p.Ping(); err != nil {
 				return finish(err, false)
@@ -536,23 +641,6 @@ func (a *attachClient) resize(p *client.PTY) error {
 		return err
 	}
 	return nil
-}
-
-// readLoop copies the PTY's output to stdout, and returns why the
-// connection ended (a *client.CloseError for a close frame).
-func (a *attachClient) readLoop(p *client.PTY) error {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := p.Read(buf)
-		if n > 0 {
-			if _, werr := a.stdout.Write(buf[:n]); werr != nil {
-				return fmt.Errorf("%w: %v", errStdout, werr)
-			}
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // escaper finds the escape sequence ~. at the start of a line, like ssh:

@@ -497,8 +497,8 @@ func TestAttachEscapeDetaches(t *testing.T) {
 	if code := c.wait(t); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}
-	if got := c.stderr.String(); got != "tether: detached\n" {
-		t.Errorf("stderr %q, want %q", got, "tether: detached\n")
+	if got, want := c.stderr.String(), "tether: attached; Enter ~. to detach\ntether: detached\n"; got != want {
+		t.Errorf("stderr %q, want %q", got, want)
 	}
 }
 
@@ -606,8 +606,12 @@ func TestAttachCloseCodes(t *testing.T) {
 			if code := c.wait(t); code != tc.exit {
 				t.Errorf("exit status %d, want %d", code, tc.exit)
 			}
-			if got := c.stderr.String(); got != tc.line+"\n" {
-				t.Errorf("stderr %q, want %q", got, tc.line+"\n")
+			want := tc.line + "\n"
+			if tc.attached {
+				want = "tether: attached; Enter ~. to detach\n" + want
+			}
+			if got := c.stderr.String(); got != want {
+				t.Errorf("stderr %q, want %q", got, want)
 			}
 			if n := host.dials.Load(); n != 1 {
 				t.Errorf("%d connections, want 1 (no reconnect)", n)
@@ -708,8 +712,8 @@ func TestAttachNew(t *testing.T) {
 		if a == nil {
 			t.Fatalf("--new: status %d, stderr %q", code, stderr.String())
 		}
-		if got, want := stderr.String(), "tether: attach token "+a.attach+"\n"; got != want {
-			t.Errorf("stderr %q, want %q", got, want)
+		if got := stderr.String(); got != "" || !a.fresh {
+			t.Errorf("stderr %q, fresh %v; want the token kept for the attachment (see TestAttachAnnounces)", got, a.fresh)
 		}
 		if !wire.ValidAttachToken(a.attach) || strings.HasPrefix(a.attach, "-") {
 			t.Errorf("token %q is not a valid attach token", a.attach)
@@ -905,8 +909,8 @@ func TestAttachRawTerminal(t *testing.T) {
 	if c.code != 0 {
 		t.Errorf("exit status %d, want 0", c.code)
 	}
-	if got := stderr.String(); got != "\r\ntether: detached\r\n" {
-		t.Errorf("stderr %q, want %q", got, "\r\ntether: detached\r\n")
+	if got, want := stderr.String(), "\r\ntether: attached; Enter ~. to detach\r\n\r\ntether: detached\r\n"; got != want {
+		t.Errorf("stderr %q, want %q", got, want)
 	}
 	if after := termios(); after != before {
 		t.Errorf("terminal state not restored:\nbefore %+v\nafter  %+v", before, after)

@@ -3,6 +3,8 @@
 //
 //	tether serve            run the host (see --help for flags)
 //	tether sessions         list live and stored sessions of a running host
+//	tether attach           join a PTY of a running host from this terminal
+//	tether ptys             list the live PTYs of a running host
 //	tether plugin ws        the built-in WebSocket transport plugin (run by the host)
 //
 // Every flag can also be set as TETHER_<NAME> (upper case, dashes as
@@ -35,6 +37,8 @@ func run(args []string) int {
 		return sessions(args[1:])
 	case "attach":
 		return attach(args[1:])
+	case "ptys":
+		return ptysCmd(args[1:])
 	case "plugin":
 		return pluginMain(args[1:])
 	case "plugins":
@@ -62,6 +66,7 @@ commands:
   serve      run the host: the session table, the gateway and its plugins
   sessions   list the live and stored sessions of a running host
   attach     join a PTY of a running host from this terminal (ATTACH_TOKEN or --new)
+  ptys       list the live PTYs of a running host (attach tokens: join one with attach)
   plugins    list, reload or stop the plugins of a running host (control socket)
   doctor     check the state dir, database, plugins, disk, port and token file
   version    print the version

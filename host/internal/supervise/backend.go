@@ -18,8 +18,13 @@ import (
 	"github.com/tether-agent/tether/host/internal/ptyroute"
 )
 
-// errNotProven: a recorded plugin did not prove its instance secret.
-var errNotProven = errors.New("instance secret not proven")
+var (
+	// errNotProven: a recorded plugin did not prove its instance secret.
+	errNotProven = errors.New("instance secret not proven")
+	// ErrNotServing: the PTY backend plugin is stopped or restarting, so
+	// there is nothing to ask.
+	ErrNotServing = errors.New("not serving (stopped or restarting)")
+)
 
 // MaxSocketPath is the longest Unix socket path this host creates (the
 // kernel's limit is 108 bytes with the terminating NUL; BSDs have 104).
@@ -405,6 +410,16 @@ func (b *Backend) Status() PluginStatus {
 		st.PTYs = b.Stats().PTYs
 	}
 	return st
+}
+
+// List describes every PTY of the serving plugin (`tether ptys`); it
+// fails when no plugin serves (stopped, or restarting).
+func (b *Backend) List(ctx context.Context) ([]contract.PTYInfo, error) {
+	g := b.currentGen()
+	if g == nil {
+		return nil, fmt.Errorf("plugin %s: %w", b.name, ErrNotServing)
+	}
+	return g.proc.be.List(ctx)
 }
 
 // Stats asks the backend how many PTYs are live (-1 when it cannot
