@@ -59,8 +59,8 @@ func (ft *faultTable) flush(d time.Duration) error {
 
 func (a *steppedAgent) Close() error { return nil }
 
-// diskFull is the error the fault hook injects.
-var diskFull = errors.New("database or disk is full (injected)")
+// errDiskFull is the error the fault hook injects.
+var errDiskFull = errors.New("database or disk is full (injected)")
 
 // faultTable is a table over a store whose writes the test can make fail.
 type faultTable struct {
@@ -155,10 +155,10 @@ func TestStorageFaultWithholdsAndRecovers(t *testing.T) {
 	}
 
 	// The disk fills.
-	ft.st.SetWriteFault(func() error { return diskFull })
+	ft.st.SetWriteFault(func() error { return errDiskFull })
 	ft.say("two ")
 	ft.say("three ")
-	if err := ft.flush(300 * time.Millisecond); !errors.Is(err, diskFull) {
+	if err := ft.flush(300 * time.Millisecond); !errors.Is(err, errDiskFull) {
 		t.Fatalf("flush with a full disk: %v, want it to fail with the disk's error", err)
 	}
 	if got := len(v.events(t)); got != 2 {
@@ -285,7 +285,7 @@ func TestStorageFaultSubmitRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := ft.tbl.Lookup(snap.SessionID)
-	ft.st.SetWriteFault(func() error { return diskFull })
+	ft.st.SetWriteFault(func() error { return errDiskFull })
 	if _, err := s.Submit("x"); !errors.Is(err, ErrStorageUnavailable) {
 		t.Fatalf("submit with a full disk: %v, want ErrStorageUnavailable", err)
 	}
