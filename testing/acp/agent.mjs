@@ -16,6 +16,9 @@
 // "notification"|"response","id"?,"method"?,"params"?,"result"?,"error"?},
 // plus {"dir":"event","event":"start"|"exit",...} at start and exit.
 //
+// Every session/update carries _meta {"agent/n": N} in its params (N counts
+// the updates this process sent).
+//
 // Sessions: session/new returns a fresh id ("sess-" + a UUID). Every update
 // the agent emits, and each prompt as a user_message_chunk, is kept in the
 // session's history; session/load of a known id replays that history as
@@ -37,6 +40,11 @@
 //                        ("chose:cancelled" for the cancelled outcome) and
 //                        end_turn (cancelled when session/cancel came). The
 //                        request waits for its answer as long as it takes.
+//   withdraw [MS]        like permission, but the agent withdraws its request
+//                        with $/cancel_request MS ms (default 0) after sending
+//                        it, then waits for whatever the client answers and
+//                        reports it as a chunk "withdrawn:<optionId>",
+//                        "withdrawn:cancelled" or "withdrawn:error:<code>".
 //   crash                one chunk "c1 ", then the process exits (code 3)
 //                        in the middle of the turn.
 //   fail                 one chunk "c1 ", then the prompt is answered with a
@@ -156,9 +164,17 @@ function cancelTurn(turn) {
   for (const wake of [...turn.wake]) wake();
 }
 
+// notify sends one session/update; its params carry _meta {"agent/n": N},
+// N counting this process's updates, so a test can see whether _meta
+// survives the way to the client.
+let notified = 0;
+function notify(client, sessionId, update) {
+  return client.notify(acp.methods.client.session.update, { sessionId, update, _meta: { "agent/n": ++notified } });
+}
+
 async function emit(client, sessionId, update) {
   appendHistory(sessionId, update);
-  await client.notify(acp.methods.client.session.update, { sessionId, update });
+  await notify(client, sessionId, update);
 }
 
 const text = (t) => ({ type: "text", text: t });
@@ -215,6 +231,28 @@ async function runTurn(client, sessionId, turn, prompt) {
       const outcome = answer?.outcome;
       const chose = outcome?.outcome === "selected" ? outcome.optionId : "cancelled";
       await emit(client, sessionId, chunk(`chose:${chose}`));
+      return turn.cancelled ? "cancelled" : "end_turn";
+    }
+    case "withdraw": {
+      const toolCallId = `tool-${turn.n}`;
+      const toolCall = { toolCallId, title: "needs permission", kind: "edit", status: "pending" };
+      await emit(client, sessionId, { sessionUpdate: "tool_call", ...toolCall });
+      const withdraw = new AbortController();
+      const answer = client.request(
+        acp.methods.client.session.requestPermission,
+        { sessionId, toolCall, options: PERMISSION_OPTIONS },
+        { cancellationSignal: withdraw.signal },
+      );
+      await sleep(Number(args[0] ?? 0), turn);
+      withdraw.abort();
+      let what;
+      try {
+        const res = await answer;
+        what = res?.outcome?.outcome === "selected" ? res.outcome.optionId : "cancelled";
+      } catch (err) {
+        what = `error:${err?.code ?? err}`;
+      }
+      await emit(client, sessionId, chunk(`withdrawn:${what}`));
       return turn.cancelled ? "cancelled" : "end_turn";
     }
     case "crash": {
@@ -300,7 +338,7 @@ if (!opts.noLoad) {
       throw acp.RequestError.sessionNotFound(params.sessionId);
     }
     for (const update of s.history) {
-      await client.notify(acp.methods.client.session.update, { sessionId: params.sessionId, update });
+      await notify(client, params.sessionId, update);
     }
     loaded.add(params.sessionId);
     return {};
