@@ -35,6 +35,7 @@
 //   --cwd DIR          cwd for session/new, load and resume (default: $PWD)
 //   --live N           after binding (and the prompt's answer), wait until N
 //                      updates arrived after the bind's response
+//   --updates N        wait until N updates arrived in all (replay or live)
 //   --until-text STR   wait until an update whose text contains STR arrived
 //   --cancel-after N   send session/cancel after N updates since the prompt
 //   --drop-after N     after N updates since the bind, print the result and
@@ -50,6 +51,8 @@
 //   --wait-permission  wait until a permission request arrived
 //   --wait-cancel-request  wait until a $/cancel_request arrived (and was
 //                      handled per --after-cancel)
+//   --send-cancel      after the waits, send session/cancel for the session
+//                      (e.g. to end a turn another client started)
 //   --token-in-query   send the token as ?token= instead of the header
 //   --timeout MS       give up after MS (default 30000): the result is printed
 //                      with "timedOut": true and the exit code is 3
@@ -86,6 +89,7 @@ function parseFlags(argv) {
     text: undefined,
     cwd: process.cwd(),
     live: 0,
+    updates: 0,
     untilText: "",
     cancelAfter: scenario === "cancel" ? 1 : 0,
     dropAfter: 0,
@@ -93,6 +97,7 @@ function parseFlags(argv) {
     afterCancel: "error",
     waitPermission: false,
     waitCancelRequest: false,
+    sendCancel: false,
     tokenInQuery: false,
     timeout: 30000,
   };
@@ -114,6 +119,7 @@ function parseFlags(argv) {
       case "--text": f.text = next(); break;
       case "--cwd": f.cwd = next(); break;
       case "--live": f.live = num(next(), a); break;
+      case "--updates": f.updates = num(next(), a); break;
       case "--until-text": f.untilText = next(); break;
       case "--cancel-after": f.cancelAfter = num(next(), a); break;
       case "--drop-after": f.dropAfter = num(next(), a); break;
@@ -121,6 +127,7 @@ function parseFlags(argv) {
       case "--after-cancel": f.afterCancel = next(); break;
       case "--wait-permission": f.waitPermission = true; break;
       case "--wait-cancel-request": f.waitCancelRequest = true; break;
+      case "--send-cancel": f.sendCancel = true; break;
       case "--token-in-query": f.tokenInQuery = true; break;
       case "--timeout": f.timeout = num(next(), a); break;
       default: usage(`unknown flag ${a}`);
@@ -182,8 +189,13 @@ class TracedWebSocket extends WebSocket {
       result.close = { code, reason: reason.toString() };
       poke();
     });
-    this.on("unexpected-response", (_req, res) => {
+    // With this listener ws leaves the request open: end it, so that the
+    // SDK's stream errors and every pending call fails at once.
+    this.on("unexpected-response", (req, res) => {
+      result.upgradeStatus = res.statusCode;
       result.errors.push(`upgrade answered HTTP ${res.statusCode}`);
+      res.resume();
+      req.destroy(new Error(`upgrade answered HTTP ${res.statusCode}`));
       poke();
     });
   }
@@ -426,14 +438,21 @@ try {
   }
 
   const liveCount = () => result.updates.filter((u) => u.phase === "live").length;
+  // The waits end early when the socket closed: the result tells.
   await waitUntil(
     () =>
-      liveCount() >= flags.live &&
+      result.close !== undefined ||
+      (liveCount() >= flags.live &&
+        result.updates.length >= flags.updates &&
       (!flags.untilText || result.updates.some((u) => textOf(u.update).includes(flags.untilText))) &&
       (!flags.waitPermission || result.permissionRequests.length > 0) &&
       (!flags.waitCancelRequest ||
-        result.permissionRequests.some((r) => r.cancelRequested && (r.answerSent || r.answer === "none"))),
+        result.permissionRequests.some((r) => r.cancelRequested && (r.answerSent || r.answer === "none")))),
   );
+  if (flags.sendCancel && result.close === undefined) {
+    await agentCx.notify(acp.methods.agent.session.cancel, { sessionId: result.sessionId });
+    result.cancelSent = true;
+  }
   await done();
 } catch (err) {
   result.errors.push(`exception: ${err?.stack ?? err}`);
