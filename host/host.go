@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/acp-go-sdk"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
@@ -218,17 +217,16 @@ func Run(ctx context.Context, cfg Config) error {
 	m := metrics.New()
 	m.BuildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
 	agents := cfg.Agents
-	var caps func() acp.AgentCapabilities
 	if len(cfg.ACPAgent) > 0 {
 		// Closed after the table's shutdown (deferred first): the runs it
 		// interrupts are cancelled at the agent.
-		f := acpagent.New(acpagent.Config{Argv: cfg.ACPAgent, Cwd: cfg.AgentCwd, Log: cfg.Log, Metrics: m,
+		f := acpagent.New(acpagent.Config{Argv: cfg.ACPAgent, Cwd: cfg.AgentCwd, Version: cfg.Version, Log: cfg.Log, Metrics: m,
 			HealthInterval: cfg.HealthInterval, HealthTimeout: cfg.HealthTimeout})
 		if err := f.Start(ctx); err != nil {
 			return err
 		}
 		defer f.Close()
-		agents, caps = f, f.Capabilities
+		agents = f
 	}
 	table := session.NewTable(session.Config{
 		Store:       st,
@@ -242,7 +240,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
 	defer gw.Close()
-	acpGW := acpgw.New(acpgw.Config{Table: table, Store: st, Capabilities: caps, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: m})
+	acpGW := acpgw.New(acpgw.Config{Table: table, Store: st, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: m})
 	defer acpGW.Close()
 	endpoints := map[string]link.Endpoint{wire.PathRPC: gw, wire.PathACP: acpGW}
 

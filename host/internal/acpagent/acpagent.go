@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -66,8 +67,10 @@ type Config struct {
 	// included, is alive), and one that does not answer in time is killed
 	// and restarted with reason unresponsive (0 interval: no pings).
 	HealthInterval, HealthTimeout time.Duration
-	Log                           zerolog.Logger
-	Metrics                       *metrics.Metrics
+	// Version is tether's, told to the agent in initialize.
+	Version string
+	Log     zerolog.Logger
+	Metrics *metrics.Metrics
 }
 
 // Factory is the agent.Factory of ACP sessions: it owns the agent process.
@@ -95,6 +98,8 @@ type process struct {
 	done chan struct{} // closed once the process has exited
 	// unresponsive is set before a health ping's failure kills it.
 	unresponsive atomic.Bool
+	stdin        io.Closer
+	order        *order // the agent's order of updates and permission requests
 }
 
 // New returns a Factory; Start starts the agent.
@@ -104,7 +109,7 @@ func New(cfg Config) *Factory {
 	}
 	return &Factory{
 		cfg:      cfg,
-		log:      cfg.Log.With().Str("agent", filepath.Base(cfg.Argv[0])).Logger(),
+		log:      cfg.Log.With().Str("agent", agentName(cfg.Argv)).Logger(),
 		stop:     make(chan struct{}),
 		up:       make(chan struct{}),
 		sessions: make(map[acp.SessionId]*session),
@@ -140,13 +145,13 @@ func (f *Factory) launch(ctx context.Context, gen int) (*process, error) {
 		return nil, fmt.Errorf("acp agent: %w", err)
 	}
 	var dropped = f.cfg.Metrics.PluginLogDropped.WithLabelValues("agent")
-	logw := supervise.NewLogWriter(f.cfg.Log, "agent", filepath.Base(f.cfg.Argv[0]), dropped)
+	logw := supervise.NewLogWriter(f.cfg.Log, "agent", agentName(f.cfg.Argv), dropped)
 	cmd.Stderr = logw
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("acp agent %q: cannot run it: %w", f.cfg.Argv[0], err)
 	}
-	p := &process{gen: gen, cmd: cmd, done: make(chan struct{})}
-	p.conn = acp.NewClientSideConnection(&client{f: f, gen: gen}, stdin, stdout)
+	p := &process{gen: gen, cmd: cmd, stdin: stdin, done: make(chan struct{}), order: newOrder(stdout)}
+	p.conn = acp.NewClientSideConnection(&client{f: f, p: p}, stdin, p.order)
 	p.conn.SetLogger(slog.New(slog.DiscardHandler))
 	go func() {
 		_ = cmd.Wait()
@@ -158,7 +163,7 @@ func (f *Factory) launch(ctx context.Context, gen int) (*process, error) {
 	resp, err := p.conn.Initialize(ictx, acp.InitializeRequest{
 		ProtocolVersion:    acp.ProtocolVersionNumber,
 		ClientCapabilities: acp.ClientCapabilities{Fs: acp.FileSystemCapabilities{ReadTextFile: false, WriteTextFile: false}, Terminal: false},
-		ClientInfo:         &acp.Implementation{Name: "tether", Version: "1"},
+		ClientInfo:         &acp.Implementation{Name: "tether", Version: cmpOrString(f.cfg.Version, "dev")},
 	})
 	if err != nil {
 		p.kill()
@@ -209,11 +214,50 @@ func (f *Factory) watch(p *process) {
 	}
 }
 
+// agentName names the agent in logs: its command line, shortened (the
+// first word alone is often a launcher: npx, env, sh).
+func agentName(argv []string) string {
+	name := filepath.Base(argv[0])
+	if len(argv) > 1 {
+		name += " " + strings.Join(argv[1:], " ")
+	}
+	if len(name) > 60 {
+		name = name[:57] + "..."
+	}
+	return name
+}
+
+func cmpOrString(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}
+
 func cmpOr(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
 	}
 	return def
+}
+
+// stopGrace is how long an agent has to exit at shutdown, after its
+// stdin closed and SIGTERM, before it is killed.
+const stopGrace = 3 * time.Second
+
+// stop ends the agent as a shell's job ends: its stdin closed and SIGTERM
+// to its process group, so it can save its sessions (the next host loads
+// them), then SIGKILL after grace.
+func (p *process) stop(grace time.Duration) {
+	_ = p.stdin.Close()
+	if p.cmd.Process != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+	}
+	p.kill()
 }
 
 // kill stops the process group and waits for it.
@@ -267,7 +311,7 @@ func (f *Factory) supervise(p *process) {
 		case <-p.conn.Done():
 			p.kill() // its stdio is gone: of no more use
 		case <-f.stop:
-			p.kill()
+			p.stop(stopGrace)
 			return
 		}
 		f.retire(p)
@@ -300,8 +344,13 @@ func (f *Factory) supervise(p *process) {
 	}
 }
 
-// current returns the running process, waiting for a restart within ctx.
+// current returns the running process, waiting for a restart within ctx
+// and startTimeout.
 func (f *Factory) current(ctx context.Context) (*process, error) {
+	// A session waits for a restart as long as a start may take, not for
+	// ever: an agent that keeps failing fails its sessions' turns.
+	deadline := time.NewTimer(startTimeout)
+	defer deadline.Stop()
 	for {
 		f.mu.Lock()
 		p, up, closed := f.cur, f.up, f.closed
@@ -321,6 +370,8 @@ func (f *Factory) current(ctx context.Context) (*process, error) {
 		case <-f.stop:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("acp agent: %v: %w", ctx.Err(), ErrAgentDown)
+		case <-deadline.C:
+			return nil, fmt.Errorf("acp agent: not running again after %v: %w", startTimeout, ErrAgentDown)
 		}
 	}
 }
@@ -388,8 +439,8 @@ func (f *Factory) route(id acp.SessionId) *session {
 
 // client is tether as the ACP client of one agent process.
 type client struct {
-	f   *Factory
-	gen int
+	f *Factory
+	p *process
 }
 
 var _ acp.Client = (*client)(nil)
@@ -399,6 +450,7 @@ var _ acp.Client = (*client)(nil)
 // while tether loads a session into it are dropped (the journal holds
 // them), and so are updates outside a turn.
 func (c *client) SessionUpdate(_ context.Context, n acp.SessionNotification) error {
+	defer c.p.order.handledOne()
 	s := c.f.route(n.SessionId)
 	if s == nil {
 		return nil
@@ -422,6 +474,8 @@ func (c *client) SessionUpdate(_ context.Context, n acp.SessionNotification) err
 // agent's. A request outside a turn is cancelled.
 func (c *client) RequestPermission(ctx context.Context, r acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
 	cancelled := acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}
+	// The updates the agent sent before it come first (its tool call).
+	c.p.order.waitBefore(ctx, permKey(string(r.SessionId), string(r.ToolCall.ToolCallId)))
 	s := c.f.route(r.SessionId)
 	if s == nil {
 		return cancelled, nil

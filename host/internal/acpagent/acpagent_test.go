@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,8 +27,9 @@ import (
 // The test binary is also the ACP agent these tests run as a real
 // subprocess: with envAgent set, TestMain serves ACP on stdio instead.
 const (
-	envAgent = "ACPAGENT_TEST_AGENT" // "1": be the agent
-	envLoad  = "ACPAGENT_TEST_LOAD"  // "1": advertise loadSession
+	envAgent  = "ACPAGENT_TEST_AGENT"  // "1": be the agent
+	envLoad   = "ACPAGENT_TEST_LOAD"   // "1": advertise loadSession
+	envOnTerm = "ACPAGENT_TEST_ONTERM" // a file the agent writes on SIGTERM, before it exits
 )
 
 func TestMain(m *testing.M) {
@@ -57,6 +59,15 @@ type testAgent struct {
 
 func serveTestAgent() {
 	fmt.Fprintln(os.Stderr, "test agent starting")
+	if path := os.Getenv(envOnTerm); path != "" {
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			_ = os.WriteFile(path, []byte("saved"), 0o600)
+			os.Exit(0)
+		}()
+	}
 	a := &testAgent{hung: map[acp.SessionId]chan struct{}{}}
 	a.conn = acp.NewAgentSideConnection(a, os.Stdout, os.Stdin)
 	a.conn.SetLogger(slog.New(slog.DiscardHandler))
@@ -233,6 +244,9 @@ type events struct {
 	updates []string
 	asked   chan agent.PermissionRequest
 	answer  string // "" cancels
+	// seenAtAsk is how many updates had been reported when the
+	// permission was asked.
+	seenAtAsk int
 }
 
 func newEvents(answer string) *events {
@@ -252,6 +266,9 @@ func (e *events) Update(u json.RawMessage) {
 }
 
 func (e *events) Permission(_ context.Context, req agent.PermissionRequest) (string, bool, error) {
+	e.mu.Lock()
+	e.seenAtAsk = len(e.updates)
+	e.mu.Unlock()
 	e.asked <- req
 	return e.answer, e.answer != "", nil
 }
@@ -306,6 +323,18 @@ func TestTurnUpdatesAndPermission(t *testing.T) {
 	ev = newEvents("")
 	if _, err := turn(t, a, "ask", ev); err != nil || ev.text() != "chose none" {
 		t.Fatalf("a cancelled permission: %q, %v; want chose none", ev.text(), err)
+	}
+	// The agent sends its tool call, then asks: the request is never
+	// reported before the update that came first (the SDK hands requests
+	// over on goroutines of their own).
+	for i := range 20 {
+		ev = newEvents("allow")
+		if _, err := turn(t, a, "ask", ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.seenAtAsk != 1 || !strings.Contains(ev.updates[0], `"sessionUpdate":"tool_call"`) {
+			t.Fatalf("round %d: the permission request came after %d updates (%q), want after the tool call", i, ev.seenAtAsk, ev.updates)
+		}
 	}
 	ev = newEvents("")
 	if _, err := turn(t, a, "env", ev); err != nil || ev.text() != "tether env: []" {
@@ -454,5 +483,17 @@ func TestHungAgentRestarted(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "did not answer its health ping") {
 		t.Errorf("no log of the unresponsive agent: %s", logs)
+	}
+}
+
+// TestCloseLetsTheAgentSave: at shutdown the agent gets its stdin closed
+// and SIGTERM and a grace to exit, so it can save its sessions.
+func TestCloseLetsTheAgentSave(t *testing.T) {
+	saved := t.TempDir() + "/saved"
+	t.Setenv(envOnTerm, saved)
+	f, _ := start(t, false)
+	f.Close()
+	if b, err := os.ReadFile(saved); err != nil || string(b) != "saved" {
+		t.Fatalf("the agent did not save on SIGTERM: %q, %v", b, err)
 	}
 }

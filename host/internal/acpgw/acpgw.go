@@ -54,9 +54,6 @@ const maxQueued = 1024
 type Config struct {
 	Table *session.Table
 	Store *store.Store
-	// Capabilities reports the configured agent's capabilities (an ACP
-	// agent's prompt capabilities are passed on); nil for echo and exec.
-	Capabilities func() acp.AgentCapabilities
 	// Cwd is the working directory of sessions a client makes without
 	// one.
 	Cwd     string

@@ -662,3 +662,35 @@ func (cl *client) waitUpdates(t *testing.T, cond func([]update) bool) {
 		}
 	}
 }
+
+// TestRefusedSessionIDsAndPrompts: a title is not a sessionId (load and
+// resume want the stored key every later message names), and a prompt
+// with a block tether cannot carry is refused, never passed on without
+// it; tether offers text prompts only.
+func TestRefusedSessionIDsAndPrompts(t *testing.T) {
+	e := newEnv(t, agent.NewEchoFactory(0))
+	cl := e.connect()
+	init := cl.initialize(t)
+	if pc := init.AgentCapabilities.PromptCapabilities; pc.Image || pc.Audio || pc.EmbeddedContext {
+		t.Errorf("promptCapabilities = %+v, want text only", pc)
+	}
+	sid := cl.newSession(t, "/w")
+	if err := e.st.SetTitle(context.Background(), sid, "my title"); err != nil {
+		t.Fatal(err)
+	}
+	other := e.connect()
+	other.initialize(t)
+	if _, err := other.cs.LoadSession(ctx(t), acp.LoadSessionRequest{SessionId: "my title", Cwd: "/", McpServers: []acp.McpServer{}}); requestCode(err) != 4007 {
+		t.Errorf("load by title: %v, want 4007", err)
+	}
+	if _, err := other.cs.ResumeSession(ctx(t), acp.ResumeSessionRequest{SessionId: "my title", Cwd: "/"}); requestCode(err) != 4007 {
+		t.Errorf("resume by title: %v, want 4007", err)
+	}
+	image := acp.ContentBlock{Image: &acp.ContentBlockImage{Data: "AAAA", MimeType: "image/png"}}
+	if _, err := cl.cs.Prompt(ctx(t), acp.PromptRequest{SessionId: acp.SessionId(sid), Prompt: []acp.ContentBlock{acp.TextBlock("what is this"), image}}); requestCode(err) != -32602 {
+		t.Errorf("prompt with an image: %v, want -32602", err)
+	}
+	if resp, err := cl.prompt(t, sid, "still here"); err != nil || resp.StopReason != acp.StopReasonEndTurn {
+		t.Fatalf("prompt after the refusals = %+v, %v", resp, err)
+	}
+}

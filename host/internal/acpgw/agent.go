@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-agent/tether/host/internal/rpc"
 	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/wire"
 )
 
@@ -41,10 +42,9 @@ type agentState struct {
 // be loaded, resumed and listed, and the configured agent's prompt
 // capabilities.
 func (a *acpAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
+	// Prompts reach tether's sessions as text: images, audio and
+	// embedded resources are not offered, whatever the agent takes.
 	caps := acp.AgentCapabilities{}
-	if f := a.c.g.cfg.Capabilities; f != nil {
-		caps.PromptCapabilities = f().PromptCapabilities
-	}
 	caps.LoadSession = true
 	caps.SessionCapabilities = acp.SessionCapabilities{
 		Resume: &acp.SessionResumeCapabilities{},
@@ -83,6 +83,9 @@ func (a *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp
 // LoadSession implements acp.AgentLoader: bind, replay the whole history,
 // then answer.
 func (a *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
+	if err := checkKey(p.SessionId); err != nil {
+		return acp.LoadSessionResponse{}, err
+	}
 	var from uint64
 	if _, err := a.c.bind(ctx, string(p.SessionId), &from, nil); err != nil {
 		return acp.LoadSessionResponse{}, tableError(err)
@@ -93,6 +96,9 @@ func (a *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (a
 // ResumeSession implements acp.Agent: bind, send exactly the updates after
 // _meta["tether/after"] (none without it), then answer.
 func (a *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	if err := checkKey(p.SessionId); err != nil {
+		return acp.ResumeSessionResponse{}, err
+	}
 	var after *uint64
 	if v, ok := p.Meta[MetaAfter]; ok {
 		n, ok := seqOf(v)
@@ -105,6 +111,16 @@ func (a *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest
 		return acp.ResumeSessionResponse{}, tableError(err)
 	}
 	return acp.ResumeSessionResponse{}, nil
+}
+
+// checkKey refuses a sessionId that is not a stored key (a title, say:
+// the native gateway resumes by title, but an ACP sessionId is the key
+// every later message names).
+func checkKey(id acp.SessionId) error {
+	if !store.ValidKey(string(id)) {
+		return &acp.RequestError{Code: wire.CodeStoredNotFound, Message: "stored session not found: a sessionId is a stored key"}
+	}
+	return nil
 }
 
 // seqOf reads a seq from a decoded JSON number.
@@ -161,9 +177,9 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 	if s == nil {
 		return acp.PromptResponse{}, &acp.RequestError{Code: wire.CodeUnknownSession, Message: "session not loaded on this connection: session/load or session/resume it first"}
 	}
-	text := promptText(p.Prompt)
-	if text == "" {
-		return acp.PromptResponse{}, acp.NewInvalidParams(map[string]any{"prompt": "needs a text block"})
+	text, err := promptText(p.Prompt)
+	if err != nil {
+		return acp.PromptResponse{}, err
 	}
 	sid := s.ID()
 	c.mu.Lock()
@@ -216,8 +232,10 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 }
 
 // promptText is the text of a prompt's text blocks, and the links of its
-// resource links, in order (tether's sessions take text prompts).
-func promptText(blocks []acp.ContentBlock) string {
+// resource links, in order: tether's sessions take text prompts, and a
+// prompt with an image, audio or an embedded resource is refused rather
+// than passed on without them.
+func promptText(blocks []acp.ContentBlock) (string, error) {
 	var parts []string
 	for _, b := range blocks {
 		switch {
@@ -225,9 +243,14 @@ func promptText(blocks []acp.ContentBlock) string {
 			parts = append(parts, b.Text.Text)
 		case b.ResourceLink != nil:
 			parts = append(parts, b.ResourceLink.Uri)
+		default:
+			return "", acp.NewInvalidParams(map[string]any{"prompt": "tether takes text and resource_link blocks only"})
 		}
 	}
-	return strings.Join(parts, "\n")
+	if len(parts) == 0 {
+		return "", acp.NewInvalidParams(map[string]any{"prompt": "needs a text block"})
+	}
+	return strings.Join(parts, "\n"), nil
 }
 
 // Cancel implements acp.Agent: interrupt the bound session's run.

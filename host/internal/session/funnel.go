@@ -67,8 +67,9 @@ type view struct {
 	// included.
 	viewers int
 	// run: a run is in flight; runStale: it made no progress for
-	// runStaleAfter; runInterrupted: it was asked to stop already.
-	run, runStale, runInterrupted bool
+	// runStaleAfter; runInterrupted: it was asked to stop already;
+	// runAsking: it waits for an answer to a permission request.
+	run, runStale, runInterrupted, runAsking bool
 	closeOnDisconnect             bool
 	// reapPending: the reap timer fired while a run streamed.
 	reapPending bool
@@ -108,7 +109,8 @@ type verdict struct {
 //   - A reap timer closes only a session with no viewer whose binding is
 //     the one it was armed for; with a run in flight it waits for the run
 //     (looking again after another grace), and interrupts it once when it
-//     made no progress for runStaleAfter.
+//     made no progress for runStaleAfter — unless it is waiting for a
+//     person to answer a permission request, which is no stall.
 //   - A run that settled applies a deferred close_on_disconnect or reap.
 func decide(v view, why Reason) verdict {
 	if !v.live {
@@ -143,7 +145,7 @@ func decide(v view, why Reason) verdict {
 		if !v.run {
 			return verdict{close: true, end: OrphanReap}
 		}
-		if !v.runStale {
+		if !v.runStale || v.runAsking {
 			return verdict{reapPending: true, park: true}
 		}
 		return verdict{reapPending: true, interrupt: !v.runInterrupted}
@@ -197,6 +199,7 @@ func (t *Table) release(ref releaseRef, why Reason) bool {
 	}
 	if s.run != nil {
 		v.runStale = t.now().Sub(s.run.progress) >= runStaleAfter
+		v.runAsking = len(s.perms) > 0
 		v.runInterrupted = s.run.interrupted
 	}
 	d := decide(v, why)

@@ -46,6 +46,7 @@ func TestDecide(t *testing.T) {
 		{"reap timer with a viewer", OrphanReap, with(live, func(v *view) { v.viewers = 1 }), verdict{conflict: true}},
 		{"reap while a run streams: wait another grace", OrphanReap, with(live, func(v *view) { v.run = true }), verdict{reapPending: true, park: true}},
 		{"reap of a stale run: interrupt it", OrphanReap, with(live, func(v *view) { v.run, v.runStale = true, true }), verdict{reapPending: true, interrupt: true}},
+		{"reap of a run waiting for a permission answer: not stale", OrphanReap, with(live, func(v *view) { v.run, v.runStale, v.runAsking = true, true, true }), verdict{reapPending: true, park: true}},
 		{"reap of a stale run asked to stop already", OrphanReap, with(live, func(v *view) { v.run, v.runStale, v.runInterrupted = true, true, true }), verdict{reapPending: true}},
 		{"a run settles, nothing deferred", settled, live, verdict{}},
 		{"a run settles: deferred close_on_disconnect", settled, with(live, func(v *view) { v.closeOnDisconnect = true }), verdict{close: true, end: Disconnected}},
