@@ -153,7 +153,15 @@ func TestDrainRunsFreeUnlinked(t *testing.T) {
 		<-read
 		t.Fatal("the child never finished writing with no stream linked: the drain waited")
 	}
+	// The child has written everything; the drain may still be reading
+	// the last of it from the PTY (nothing tells but the ring's end).
 	info, _ := listed(t, b, token("free"))
+	for deadline := time.Now().Add(waitTimeout); info.EndOffset < int64(len(want)); info, _ = listed(t, b, token("free")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ring ends at %d after the child wrote %d bytes", info.EndOffset, len(want))
+		}
+		time.Sleep(time.Millisecond)
+	}
 	again := attach(t, b, contract.AttachRequest{Token: token("free"), Viewer: viewer(1), HasCursor: true, Epoch: resp.Epoch, Offset: info.StartOffset})
 	end := int(again.ReplayEnd)
 	if again.StartOffset != again.ReplayEnd-ringSize || !bytes.Equal(again.Replay, want[end-ringSize:end]) {

@@ -369,15 +369,16 @@ func TestBadInputBattery(t *testing.T) {
 
 	// A PTY whose output has rolled past its 1 KiB ring. While it writes,
 	// the ring outruns the output stream and an attached socket may be
-	// closed with 1013 "output gap" (a client reattaches): attach until
-	// the window holds the end of the output.
+	// closed with 1013 "output gap" (a client reattaches): attach (with
+	// no cursor: a screen snapshot) until the screen shows the end of the
+	// output.
 	ptyToken := attachToken(t)
 	for deadline := time.Now().Add(errsStep); ; {
 		pc := ptyDial(t, s, "attach="+ptyToken)
 		r := replayOf(t, pc)
-		err := pc.WaitOutput(ctx, func(b []byte) bool { return int64(len(b)) >= r.ReplayEndOffset-r.StartOffset })
+		snap, err := pc.WaitSnapshot(ctx)
 		pc.Close()
-		if err == nil && r.StartOffset > 0 && bytes.HasSuffix(pc.Output()[:r.ReplayEndOffset-r.StartOffset], []byte("\r\n2000\r\n")) {
+		if err == nil && r.ReplayEndOffset > 1024 && bytes.Contains(snap, []byte("\r\n2000\r\n")) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -625,13 +626,17 @@ func TestBadInputBattery(t *testing.T) {
 	})
 
 	t.Run("pty: bad cursors reset", func(t *testing.T) {
+		// With no cursor: a snapshot of the screen at the end of the
+		// output; the 1 KiB ring holds the last KiB before it.
 		c := ptyDial(t, s, "attach="+ptyToken)
 		cur := replayOf(t, c)
 		c.Close()
-		if cur.StartOffset == 0 {
-			t.Fatalf("replay %+v: the ring has not rolled; want start_offset > 0", cur)
-		}
 		end := cur.ReplayEndOffset
+		const ring = 1 << 10
+		if !cur.Snapshot || cur.StartOffset != end || end <= ring {
+			t.Fatalf("replay %+v: want a snapshot at the end of output rolled past the ring", cur)
+		}
+		ringStart := end - ring
 		for _, tt := range []struct {
 			query, reason string
 		}{
@@ -641,25 +646,34 @@ func TestBadInputBattery(t *testing.T) {
 			{fmt.Sprintf("offset=%d", end), "invalid_cursor"},
 			{fmt.Sprintf("offset=%d&epoch=", end), "invalid_cursor"},
 			{fmt.Sprintf("offset=0&epoch=%s", cur.Epoch), "offset_rolled_out"},
-			{fmt.Sprintf("offset=%d&epoch=%s", cur.StartOffset-1, cur.Epoch), "offset_rolled_out"},
+			{fmt.Sprintf("offset=%d&epoch=%s", ringStart-1, cur.Epoch), "offset_rolled_out"},
 			{fmt.Sprintf("offset=%d&epoch=%s", end+1, cur.Epoch), "offset_ahead"},
 			{fmt.Sprintf("offset=9223372036854775807&epoch=%s", cur.Epoch), "offset_ahead"},
 			{fmt.Sprintf("epoch=%s", cur.Epoch), "initial"},
 		} {
+			// Every reset gets a snapshot at the end, no raw bytes.
 			c := ptyDial(t, s, "attach="+ptyToken+"&"+tt.query)
 			r := replayOf(t, c)
-			if !r.Reset || r.Reason != tt.reason || r.Epoch != cur.Epoch || r.StartOffset != cur.StartOffset || r.ReplayEndOffset != end {
-				t.Errorf("%s: replay %+v, want reset, reason %s, the whole window [%d, %d) of epoch %s", tt.query, r, tt.reason, cur.StartOffset, end, cur.Epoch)
+			if !r.Reset || r.Reason != tt.reason || r.Epoch != cur.Epoch || !r.Snapshot || r.StartOffset != end || r.ReplayEndOffset != end {
+				t.Errorf("%s: replay %+v, want reset, reason %s, a snapshot at %d of epoch %s", tt.query, r, tt.reason, end, cur.Epoch)
 			}
-			if err := c.WaitOutput(errsCtx(t), func(b []byte) bool { return int64(len(b)) >= end-cur.StartOffset }); err != nil {
-				t.Errorf("%s: %v", tt.query, err)
+			if snap, err := c.WaitSnapshot(errsCtx(t)); err != nil || !bytes.Contains(snap, []byte("2000")) {
+				t.Errorf("%s: snapshot %q, %v; want the screen with the last line", tt.query, snap, err)
 			}
-			if got := c.Received(); got != end-cur.StartOffset {
-				t.Errorf("%s: replayed %d bytes, want the window's %d", tt.query, got, end-cur.StartOffset)
+			if got := c.Received(); got != 0 {
+				t.Errorf("%s: %d raw bytes besides the snapshot, want none", tt.query, got)
 			}
 			c.Close()
 		}
-		// The good cursor still resumes with nothing replayed.
+		// The oldest cursor the ring holds resumes with the whole ring,
+		// raw; the good cursor at the end with nothing.
+		c = ptyDial(t, s, fmt.Sprintf("attach=%s&offset=%d&epoch=%s", ptyToken, ringStart, cur.Epoch))
+		if r := replayOf(t, c); r.Reset || r.Reason != "resume" || r.StartOffset != ringStart || r.ReplayEndOffset != end {
+			t.Errorf("cursor at the ring's start: %+v, want resume of [%d, %d)", r, ringStart, end)
+		} else if err := c.WaitOutput(errsCtx(t), func(b []byte) bool { return int64(len(b)) >= ring }); err != nil {
+			t.Errorf("cursor at the ring's start: %v", err)
+		}
+		c.Close()
 		c = ptyDial(t, s, fmt.Sprintf("attach=%s&offset=%d&epoch=%s", ptyToken, end, cur.Epoch))
 		if r := replayOf(t, c); r.Reset || r.Reason != "resume" {
 			t.Errorf("good cursor after the bad ones: %+v, want resume", r)

@@ -166,6 +166,31 @@ func (c *Client) WaitOutput(ctx context.Context, ok func(out []byte) bool) error
 	}
 }
 
+// WaitSnapshot waits until the whole snapshot has arrived (at once when
+// the replay was raw) and returns it.
+func (c *Client) WaitSnapshot(ctx context.Context) ([]byte, error) {
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for int64(c.snap.Len()) < c.replay.SnapshotBytes {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("ptyclient: waiting for the snapshot (have %d of %d bytes): %w", c.snap.Len(), c.replay.SnapshotBytes, ctx.Err())
+		}
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("ptyclient: closed with %d %q in the snapshot (have %d of %d bytes): %w", c.code, c.reason, c.snap.Len(), c.replay.SnapshotBytes, ErrClosed)
+		default:
+		}
+		c.cond.Wait()
+	}
+	return bytes.Clone(c.snap.Bytes()), nil
+}
+
 func tail(b []byte) []byte {
 	if len(b) > 200 {
 		return b[len(b)-200:]
