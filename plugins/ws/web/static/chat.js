@@ -214,6 +214,7 @@
     stopRetry();
     clearTimeout(dialTimer);
     closeCurrent();
+    failCalls();
     ready = false;
     setConn(outage ? "reconnecting" : "connecting", outage ? "chat: " + closeLabel(outage) + " — reconnecting…" : "chat: connecting…");
     let sock;
@@ -252,14 +253,20 @@
     }
   }
 
+  // failCalls rejects every call still waiting for its answer: the socket
+  // it went out on is gone.
+  function failCalls() {
+    const lost = { code: "closed", message: "the connection was lost" };
+    for (const [, p] of calls) p.reject(lost);
+    calls.clear();
+  }
+
   function onClose(ev) {
     clearTimeout(dialTimer);
     ready = false;
     const c = { code: ev.code, reason: ev.reason || "" };
     body.dataset.chatCloseCode = String(c.code);
-    const lost = { code: "closed", message: "the connection was lost" };
-    for (const [, p] of calls) p.reject(lost);
-    calls.clear();
+    failCalls();
     if (cur) cur.synced = false;
     if (FATAL[c.code] || c.code >= 4000) {
       setConn("error", "chat: " + closeLabel(c) + " — " + (FATAL[c.code] || c.reason || "not retried"), true);
@@ -362,6 +369,7 @@
 
   function renderList(stored, active) {
     const live = new Map(active.map((s) => [s.session_key, s]));
+    const focused = listEl.contains(document.activeElement) ? document.activeElement.parentElement.dataset.key : null;
     listEl.textContent = "";
     listNote.textContent = stored.length ? "" : "No chats yet.";
     for (const s of stored) {
@@ -378,6 +386,7 @@
       pick.addEventListener("click", () => openChat(s.id, true));
       li.append(pick);
       listEl.append(li);
+      if (s.id === focused) pick.focus(); // a refresh keeps the keyboard's place
     }
   }
 
