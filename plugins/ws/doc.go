@@ -14,6 +14,11 @@
 //
 // # The page
 //
+// tether's own ws plugin sets Static to package web's site: the browser
+// page, with a terminal (xterm.js on /api/pty) and a chat view (sessions,
+// streamed answers and permission requests on the JSON-RPC gateway,
+// /api/ws), whose WebSockets both carry the token in the cookie below.
+//
 // When the host sends StartRequest.PageTokenSHA256 (the SHA-256 of its
 // access token; the transport never sees the token until a client sends
 // it), a page of Static — the path "/", or one ending in "/" or ".html" —

@@ -1,6 +1,8 @@
-// Real-browser test of the terminal page (plugins/ws/web) against a real
-// `tether serve` and a real /bin/sh, driven through Chromium with
-// playwright-core. Run with `npm test` in this directory (see README.md).
+// Real-browser test of the page (plugins/ws/web), its terminal and its
+// chat view, against a real `tether serve` with a real /bin/sh and the
+// echo agent (and, for permission requests, the ACP test kit's agent),
+// driven through Chromium with playwright-core. Run with `npm test` in
+// this directory (see README.md).
 //
 // Environment:
 //   CHROMIUM_PATH        the Chromium to drive (default /usr/bin/chromium)
@@ -73,24 +75,40 @@ after(
   { timeout: 30000 },
 );
 
-// startServer runs `tether serve` with a clean environment (so the token
-// comes from the state dir's token file) and extra args, and returns the
-// URL and the token from its first stdout line.
-function startServer(extra) {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("TETHER_")));
-  const args = ["serve", ...extra, "--state-dir", stateDir, "--log-format", "json", "--pty-command", "/bin/sh"];
-  server = spawn(bin, args, { env, stdio: ["ignore", "pipe", "pipe"] });
-  server.exited = new Promise((resolve) => server.once("exit", (code, signal) => resolve({ code, signal })));
-  readline.createInterface({ input: server.stderr }).on("line", (l) => {
+// startServer starts the shared `tether serve` (the server every test but
+// the ACP one talks to: PTYs run /bin/sh, the echo agent streams a word
+// every 50 ms) with extra args, and returns the URL and the token from
+// its first stdout line.
+async function startServer(extra) {
+  const h = spawnTether(stateDir, [...extra, "--pty-command", "/bin/sh", "--echo-delay", "50ms"], (l) => {
     serverLog.push(l);
     if (serverLog.length > 400) serverLog = serverLog.slice(-200);
   });
-  const stdout = readline.createInterface({ input: server.stdout });
-  return new Promise((resolve, reject) => {
+  server = h.proc;
+  return h.started;
+}
+
+// spawnTether runs `tether serve` on state dir dir with a clean
+// environment (so the token comes from the state dir's token file) and
+// extra args; each stderr line goes to onLog. started resolves to the
+// URL and the token of its first stdout line.
+function spawnTether(dir, extra, onLog) {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("TETHER_")));
+  const args = ["serve", ...extra, "--state-dir", dir, "--log-format", "json"];
+  const proc = spawn(bin, args, { env, stdio: ["ignore", "pipe", "pipe"] });
+  proc.exited = new Promise((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal })));
+  const lines = [];
+  readline.createInterface({ input: proc.stderr }).on("line", (l) => {
+    lines.push(l);
+    if (lines.length > 100) lines.shift();
+    onLog(l);
+  });
+  const stdout = readline.createInterface({ input: proc.stdout });
+  const started = new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(`no listening line within ${startTimeout} ms`), startTimeout);
     function fail(why) {
       clearTimeout(timer);
-      reject(new Error(`tether serve: ${why}\n--- stderr ---\n${serverLog.slice(-50).join("\n")}`));
+      reject(new Error(`tether serve: ${why}\n--- stderr ---\n${lines.slice(-50).join("\n")}`));
     }
     stdout.once("line", (line) => {
       clearTimeout(timer);
@@ -99,17 +117,23 @@ function startServer(extra) {
       else fail(`first stdout line is ${JSON.stringify(line)}`);
     });
     stdout.on("line", () => {}); // keep draining
-    server.once("error", (err) => fail(err.message));
-    server.exited.then(({ code, signal }) => fail(`exited (code ${code}, signal ${signal})`));
+    proc.once("error", (err) => fail(err.message));
+    proc.exited.then(({ code, signal }) => fail(`exited (code ${code}, signal ${signal})`));
   });
+  return { proc, started };
 }
 
-// stopServer sends SIGTERM, then SIGKILL after stopTimeout.
-async function stopServer() {
-  if (!server || server.exitCode !== null || server.signalCode !== null) return;
-  server.kill("SIGTERM");
-  const timer = setTimeout(() => server.kill("SIGKILL"), stopTimeout);
-  await server.exited;
+// stopServer stops the shared server.
+function stopServer() {
+  return stopTether(server);
+}
+
+// stopTether sends SIGTERM, then SIGKILL after stopTimeout.
+async function stopTether(proc) {
+  if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+  proc.kill("SIGTERM");
+  const timer = setTimeout(() => proc.kill("SIGKILL"), stopTimeout);
+  await proc.exited;
   clearTimeout(timer);
 }
 
@@ -153,8 +177,9 @@ async function stopPTYPlugin() {
 
 // withContext runs fn with a fresh browser context (its own localStorage).
 // On failure it saves a screenshot and the console of every page to
-// artifacts/ and prints the tail of the server's stderr.
-async function withContext(t, fn) {
+// artifacts/ and prints the tail of the server's stderr; label tells the
+// files of a test's second context apart.
+async function withContext(t, fn, label = "") {
   const ctx = await browser.newContext({ viewport: { width: 1000, height: 600 } });
   const consoles = [];
   ctx.on("page", (page) => {
@@ -166,7 +191,7 @@ async function withContext(t, fn) {
     await fn(ctx);
   } catch (err) {
     mkdirSync(artifacts, { recursive: true });
-    const base = t.name.replace(/[^A-Za-z0-9_-]+/g, "_");
+    const base = t.name.replace(/[^A-Za-z0-9_-]+/g, "_") + label;
     for (const [i, page] of ctx.pages().entries()) {
       const file = path.join(artifacts, `${base}-tab${i}.png`);
       await page.screenshot({ path: file }).catch(() => {});
@@ -645,6 +670,338 @@ test("a wrong or missing token gets the 401 page and no cookie", { timeout: 6000
     assert.deepEqual(await ctx.cookies(), [], "a refused page set a cookie");
   }),
 );
+
+// ---- the chat view (/api/ws)
+
+// waitChat waits for the chat's connection state (document.body.dataset.chat).
+async function waitChat(page, state) {
+  try {
+    await page.waitForFunction((s) => document.body.dataset.chat === s, state, { timeout: wait });
+  } catch (err) {
+    const now = await page
+      .evaluate(() => `chat ${document.body.dataset.chat}, closeCode ${document.body.dataset.chatCloseCode}, status "${document.getElementById("chat-status").textContent}"`)
+      .catch((e) => e.message);
+    throw new Error(`waiting for chat state ${state}: ${err.message.split("\n")[0]}; page has ${now}`);
+  }
+}
+
+// waitRun waits for the open chat's run state (#chat-main data-run):
+// idle, working, complete, interrupted, failed.
+async function waitRun(page, state) {
+  try {
+    await page.waitForFunction((s) => document.getElementById("chat-main").dataset.run === s, state, { timeout: wait });
+  } catch (err) {
+    const now = await page
+      .evaluate(() => `run ${document.getElementById("chat-main").dataset.run}, "${document.getElementById("chat-run").textContent}", note "${document.getElementById("chat-note").textContent}"`)
+      .catch((e) => e.message);
+    throw new Error(`waiting for run state ${state}: ${err.message.split("\n")[0]}; page has ${now}`);
+  }
+}
+
+// openChatView opens the page and switches it to the chat view.
+async function openChatView(ctx, target) {
+  const page = await ctx.newPage();
+  const resp = await page.goto(target || url);
+  assert.equal(resp.status(), 200);
+  await page.click("#view-chat");
+  await waitChat(page, "connected");
+  return page;
+}
+
+// messages returns the chat log's rows as [role, text].
+function messages(page) {
+  return page.evaluate(() =>
+    [...document.querySelectorAll("#chat-log > .msg")].map((li) => [li.classList.contains("user") ? "user" : "assistant", li.querySelector(".text").textContent]),
+  );
+}
+
+// recordChat records, from now on, every text node added to an
+// assistant row's text (each delta is one) with its row and whether the
+// prompt box and Stop were disabled then, and every chat connection
+// state with the number of texts added by then.
+function recordChat(page) {
+  return page.evaluate(() => {
+    const rec = { adds: [], states: [] };
+    window.chatRec = rec;
+    let rows = 0;
+    new MutationObserver((ms) => {
+      for (const m of ms) {
+        for (const n of m.addedNodes) {
+          const row = m.target.parentElement;
+          if (n.nodeType !== Node.TEXT_NODE || !m.target.classList.contains("text") || !row.classList.contains("assistant")) continue;
+          if (!row.dataset.rec) row.dataset.rec = String(++rows);
+          rec.adds.push({
+            row: row.dataset.rec,
+            text: n.data,
+            inputDisabled: document.getElementById("chat-input").disabled,
+            stopDisabled: document.getElementById("chat-stop").disabled,
+          });
+        }
+      }
+    }).observe(document.getElementById("chat-log"), { childList: true, subtree: true });
+    new MutationObserver(() => rec.states.push([document.body.dataset.chat, rec.adds.length])).observe(document.body, {
+      attributes: true,
+      attributeFilter: ["data-chat"],
+    });
+  });
+}
+
+function recorded(page) {
+  return page.evaluate(() => window.chatRec);
+}
+
+// prompt types text into the prompt box (lines joined with Shift+Enter)
+// and sends it with Enter.
+async function prompt(page, ...lines) {
+  await page.waitForFunction(() => !document.getElementById("chat-input").disabled, null, { timeout: wait });
+  await page.focus("#chat-input");
+  for (const [i, l] of lines.entries()) {
+    if (i > 0) await page.keyboard.press("Shift+Enter");
+    await page.keyboard.type(l);
+  }
+  await page.keyboard.press("Enter");
+}
+
+test("chat: a new chat streams its answer; the terminal keeps its shell; a reload opens the same chat", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const ptySockets = [];
+    ctx.on("page", (p) => p.on("websocket", (ws) => ws.url().includes("/api/pty") && ptySockets.push(ws.url())));
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    await type(page, "echo pid=$$");
+    const pid = await waitText(page, String.raw`pid=(\d+)`);
+
+    await page.click("#view-chat");
+    assert.equal(await page.getAttribute("#view-chat", "aria-selected"), "true");
+    // The terminal stays laid out under the chat, unseen.
+    assert.equal(await page.evaluate(() => getComputedStyle(document.getElementById("terminal")).visibility), "hidden");
+    await waitChat(page, "connected");
+    await page.click("#chat-new");
+    assert.equal(await page.textContent("#chat-title"), "New chat");
+    await recordChat(page);
+    await prompt(page, "hello brave world");
+    await waitRun(page, "complete");
+    assert.deepEqual(await messages(page), [
+      ["user", "hello brave world"],
+      ["assistant", "hello brave world"],
+    ]);
+    // The answer came word by word into one row, while the prompt box
+    // and Send were disabled and Stop enabled.
+    const rec = await recorded(page);
+    assert.deepEqual(
+      rec.adds.map((a) => a.text),
+      ["hello ", "brave ", "world"],
+      "the answer did not stream as its deltas",
+    );
+    assert.ok(rec.adds.every((a) => a.row === "1" && a.inputDisabled && !a.stopDisabled), `while streaming: ${JSON.stringify(rec.adds)}`);
+    await page.waitForFunction(() => !document.getElementById("chat-input").disabled && document.activeElement.id === "chat-input", null, { timeout: wait });
+    const key = await page.evaluate(() => window.tether.chat.session().key);
+    assert.match(key, /^\d{8}_\d{6}_[0-9a-f]{6}$/);
+    // The list has it first, titled with its first prompt.
+    await page.waitForFunction(
+      (key) => {
+        const first = document.querySelector("#chat-list li");
+        return first && first.dataset.key === key && /2 messages/.test(first.textContent);
+      },
+      key,
+      { timeout: wait },
+    );
+    assert.equal(await page.textContent("#chat-list li .name"), "hello brave world");
+    assert.equal(await page.getAttribute("#chat-list li .pick", "aria-current"), "true");
+
+    // Shift+Enter is a new line, Enter sends.
+    await prompt(page, "line one", "line two");
+    await page.waitForFunction(() => document.querySelectorAll("#chat-log > .msg").length === 4, null, { timeout: wait });
+    await waitRun(page, "complete");
+
+    // Back to the terminal: the same shell, on the same socket.
+    await page.click("#view-terminal");
+    assert.equal(await page.evaluate(() => document.body.dataset.view), "terminal");
+    await type(page, "echo again=$$");
+    assert.equal(await waitText(page, String.raw`again=(\d+)`), pid);
+    assert.equal(ptySockets.length, 1, `the terminal reattached: ${ptySockets.join(", ")}`);
+
+    // A reload shows the view and the chat the tab showed.
+    await page.click("#view-chat");
+    await page.reload();
+    await waitChat(page, "connected");
+    assert.equal(await page.evaluate(() => document.body.dataset.view), "chat");
+    await waitRun(page, "idle");
+    assert.equal(await page.evaluate(() => window.tether.chat.session().key), key);
+    assert.equal(await page.textContent("#chat-title"), "hello brave world");
+    assert.deepEqual(await messages(page), [
+      ["user", "hello brave world"],
+      ["assistant", "hello brave world"],
+      ["user", "line one\nline two"],
+      ["assistant", "line one\nline two"],
+    ]);
+    await page.waitForFunction(() => !document.getElementById("chat-input").disabled, null, { timeout: wait });
+    assert.equal(await waitText(page, String.raw`again=(\d+)`), pid, "the reloaded page's terminal is another shell");
+  }),
+);
+
+test("chat: Stop interrupts the answer", { timeout: 60000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await openChatView(ctx);
+    await page.click("#chat-new");
+    await recordChat(page);
+    const words = Array.from({ length: 100 }, (_, i) => `s${i}`).join(" ");
+    await prompt(page, words);
+    await page.waitForFunction(() => window.chatRec.adds.length >= 2, null, { timeout: wait });
+    assert.equal(await page.isEnabled("#chat-stop"), true);
+    await page.click("#chat-stop");
+    await waitRun(page, "interrupted");
+    const [, answer] = (await messages(page))[1];
+    assert.ok(answer.length > 0 && words.startsWith(answer) && answer.length < words.length, `the stopped answer: ${JSON.stringify(answer)}`);
+    assert.match(await page.textContent("#chat-run"), /stopped/);
+    assert.equal(await page.isEnabled("#chat-stop"), false);
+    await page.waitForFunction(() => !document.getElementById("chat-input").disabled, null, { timeout: wait });
+  }),
+);
+
+// The transport is swapped (tether plugins reload ws: every socket is
+// closed with 1012) while the answer streams. The page reconnects,
+// resumes the chat and asks session.events.since for what it missed:
+// the answer is whole, in the row it was streaming into, every delta
+// added once.
+test("chat: a dropped socket mid-answer loses and repeats nothing", { timeout: 60000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await openChatView(ctx);
+    await page.click("#chat-new");
+    await recordChat(page);
+    const words = Array.from({ length: 30 }, (_, i) => `w${String(i + 1).padStart(2, "0")}`).join(" ");
+    await prompt(page, words);
+    await page.waitForFunction(() => window.chatRec.adds.length >= 3, null, { timeout: wait });
+    execFileSync(bin, ["plugins", "reload", "ws", "--state-dir", stateDir], { stdio: ["ignore", "ignore", "inherit"] });
+    await waitRun(page, "complete");
+    await waitChat(page, "connected");
+
+    const rec = await recorded(page);
+    const lost = rec.states.find(([s]) => s === "reconnecting");
+    assert.ok(lost, `the chat's socket did not drop: ${JSON.stringify(rec.states)}`);
+    assert.ok(lost[1] < 30, `the socket dropped after the whole answer: ${JSON.stringify(rec.states)}`);
+    assert.equal(await page.evaluate(() => document.body.dataset.chatCloseCode), "1012");
+    const catchUp = await page.evaluate(() => window.tether.chat.catchUp());
+    assert.ok(catchUp && catchUp.events > 0, `no missed event came from session.events.since: ${JSON.stringify(catchUp)}`);
+    assert.deepEqual(await messages(page), [
+      ["user", words],
+      ["assistant", words],
+    ]);
+    assert.ok(
+      rec.adds.every((a) => a.row === "1"),
+      "the answer was redrawn instead of caught up",
+    );
+    assert.equal(rec.adds.map((a) => a.text).join(""), words, "a delta was lost or added twice");
+    assert.equal(rec.adds.length, 30);
+    await waitState(page, "connected"); // the terminal is back too
+  }),
+);
+
+// A second host runs the ACP test kit's agent (testing/acp/agent.mjs, on
+// the official SDK; `npm ci` in testing/acp installs it). Its prompt
+// "permission" announces a tool call and asks one permission request with
+// the options Allow and Deny, then answers "chose:<option>" ("chose:cancelled"
+// when cancelled); "fail" fails the turn. Two clients (two browser
+// contexts) show the same chat: the card shows in both, the first answer
+// wins and the other client's card says who answered.
+test("chat: a permission request shows in two clients; the first answer wins", { timeout: 120000 }, async (t) => {
+  const kit = path.join(repo, "testing", "acp");
+  assert.ok(
+    existsSync(path.join(kit, "agent.mjs")) && existsSync(path.join(kit, "node_modules", "@agentclientprotocol", "sdk", "package.json")),
+    `the ACP test kit is missing: ${kit}/agent.mjs and its packages (npm ci in testing/acp)`,
+  );
+  const dir = path.join(tmp, "acp-state");
+  mkdirSync(dir, { mode: 0o700 });
+  const agentCommand = [process.execPath, path.join(kit, "agent.mjs"), "--dir", path.join(tmp, "acp-agent")].map((a) => `'${a}'`).join(" ");
+  const acpLog = [];
+  const h = spawnTether(dir, ["--listen", "127.0.0.1:0", "--pty-command", "", "--agent", "acp", "--agent-command", agentCommand], (l) => {
+    acpLog.push(l);
+    if (acpLog.length > 200) acpLog.shift();
+  });
+  try {
+    const { url: acpURL } = await h.started;
+    await withContext(t, (ctxA) =>
+      withContext(
+        t,
+        async (ctxB) => {
+          const card = "#chat-log .perm";
+          const pending = `${card}[data-state="pending"]`;
+          const a = await openChatView(ctxA, acpURL);
+          await a.click("#chat-new");
+          await prompt(a, "permission");
+          await a.waitForSelector(pending, { timeout: wait });
+          assert.deepEqual(await a.$$eval(`${pending} .actions button`, (bs) => bs.map((b) => b.textContent)), ["Allow", "Deny", "Cancel"]);
+          assert.match(await a.textContent(`${card} .perm-head`), /needs permission/);
+          assert.equal(await a.textContent("#chat-log .tool"), "Tool: needs permission — pending");
+          await waitRun(a, "working");
+          assert.match(await a.textContent("#chat-run"), /waiting for an answer to a permission request/);
+          assert.equal(await a.isEnabled("#chat-input"), false, "the prompt box takes a prompt while a run is in flight");
+          const key = await a.evaluate(() => window.tether.chat.session().key);
+
+          // The other client opens the chat from its list: the open request
+          // comes in the snapshot.
+          const b = await openChatView(ctxB, acpURL);
+          await b.waitForSelector(`#chat-list li[data-key="${key}"]`, { timeout: wait });
+          await b.click(`#chat-list li[data-key="${key}"] .pick`);
+          await b.waitForSelector(pending, { timeout: wait });
+          const requestID = await a.getAttribute(card, "data-request-id");
+          assert.equal(await b.getAttribute(card, "data-request-id"), requestID);
+
+          await b.click(`${pending} button[data-option-id="allow"]`);
+          for (const [page, says] of [
+            [a, "Allow — answered by another client (ws)"],
+            [b, "Allow — answered here"],
+          ]) {
+            await page.waitForFunction(
+              ([sel, says]) => {
+                const c = document.querySelector(sel);
+                return c.dataset.state === "resolved" && c.querySelector(".perm-outcome").textContent === says;
+              },
+              [card, says],
+              { timeout: wait },
+            );
+            assert.equal(await page.isVisible(`${card} .actions`), false, "the answered card still offers its options");
+            await waitRun(page, "complete");
+            assert.deepEqual(await messages(page), [
+              ["user", "permission"],
+              ["assistant", "chose:allow"],
+            ]);
+          }
+
+          // Cancel (option_id null), from the first client this time.
+          await prompt(a, "permission");
+          await b.waitForSelector(pending, { timeout: wait });
+          await a.waitForSelector(pending, { timeout: wait });
+          await a.click(`${pending} button.cancel`);
+          await b.waitForFunction(
+            (sel) => [...document.querySelectorAll(sel)].pop().querySelector(".perm-outcome").textContent === "Cancelled — answered by another client (ws)",
+            card,
+            { timeout: wait },
+          );
+          for (const page of [a, b]) {
+            await waitRun(page, "complete");
+            assert.deepEqual((await messages(page)).pop(), ["assistant", "chose:cancelled"]);
+            assert.equal(await page.$$eval(pending, (cs) => cs.length), 0);
+          }
+
+          // A failed turn says so, with its reason.
+          await prompt(b, "fail");
+          for (const page of [a, b]) {
+            await waitRun(page, "failed");
+            assert.match(await page.textContent("#chat-run"), /^failed: \S/);
+          }
+        },
+        "-client2",
+      ),
+    );
+  } catch (err) {
+    t.diagnostic("ACP host's stderr, last lines:");
+    for (const line of acpLog.slice(-20)) t.diagnostic(line);
+    throw err;
+  } finally {
+    await stopTether(h.proc);
+  }
+});
 
 // Last: it replaces the server. The host is gone for hostGone ms (a
 // rebuild takes that long); the page keeps retrying, shows why and when it

@@ -1,5 +1,6 @@
-// Package web is the browser terminal page that the ws transport serves at
-// "/": an embedded static site (index.html, app.js, app.css) plus xterm.js
+// Package web is the browser page that the ws transport serves at "/": a
+// terminal and a chat view, as an embedded static site (index.html, app.js
+// for the terminal, chat.js for the chat, app.css) plus xterm.js
 // and its fit, web-links and search addons, vendored as built files with
 // their licences under static/vendor (see
 // static/vendor/README.md for the versions and how to update them). Nothing
@@ -22,7 +23,9 @@
 // # The page
 //
 // The page opens one WebSocket to /api/pty (see docs/PROTOCOL.md) and
-// shows it in a full-window xterm.js terminal with a status bar. It never
+// shows it in a full-window xterm.js terminal with a status bar; the
+// status bar's Terminal and Chat tabs switch to the chat view (see "The
+// chat view"), which opens a WebSocket of its own to /api/ws. It never
 // reads the access token: the browser sends the tether_token cookie with
 // the page's WebSocket upgrades (same origin), so the WebSocket URLs carry
 // none, and a reload, a second tab or a bookmark of the bare URL stays
@@ -113,7 +116,62 @@
 // size, Ctrl+0 restores 14 px; the status bar has buttons for each, and
 // the size and the copy-on-select choice are kept in localStorage.
 //
+// # The chat view
+//
+// The chat view drives agent sessions through the JSON-RPC gateway on
+// /api/ws (docs/PROTOCOL.md), on a WebSocket it opens the first time the
+// view is shown and keeps from then on. The terminal keeps its PTY, its
+// socket and its screen meanwhile: it stays laid out under the chat,
+// invisible and out of the focus order, so nothing is refitted on the way
+// back. The terminal's keyboard shortcuts are off in the chat view (Ctrl+=
+// is the browser's zoom there). sessionStorage "tether.tab.view" keeps
+// the tab's view across a reload, localStorage "tether.view" is the one a
+// new tab shows.
+//
+// The side bar lists the stored sessions (session.list, newest first:
+// title, start, message count, "working…" for one with a run in flight
+// according to session.active_list), refreshed when the socket is back and
+// when a run of a session this socket views starts or ends. "New chat"
+// opens an empty chat that is created (session.create, titled with the
+// first line of its first prompt) only when that prompt is sent. Choosing
+// a chat resumes it by its stored key (session.resume) and draws it from
+// the snapshot: its messages, the answer in flight so far and the open
+// permission requests. sessionStorage "tether.tab.chat" keeps the stored
+// key of the tab's chat across a reload, localStorage "tether.chat" is the
+// one a new tab opens.
+//
+// Each answer streams into its row as message.delta events arrive, one
+// text node per delta, and message.complete settles it (its text wins
+// should it differ from the deltas). The header says idle, working…,
+// stopped, or failed with the run's reason. The prompt box takes Enter to
+// send and Shift+Enter for a new line, and is disabled, with Send, while a
+// run is in flight or the socket is away; Stop sends session.interrupt.
+// Tool calls of an ACP agent (acp.update tool_call and tool_call_update)
+// are one line each in the answer's row: title and status. A
+// permission.request is a card with one button per option and Cancel;
+// a button sends permission.respond (Cancel with option_id null). When
+// permission.resolved arrives the card keeps the option chosen and says
+// who answered: "answered here" when this tab's permission.respond
+// succeeded, else "answered by another client" with the answering
+// transport's name, or that the run ended before an answer. All text is
+// inserted as text, never as HTML.
+//
+// The chat's socket reconnects like the terminal's (0.25 s doubling to
+// 10 s, with a countdown; a close from 4000 up is a refusal, not
+// retried). The page keeps, for the open chat, its epoch and the highest
+// seq it has applied. Back on a new socket it resumes the chat by its
+// stored key; when the snapshot has the same epoch it asks
+// session.events.since for the events after that seq and applies them to
+// what it shows, holding back the live events that come meanwhile, then
+// applies those; each seq is applied once and in order. A changed epoch, a
+// truncated answer or a gap in the seqs redraws from a snapshot instead.
+// A reload has nothing drawn, so it draws from the snapshot.
+//
 // The page exposes window.tether = {term, state(), offset(), epoch(),
-// attach(), terminals(), replay()} for tests: replay() is the last
-// pty.replay header.
+// attach(), terminals(), replay(), chat} for tests: replay() is the last
+// pty.replay header; chat is {state(), view(), session(), catchUp()}:
+// the chat socket's state (also document.body.dataset.chat), the view,
+// the open chat's key, runtime id, epoch, seq and run state, and the last
+// session.events.since catch-up (last_seen, the number of events,
+// latest_seq).
 package web

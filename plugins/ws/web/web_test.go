@@ -47,6 +47,7 @@ func TestServe(t *testing.T) {
 		{"/", "text/html; charset=utf-8", `<script src="app.js">`},
 		{"/index.html", "text/html; charset=utf-8", `id="terminal"`},
 		{"/app.js", "text/javascript; charset=utf-8", "/api/pty"},
+		{"/chat.js", "text/javascript; charset=utf-8", "/api/ws"},
 		{"/app.css", "text/css; charset=utf-8", "#statusbar"},
 		{"/vendor/xterm.js", "text/javascript; charset=utf-8", "Terminal"},
 		{"/vendor/xterm.css", "text/css; charset=utf-8", ".xterm"},

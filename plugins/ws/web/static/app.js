@@ -514,7 +514,7 @@
       let text = "connected";
       if (known !== null && known !== h.epoch) text += " — a new shell (the previous one had ended)";
       setState("connected", text);
-      if (!document.hidden && !dialogOpen()) term.focus();
+      if (!document.hidden && !dialogOpen() && terminalShown()) term.focus();
     });
   }
 
@@ -855,10 +855,11 @@
     return true;
   });
   // The same shortcuts when the focus is elsewhere on the page (the
-  // terminal's own keys are handled above).
+  // terminal's own keys are handled above); not in the chat view, where
+  // they are the browser's (Ctrl+= zooms).
   document.addEventListener("keydown", (ev) => {
     if (ev.defaultPrevented || (term.textarea && ev.target === term.textarea)) return;
-    const name = shortcut(ev);
+    const name = terminalShown() ? shortcut(ev) : "";
     if (name && name !== "paste" && name !== "copy") {
       ev.preventDefault();
       runShortcut(name);
@@ -987,6 +988,27 @@
   });
   dialog.addEventListener("close", () => {
     closing = null;
+  });
+
+  // ---- the views (chat.js switches them): the terminal keeps its PTY
+  // and its screen while the chat is shown, laid out but invisible, so
+  // nothing is refitted on the way back.
+
+  function terminalShown() {
+    return body.dataset.view !== "chat";
+  }
+  document.addEventListener("tether:view", (ev) => {
+    if (ev.detail.view === "chat") {
+      closeMenu();
+      if (!searchBox.hidden) {
+        searchBox.hidden = true;
+        searchAddon.clearDecorations();
+        searchCount.textContent = "";
+      }
+      return;
+    }
+    scheduleFit();
+    if (ev.detail.focus && state === "connected") term.focus();
   });
 
   // ---- buttons and page events

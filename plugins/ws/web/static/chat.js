@@ -1,0 +1,897 @@
+// tether browser chat: the page's Chat view, on the JSON-RPC gateway
+// /api/ws (docs/PROTOCOL.md), and the switch between it and the Terminal
+// view. Plain JavaScript, no build step; the package doc of
+// plugins/ws/web describes the behaviour and the choices made here.
+(function () {
+  "use strict";
+
+  // ---- constants
+
+  const VIEW_KEY = "tether.view"; // localStorage: the view a new tab shows
+  const TAB_VIEW_KEY = "tether.tab.view"; // sessionStorage: this tab's view, so a reload keeps it
+  const CHAT_KEY = "tether.chat"; // localStorage: the stored key of the chat opened last (what a new tab opens)
+  const TAB_CHAT_KEY = "tether.tab.chat"; // sessionStorage: this tab's chat
+  const KEY_RE = /^[0-9]{8}_[0-9]{6}_[0-9a-f]{6}$/; // a stored session key
+  const LIST_LIMIT = 100;
+  const TITLE_MAX = 60; // a new chat is titled with the start of its first prompt
+
+  const BACKOFF_FIRST_MS = 250; // doubles per failed attempt...
+  const BACKOFF_MAX_MS = 10000; // ...up to this, forever
+  const DIAL_TIMEOUT_MS = 10000; // from new WebSocket to gateway.ready
+  const REBIND_MS = 2000; // a resume that failed (storage fault, race) is tried again after this
+
+  // Closes after which the chat does not retry by itself (any other code
+  // from 4000 up is a refusal too, see docs/PROTOCOL.md section 15).
+  const FATAL = {
+    4401: "access token missing or wrong: open the URL printed by tether serve",
+    4403: "the host refuses this page's origin or host name",
+    4404: "the gateway is switched off on this host",
+    4408: "the host only accepts connections from its own machine",
+  };
+  const CLOSE_TEXT = {
+    1000: "closed",
+    1001: "host restarting",
+    1005: "closed without a code",
+    1006: "connection lost",
+    1011: "host error",
+    1012: "transport restarting",
+    1013: "too slow to keep up",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const body = document.body;
+  const chatPanel = $("chat");
+  const tabTerminal = $("view-terminal");
+  const tabChat = $("view-chat");
+  const statusEl = $("chat-status");
+  const reconnectButton = $("chat-reconnect");
+  const listEl = $("chat-list");
+  const listNote = $("chat-list-note");
+  const mainEl = $("chat-main");
+  const titleEl = $("chat-title");
+  const runEl = $("chat-run");
+  const logEl = $("chat-log");
+  const input = $("chat-input");
+  const sendButton = $("chat-send");
+  const stopButton = $("chat-stop");
+  const newButton = $("chat-new");
+  const noteEl = $("chat-note");
+
+  // ---- storage (may be unavailable; then values live for this page only)
+
+  function storage(name) {
+    try {
+      return window[name];
+    } catch (_) {
+      return null;
+    }
+  }
+  const tab = storage("sessionStorage");
+  const local = storage("localStorage");
+  function load(s, key) {
+    try {
+      return s ? s.getItem(key) : null;
+    } catch (_) {
+      return null;
+    }
+  }
+  function save(s, key, value) {
+    try {
+      if (s) s.setItem(key, value);
+    } catch (_) {
+      // quota or privacy mode: keep going without persistence
+    }
+  }
+  function drop(s, key) {
+    try {
+      if (s) s.removeItem(key);
+    } catch (_) {
+      // as above
+    }
+  }
+  function validKey(k) {
+    return typeof k === "string" && KEY_RE.test(k) ? k : null;
+  }
+
+  // ---- small DOM helpers: text goes in as text, never as HTML
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function ago(unixSeconds) {
+    const ms = unixSeconds * 1000;
+    const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+    if (s < 60) return "just now";
+    if (s < 3600) return Math.round(s / 60) + " min ago";
+    if (s < 86400) return Math.round(s / 3600) + " h ago";
+    return new Date(ms).toLocaleString();
+  }
+
+  let noteTimer = 0;
+  // note says something about the chat next to the prompt box (errors).
+  function note(text) {
+    clearTimeout(noteTimer);
+    noteEl.textContent = text;
+    if (text) noteTimer = setTimeout(() => (noteEl.textContent = ""), 8000);
+  }
+
+  function errText(err) {
+    if (!err) return "unknown error";
+    return err.message + (typeof err.code === "number" ? " (" + err.code + ")" : "");
+  }
+
+  // ---- the views
+
+  let view = "terminal";
+  let started = false; // the chat's socket has been opened once
+
+  function setView(next, focus) {
+    view = next === "chat" ? "chat" : "terminal";
+    body.dataset.view = view;
+    chatPanel.hidden = view !== "chat";
+    for (const [b, v] of [
+      [tabTerminal, "terminal"],
+      [tabChat, "chat"],
+    ]) {
+      b.setAttribute("aria-selected", String(v === view));
+      b.tabIndex = v === view ? 0 : -1;
+    }
+    save(tab, TAB_VIEW_KEY, view);
+    save(local, VIEW_KEY, view);
+    // The terminal's page code keeps its PTY and its screen; it closes its
+    // menus and takes the focus back on this event.
+    document.dispatchEvent(new CustomEvent("tether:view", { detail: { view, focus: !!focus } }));
+    if (view === "chat") {
+      if (!started) {
+        started = true;
+        connect();
+      } else if (ready) {
+        scheduleList(0);
+      }
+      if (focus) focusChat();
+    }
+  }
+
+  // focusChat focuses the prompt box; a disabled one takes the focus
+  // once it is enabled (updateControls).
+  function focusChat() {
+    if (!input.disabled) input.focus();
+  }
+
+  tabTerminal.addEventListener("click", () => setView("terminal", true));
+  tabChat.addEventListener("click", () => setView("chat", true));
+  $("views").addEventListener("keydown", (ev) => {
+    if (ev.key !== "ArrowLeft" && ev.key !== "ArrowRight") return;
+    ev.preventDefault();
+    const next = view === "chat" ? "terminal" : "chat";
+    setView(next, false);
+    (next === "chat" ? tabChat : tabTerminal).focus();
+  });
+
+  // ---- the socket and JSON-RPC
+
+  let ws = null; // the current socket; events of any other are ignored
+  let ready = false; // gateway.ready seen on ws
+  let nextID = 0;
+  const calls = new Map(); // id → {resolve, reject}
+  let attempt = 0;
+  let retryTimer = 0;
+  let retryAt = 0;
+  let countdownTimer = 0;
+  let dialTimer = 0;
+  let outage = null; // {code, reason}: the close that started this outage
+  let conn = "idle"; // idle, connecting, connected, reconnecting, error
+
+  function setConn(next, text, canReconnect) {
+    conn = next;
+    body.dataset.chat = next;
+    statusEl.textContent = text;
+    reconnectButton.hidden = !canReconnect;
+    updateControls();
+  }
+
+  function wsURL() {
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    return scheme + "//" + location.host + "/api/ws"; // the access token goes in the cookie
+  }
+
+  function closeLabel(c) {
+    return (CLOSE_TEXT[c.code] || (c.code >= 4000 ? "refused by the host" : "closed")) + " (" + c.code + ")";
+  }
+
+  function stopRetry() {
+    clearTimeout(retryTimer);
+    clearInterval(countdownTimer);
+    retryTimer = 0;
+    countdownTimer = 0;
+  }
+
+  function connect() {
+    stopRetry();
+    clearTimeout(dialTimer);
+    closeCurrent();
+    failCalls();
+    ready = false;
+    setConn(outage ? "reconnecting" : "connecting", outage ? "chat: " + closeLabel(outage) + " — reconnecting…" : "chat: connecting…");
+    let sock;
+    try {
+      sock = new WebSocket(wsURL());
+    } catch (err) {
+      setConn("error", "chat: cannot open a WebSocket: " + err.message, true);
+      return;
+    }
+    ws = sock;
+    dialTimer = setTimeout(() => {
+      if (ws !== sock || ready) return;
+      closeCurrent();
+      onClose({ code: 1006, reason: "no answer from the host" });
+    }, DIAL_TIMEOUT_MS);
+    sock.onmessage = (ev) => {
+      if (ws === sock) onMessage(ev.data);
+    };
+    sock.onclose = (ev) => {
+      if (ws !== sock) return;
+      ws = null;
+      onClose(ev);
+    };
+  }
+
+  // closeCurrent closes the current socket on purpose: its events are ignored.
+  function closeCurrent() {
+    const old = ws;
+    ws = null;
+    if (old) {
+      try {
+        old.close(1000, "replaced");
+      } catch (_) {
+        // already closed
+      }
+    }
+  }
+
+  // failCalls rejects every call still waiting for its answer: the socket
+  // it went out on is gone.
+  function failCalls() {
+    const lost = { code: "closed", message: "the connection was lost" };
+    for (const [, p] of calls) p.reject(lost);
+    calls.clear();
+  }
+
+  function onClose(ev) {
+    clearTimeout(dialTimer);
+    ready = false;
+    const c = { code: ev.code, reason: ev.reason || "" };
+    body.dataset.chatCloseCode = String(c.code);
+    failCalls();
+    if (cur) cur.synced = false;
+    if (FATAL[c.code] || c.code >= 4000) {
+      setConn("error", "chat: " + closeLabel(c) + " — " + (FATAL[c.code] || c.reason || "not retried"), true);
+      return;
+    }
+    if (!outage) outage = c;
+    const base = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
+    const delay = Math.min(BACKOFF_MAX_MS, Math.round(base * (1 + 0.2 * Math.random())));
+    attempt++;
+    retryAt = Date.now() + delay;
+    retryTimer = setTimeout(connect, delay);
+    showCountdown();
+    countdownTimer = setInterval(showCountdown, 250);
+  }
+
+  function showCountdown() {
+    const left = Math.max(0, retryAt - Date.now());
+    const when = left >= 1000 ? "reconnecting in " + Math.ceil(left / 1000) + " s" : "reconnecting…";
+    const text = "chat: " + closeLabel(outage) + " — " + when;
+    if (statusEl.textContent !== text) setConn("reconnecting", text, true);
+  }
+
+  function retryNow() {
+    if (retryTimer) connect();
+  }
+  window.addEventListener("online", retryNow);
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) retryNow();
+  });
+  reconnectButton.addEventListener("click", () => {
+    attempt = 0;
+    outage = null;
+    connect();
+  });
+
+  function onMessage(data) {
+    if (typeof data !== "string") return;
+    let m;
+    try {
+      m = JSON.parse(data);
+    } catch (_) {
+      return;
+    }
+    if (!m || typeof m !== "object") return;
+    if (m.method === "event") {
+      const p = m.params || {};
+      if (p.type === "gateway.ready") onReady();
+      else onEvent(p);
+      return;
+    }
+    const c = calls.get(m.id);
+    if (!c) return;
+    calls.delete(m.id);
+    if (m.error) c.reject({ code: m.error.code, message: String(m.error.message || "error") });
+    else c.resolve(m.result);
+  }
+
+  // call sends one request and resolves with its result; it rejects with
+  // {code, message}: the error's, or code "closed" when the socket is not
+  // (or no longer) there.
+  function call(method, params) {
+    if (!ready || !ws || ws.readyState !== WebSocket.OPEN) {
+      return Promise.reject({ code: "closed", message: "not connected" });
+    }
+    const id = ++nextID;
+    const sock = ws;
+    return new Promise((resolve, reject) => {
+      calls.set(id, { resolve, reject });
+      sock.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+    });
+  }
+
+  function onReady() {
+    clearTimeout(dialTimer);
+    ready = true;
+    attempt = 0;
+    outage = null;
+    setConn("connected", "chat: connected");
+    scheduleList(0);
+    if (cur && cur.key) bind(cur, true);
+  }
+
+  // ---- the list of stored sessions
+
+  let listTimer = 0;
+  function scheduleList(ms) {
+    clearTimeout(listTimer);
+    listTimer = setTimeout(refreshList, ms);
+  }
+
+  function refreshList() {
+    if (!ready) return;
+    Promise.all([call("session.list", { limit: LIST_LIMIT }), call("session.active_list", {})]).then(
+      ([stored, active]) => renderList(stored.sessions || [], active.sessions || []),
+      (err) => {
+        if (err.code !== "closed") listNote.textContent = "cannot list the chats: " + errText(err);
+      },
+    );
+  }
+
+  function renderList(stored, active) {
+    const live = new Map(active.map((s) => [s.session_key, s]));
+    const focused = listEl.contains(document.activeElement) ? document.activeElement.parentElement.dataset.key : null;
+    listEl.textContent = "";
+    listNote.textContent = stored.length ? "" : "No chats yet.";
+    for (const s of stored) {
+      const li = el("li");
+      li.dataset.key = s.id;
+      const pick = el("button", "pick");
+      pick.type = "button";
+      if (cur && cur.key === s.id) pick.setAttribute("aria-current", "true");
+      const bits = [ago(s.started_at), s.message_count + (s.message_count === 1 ? " message" : " messages")];
+      const a = live.get(s.id);
+      if (a && a.status === "working") bits.push("working…");
+      pick.append(el("span", "name", s.title || "Untitled chat"), el("span", "meta", bits.join(" · ")));
+      pick.title = "Open this chat (" + s.id + ")";
+      pick.addEventListener("click", () => openChat(s.id, true));
+      li.append(pick);
+      listEl.append(li);
+      if (s.id === focused) pick.focus(); // a refresh keeps the keyboard's place
+    }
+  }
+
+  function markCurrent() {
+    for (const b of listEl.querySelectorAll(".pick")) {
+      if (cur && cur.key === b.parentElement.dataset.key) b.setAttribute("aria-current", "true");
+      else b.removeAttribute("aria-current");
+    }
+  }
+
+  // ---- the open chat
+
+  // cur is the chat this tab shows: key is its stored key (null for a new
+  // chat not stored yet), sid its runtime id on the current socket, epoch
+  // and seq the event numbering the log is drawn up to. While synced is
+  // false (binding, catching up) its live events wait in pending.
+  let cur = null;
+  let lastCatchUp = null; // for tests: {last_seen, events, latest_seq} of the latest session.events.since
+
+  function newChatState(key) {
+    return {
+      key,
+      sid: null,
+      epoch: null,
+      seq: 0,
+      drawn: false, // the log shows this chat at (epoch, seq)
+      synced: false,
+      pending: [],
+      running: false,
+      submitting: false,
+      streamRow: null, // the assistant row of the run in flight
+      perms: new Map(), // request_id → permission card state
+      tools: new Map(), // toolCallId → {li, title, status}
+      rebindTimer: 0,
+      binds: 0, // bumps on every bind; the answers of an older one are dropped
+    };
+  }
+
+  function setCurrent(c) {
+    if (cur) clearTimeout(cur.rebindTimer);
+    cur = c;
+    logEl.textContent = "";
+    setRun("none", "");
+    if (c.key) {
+      save(tab, TAB_CHAT_KEY, c.key);
+      save(local, CHAT_KEY, c.key);
+    }
+    markCurrent();
+    updateControls();
+  }
+
+  function openChat(key, focus) {
+    if (cur && cur.key === key && (cur.synced || !ready)) {
+      if (focus) focusChat();
+      return;
+    }
+    setCurrent(newChatState(key));
+    titleEl.textContent = "Opening…";
+    if (ready) bind(cur, false);
+    if (focus) focusChat();
+  }
+
+  function newChat() {
+    const c = newChatState(null);
+    setCurrent(c);
+    titleEl.textContent = "New chat";
+    setRun("none", "type a prompt to start");
+    updateControls();
+    focusChat();
+  }
+  newButton.addEventListener("click", newChat);
+
+  function stale(c) {
+    return cur !== c;
+  }
+
+  // bind resumes c by its stored key on the current socket. With catchUp
+  // (the socket dropped while the log was drawn) and the same epoch, it
+  // asks session.events.since for exactly the events missed and applies
+  // them; otherwise it redraws from the snapshot.
+  function bind(c, catchUp) {
+    clearTimeout(c.rebindTimer);
+    c.synced = false;
+    c.pending = [];
+    const g = ++c.binds;
+    const outdated = () => cur !== c || c.binds !== g; // another chat, or a later bind of this one
+    call("session.resume", { session_id: c.key }).then(
+      (snap) => {
+        if (outdated()) return;
+        c.sid = snap.session_id;
+        if (!(catchUp && c.drawn && c.epoch === snap.epoch)) {
+          redraw(c, snap);
+          return;
+        }
+        const lastSeen = c.seq;
+        call("session.events.since", { session_id: snap.session_id, last_seen: lastSeen }).then(
+          (res) => {
+            if (outdated()) return;
+            if (res.truncated || res.epoch !== c.epoch || res.latest_seq < snap.latest_seq) {
+              redraw(c, snap);
+              return;
+            }
+            lastCatchUp = { last_seen: lastSeen, events: res.events.length, latest_seq: res.latest_seq };
+            c.synced = true;
+            for (const e of res.events) apply(c, e);
+            flush(c);
+            updateControls();
+          },
+          (err) => {
+            if (outdated() || err.code === "closed") return;
+            redraw(c, snap);
+          },
+        );
+      },
+      (err) => {
+        if (outdated() || err.code === "closed") return; // the next gateway.ready binds again
+        if (err.code === 4007 && /not found/.test(err.message)) {
+          drop(tab, TAB_CHAT_KEY);
+          if (load(local, CHAT_KEY) === c.key) drop(local, CHAT_KEY);
+          titleEl.textContent = "Chat not found";
+          setRun("failed", "no stored chat " + c.key);
+          c.key = null;
+          scheduleList(0);
+          updateControls();
+          return;
+        }
+        setRun("failed", "cannot open the chat: " + errText(err) + "; trying again");
+        c.rebindTimer = setTimeout(() => {
+          if (!outdated() && ready) bind(c, catchUp);
+        }, REBIND_MS);
+      },
+    );
+  }
+
+  // flush applies the live events that arrived while c was not synced.
+  function flush(c) {
+    const q = c.pending;
+    c.pending = [];
+    q.sort((a, b) => a.seq - b.seq);
+    for (const e of q) apply(c, e);
+  }
+
+  function onEvent(e) {
+    if (!e || typeof e.type !== "string") return;
+    if (e.type === "message.complete" || e.type === "message.start") scheduleList(300);
+    const c = cur;
+    if (!c || !c.sid || e.session_id !== c.sid) return; // another chat this socket views, or not bound yet
+    if (!c.synced) c.pending.push(e);
+    else apply(c, e);
+  }
+
+  // apply applies one event of c, each seq once and in order; a gap (which
+  // the protocol rules out) makes it redraw from a fresh snapshot.
+  function apply(c, e) {
+    if (!c.synced) return; // a bind is under way: its snapshot holds this event
+    const seq = Number(e.seq);
+    if (!(seq > c.seq)) return;
+    if (seq !== c.seq + 1) {
+      bind(c, false);
+      return;
+    }
+    c.seq = seq;
+    const p = e.payload || {};
+    switch (e.type) {
+      case "message.start":
+        if (c.streamRow) finishRow(c.streamRow, "");
+        addRow("user", typeof p.prompt === "string" ? p.prompt : c.sent || "");
+        c.streamRow = addRow("assistant", "", true);
+        c.running = true;
+        setRun("working", "");
+        break;
+      case "message.delta":
+        if (typeof p.text !== "string") break;
+        if (!c.streamRow) c.streamRow = addRow("assistant", "", true);
+        appendText(c.streamRow, p.text);
+        break;
+      case "message.complete": {
+        const row = c.streamRow || addRow("assistant", "", true);
+        // The complete text is the deltas' concatenation; if not, it wins.
+        if (typeof p.text === "string" && rowText(row) !== p.text) setRowText(row, p.text);
+        finishRow(row, String(p.status || ""));
+        c.streamRow = null;
+        c.running = false;
+        setRun(String(p.status || "complete"), p.reason || (p.stop_reason && p.stop_reason !== "end_turn" ? "stop reason " + p.stop_reason : ""));
+        break;
+      }
+      case "permission.request":
+        addPermission(c, p);
+        break;
+      case "permission.resolved":
+        resolvePermission(c, p);
+        break;
+      case "acp.update":
+        toolUpdate(c, p);
+        break;
+      default:
+        break; // an event type this page does not know: ignored
+    }
+    updateControls();
+  }
+
+  // redraw draws c from a snapshot: every message, the answer in flight
+  // so far, and the open permission requests.
+  function redraw(c, snap) {
+    c.key = snap.session_key;
+    c.sid = snap.session_id;
+    c.epoch = snap.epoch;
+    c.seq = Number(snap.latest_seq) || 0;
+    c.running = !!snap.running;
+    c.streamRow = null;
+    c.perms = new Map();
+    c.tools = new Map();
+    save(tab, TAB_CHAT_KEY, c.key);
+    save(local, CHAT_KEY, c.key);
+    titleEl.textContent = snap.title || "Untitled chat";
+    logEl.textContent = "";
+    const msgs = Array.isArray(snap.messages) ? snap.messages : [];
+    msgs.forEach((m, i) => {
+      const last = i === msgs.length - 1;
+      // While a run is in flight the last row is its answer so far.
+      const inFlight = last && c.running && m.role === "assistant";
+      const row = addRow(m.role === "user" ? "user" : "assistant", String(m.text || ""), inFlight);
+      if (inFlight) c.streamRow = row;
+    });
+    for (const p of snap.pending_permissions || []) addPermission(c, p);
+    setRun(c.running ? "working" : "idle", "");
+    c.drawn = true;
+    c.synced = true;
+    markCurrent();
+    flush(c);
+    updateControls();
+  }
+
+  // ---- rows
+
+  function pinned() {
+    return logEl.scrollHeight - logEl.scrollTop - logEl.clientHeight < 24;
+  }
+  function scrollDown(wasPinned) {
+    if (wasPinned) logEl.scrollTop = logEl.scrollHeight;
+  }
+
+  function addRow(role, text, streaming) {
+    const p = pinned();
+    const li = el("li", "msg " + role);
+    li.append(el("div", "who", role === "user" ? "You" : "Agent"), el("ul", "items"), el("div", "text", text));
+    if (streaming) {
+      li.dataset.status = "streaming";
+      li.setAttribute("aria-busy", "true");
+    }
+    logEl.append(li);
+    scrollDown(p);
+    return li;
+  }
+
+  // appendText adds a delta as a text node of its own.
+  function appendText(row, text) {
+    const p = pinned();
+    row.querySelector(".text").append(document.createTextNode(text));
+    scrollDown(p);
+  }
+  function rowText(row) {
+    return row.querySelector(".text").textContent;
+  }
+  function setRowText(row, text) {
+    row.querySelector(".text").textContent = text;
+  }
+  function finishRow(row, status) {
+    row.removeAttribute("aria-busy");
+    if (status) row.dataset.status = status;
+    else delete row.dataset.status;
+  }
+
+  // items is where a run's tool calls and permission cards go: in the
+  // answer in flight, else in a row of their own.
+  function items(c) {
+    if (!c.streamRow) c.streamRow = addRow("assistant", "", c.running);
+    return c.streamRow.querySelector(".items");
+  }
+
+  // ---- run status
+
+  const RUN_TEXT = {
+    none: "",
+    idle: "idle",
+    working: "working…",
+    complete: "idle",
+    interrupted: "stopped",
+    failed: "failed",
+  };
+  function setRun(state, why) {
+    mainEl.dataset.run = state;
+    let t = RUN_TEXT[state] !== undefined ? RUN_TEXT[state] : state;
+    if (why) t = state === "working" || state === "none" || !t ? why : t + ": " + why;
+    runEl.textContent = t;
+  }
+
+  function waiting(c) {
+    let n = 0;
+    for (const [, p] of c.perms) if (!p.resolved) n++;
+    return n;
+  }
+
+  function updateControls() {
+    const c = cur;
+    const online = conn === "connected";
+    const idle = !!c && !c.running && !c.submitting && (c.key === null || c.synced);
+    const wasFocused = document.activeElement === input;
+    input.disabled = !(online && idle);
+    sendButton.disabled = input.disabled;
+    stopButton.disabled = !(online && c && c.sid && c.running);
+    for (const [, p] of c ? c.perms : []) renderPermission(c, p);
+    if (c && c.running) {
+      const n = waiting(c);
+      setRun("working", n ? "waiting for an answer to " + (n > 1 ? n + " permission requests" : "a permission request") : "");
+    }
+    // Back from a run: the prompt box takes the focus again.
+    if (!input.disabled && view === "chat" && (wasFocused || document.activeElement === body || document.activeElement === null)) {
+      input.focus();
+    }
+  }
+
+  // ---- sending and stopping
+
+  function titleFor(text) {
+    const line = text.trim().split("\n")[0].trim();
+    return line.length > TITLE_MAX ? line.slice(0, TITLE_MAX - 1) + "…" : line;
+  }
+
+  function send() {
+    const c = cur;
+    const text = input.value;
+    if (!c || input.disabled || text.trim() === "") return;
+    c.submitting = true;
+    updateControls();
+    const create = c.key
+      ? Promise.resolve()
+      : call("session.create", { title: titleFor(text) }).then((snap) => {
+          if (stale(c)) throw { code: "stale" };
+          redraw(c, snap);
+          scheduleList(0);
+        });
+    create
+      .then(() => {
+        c.sent = text;
+        return call("prompt.submit", { session_id: c.sid, text });
+      })
+      .then(
+        () => {
+          if (!stale(c) && input.value === text) input.value = "";
+        },
+        (err) => {
+          if (stale(c) || err.code === "stale") return;
+          if (err.code === "closed") note("not sent: the connection was lost (the prompt stays in the box)");
+          else if (err.code === 4009) note("not sent: an answer is still running");
+          else note("not sent: " + errText(err));
+          if (err.code === 4001) bind(c, true);
+        },
+      )
+      .finally(() => {
+        c.submitting = false;
+        updateControls();
+      });
+  }
+
+  sendButton.addEventListener("click", send);
+  input.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing && !ev.ctrlKey && !ev.altKey && !ev.metaKey) {
+      ev.preventDefault();
+      send();
+    }
+  });
+  stopButton.addEventListener("click", () => {
+    const c = cur;
+    if (!c || !c.sid) return;
+    call("session.interrupt", { session_id: c.sid }).catch((err) => {
+      if (!stale(c)) note("cannot stop: " + errText(err));
+    });
+  });
+
+  // ---- permission requests
+
+  function addPermission(c, p) {
+    if (!p || typeof p.request_id !== "string" || c.perms.has(p.request_id)) return;
+    const tc = p.tool_call && typeof p.tool_call === "object" ? p.tool_call : {};
+    const card = el("li", "perm");
+    card.dataset.requestId = p.request_id;
+    card.setAttribute("role", "group");
+    const what = tc.title || tc.toolCallId || "a tool call";
+    card.setAttribute("aria-label", "Permission request: " + what);
+    const head = el("div", "perm-head", "Permission requested: ");
+    head.append(el("b", "", what));
+    if (tc.kind) head.append(el("span", "perm-kind", " (" + tc.kind + ")"));
+    const actions = el("div", "actions");
+    const options = Array.isArray(p.options) ? p.options : [];
+    for (const o of options) {
+      if (!o || typeof o.optionId !== "string") continue;
+      const b = el("button", /^allow/.test(o.kind || "") ? "primary" : /^reject/.test(o.kind || "") ? "danger" : "", o.name || o.optionId);
+      b.type = "button";
+      b.dataset.optionId = o.optionId;
+      b.addEventListener("click", () => respond(c, p.request_id, o.optionId));
+      actions.append(b);
+    }
+    const cancel = el("button", "cancel", "Cancel");
+    cancel.type = "button";
+    cancel.title = "Answer the request as cancelled";
+    cancel.addEventListener("click", () => respond(c, p.request_id, null));
+    actions.append(cancel);
+    const outcome = el("div", "perm-outcome");
+    outcome.setAttribute("role", "status");
+    card.append(head, actions, outcome);
+    const perm = { id: p.request_id, card, options, resolved: false, busy: false, mine: false, option: null, by: "" };
+    c.perms.set(p.request_id, perm);
+    const wasPinned = pinned();
+    items(c).append(card);
+    scrollDown(wasPinned);
+    renderPermission(c, perm);
+  }
+
+  function respond(c, requestID, optionID) {
+    const perm = c.perms.get(requestID);
+    if (!perm || perm.resolved || perm.busy || stale(c)) return;
+    perm.busy = true;
+    renderPermission(c, perm);
+    call("permission.respond", { session_id: c.sid, request_id: requestID, option_id: optionID }).then(
+      () => {
+        perm.busy = false;
+        perm.mine = true;
+        renderPermission(c, perm);
+      },
+      (err) => {
+        perm.busy = false;
+        if (err.code !== 4090 && !stale(c)) note("cannot answer: " + errText(err));
+        renderPermission(c, perm);
+      },
+    );
+  }
+
+  function resolvePermission(c, p) {
+    const perm = c.perms.get(p.request_id);
+    if (!perm) return;
+    perm.resolved = true;
+    perm.option = typeof p.option_id === "string" ? p.option_id : null;
+    perm.by = String(p.by || "");
+    renderPermission(c, perm);
+  }
+
+  function renderPermission(c, perm) {
+    const online = conn === "connected" && c.synced;
+    perm.card.dataset.state = perm.resolved ? "resolved" : "pending";
+    perm.card.querySelector(".actions").hidden = perm.resolved;
+    for (const b of perm.card.querySelectorAll(".actions button")) b.disabled = perm.busy || !online;
+    const out = perm.card.querySelector(".perm-outcome");
+    if (!perm.resolved) {
+      out.textContent = perm.busy ? "answering…" : "";
+      return;
+    }
+    if (perm.busy) {
+      out.textContent = "answered…"; // this tab's answer is on its way back
+      return;
+    }
+    const o = perm.options.find((x) => x && x.optionId === perm.option);
+    const what = perm.option === null ? "Cancelled" : (o && (o.name || o.optionId)) || perm.option;
+    let text;
+    if (perm.by === "cancelled") text = "Withdrawn: the run ended before an answer";
+    else if (perm.mine) text = what + " — answered here";
+    else text = what + " — answered by another client" + (perm.by ? " (" + perm.by + ")" : "");
+    out.textContent = text;
+  }
+
+  // ---- tool calls (ACP agents), one line each
+
+  function toolUpdate(c, u) {
+    if (!u || (u.sessionUpdate !== "tool_call" && u.sessionUpdate !== "tool_call_update")) return;
+    const id = typeof u.toolCallId === "string" ? u.toolCallId : "";
+    if (!id) return;
+    let t = c.tools.get(id);
+    if (!t) {
+      t = { li: el("li", "tool"), title: "", status: "" };
+      t.li.dataset.toolCallId = id;
+      c.tools.set(id, t);
+      const wasPinned = pinned();
+      items(c).append(t.li);
+      scrollDown(wasPinned);
+    }
+    if (typeof u.title === "string" && u.title) t.title = u.title;
+    if (typeof u.status === "string" && u.status) t.status = u.status;
+    t.li.dataset.status = t.status;
+    t.li.textContent = "Tool: " + (t.title || id) + (t.status ? " — " + t.status : "");
+  }
+
+  // ---- start
+
+  window.tether = window.tether || {};
+  window.tether.chat = {
+    state: () => conn,
+    view: () => view,
+    session: () => (cur ? { key: cur.key, sid: cur.sid, epoch: cur.epoch, seq: cur.seq, running: cur.running, synced: cur.synced } : null),
+    catchUp: () => lastCatchUp,
+  };
+
+  const startKey = validKey(load(tab, TAB_CHAT_KEY)) || validKey(load(local, CHAT_KEY));
+  if (startKey) openChat(startKey, false);
+  else newChat();
+  const startView = load(tab, TAB_VIEW_KEY) || load(local, VIEW_KEY);
+  setView(startView === "chat" ? "chat" : "terminal", false);
+  if (view === "chat") focusChat();
+})();
