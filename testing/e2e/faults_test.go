@@ -293,31 +293,45 @@ func TestFaultDamagedStateDB(t *testing.T) {
 func TestFaultPluginStderrFlood(t *testing.T) {
 	checkNoLeaks(t)
 	flood := fakeTransportScript(t, "flood")
+	started := time.Now()
 	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "", "--admin-listen", "127.0.0.1:0",
 		"--plugin", "transport:flood=" + flood, "--transport-listen", "flood=127.0.0.1:0"}})
 	waitLogLine(t, s, "plugin wrote more stderr lines than the limit; the rest of this second was dropped", map[string]any{"plugin": "flood"})
+	// Each second's drops are summarised at its end: wait until every
+	// line written is re-emitted or summarised (a loaded machine takes
+	// more seconds to read them).
 	var reemitted, dropped int
-	for _, l := range strings.Split(s.Stderr.String(), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) != nil || m["plugin"] != "flood" {
-			continue
-		}
-		if msg, _ := m["message"].(string); strings.HasPrefix(msg, "flood line ") {
-			reemitted++
-		}
-		if n, ok := m["dropped"].(float64); ok {
-			dropped += int(n)
+	count := func() {
+		reemitted, dropped = 0, 0
+		for _, l := range strings.Split(s.Stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) != nil || m["plugin"] != "flood" {
+				continue
+			}
+			if msg, _ := m["message"].(string); strings.HasPrefix(msg, "flood line ") {
+				reemitted++
+			}
+			if n, ok := m["dropped"].(float64); ok {
+				dropped += int(n)
+			}
 		}
 	}
-	// The lines arrive within a second or two: at most 1,000 per second.
-	if reemitted > 3000 || reemitted < 1000 {
-		t.Errorf("%d flood lines re-emitted, want 1,000 per second of flood (at most 3,000)", reemitted)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if count(); reemitted+dropped >= floodLines || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the host's log: no event says a summary is out
+	}
+	// At most 1,000 lines a second are re-emitted, and every line is
+	// accounted for.
+	if reemitted+dropped != floodLines {
+		t.Errorf("re-emitted %d + dropped %d, want the %d written", reemitted, dropped, floodLines)
+	}
+	if reemitted < 1000 || reemitted > 1000*(1+int(time.Since(started)/time.Second)) {
+		t.Errorf("%d flood lines re-emitted in %v, want 1,000 per second of flood at most", reemitted, time.Since(started))
 	}
 	if got := s.Metric(t, "tether_plugin_log_lines_dropped_total", "plugin=flood"); int(got) != dropped || dropped == 0 {
 		t.Errorf("dropped: summary lines say %d, metric %v; want them equal and above 0", dropped, got)
-	}
-	if reemitted+dropped > 20000 {
-		t.Errorf("re-emitted %d + dropped %d > the 20,000 written", reemitted, dropped)
 	}
 }
 
@@ -458,14 +472,15 @@ func TestFaultRebuiltBinaryReattaches(t *testing.T) {
 	if got := readPTYRecord(t, state); got.PID != rec.PID {
 		t.Errorf("PTY plugin pid %d after host B started, want the same %d", got.PID, rec.PID)
 	}
-	if n := strings.Count(strings.Join(pgrepPlugins(t), "\n"), "plugin pty"); n != 1 {
-		t.Errorf("%d PTY plugins run, want one: %q", n, pgrepPlugins(t))
+	if n := strings.Count(strings.Join(pgrepPlugins(t, dir), "\n"), "plugin pty"); n != 1 {
+		t.Errorf("%d PTY plugins of this test run, want one: %q", n, pgrepPlugins(t, dir))
 	}
 }
 
 // pgrepPlugins lists the command lines of running `tether plugin pty`
-// processes started from this test's binaries.
-func pgrepPlugins(t *testing.T) []string {
+// processes started from binaries under dir (other tests and programs
+// on the machine run theirs).
+func pgrepPlugins(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
 	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -475,7 +490,7 @@ func pgrepPlugins(t *testing.T) []string {
 			continue
 		}
 		cl := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
-		if strings.HasSuffix(cl, " plugin pty") && strings.Contains(cl, os.TempDir()) {
+		if strings.HasSuffix(cl, " plugin pty") && strings.HasPrefix(cl, dir+"/") {
 			out = append(out, cl)
 		}
 	}
