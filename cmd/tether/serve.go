@@ -84,21 +84,6 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "tether serve: --tls-cert and --tls-key go together")
 		return 2
 	}
-	if *tokenFile == "" {
-		*tokenFile = filepath.Join(*stateDir, "token")
-	}
-	tokenCreated := false
-	if *token == "" {
-		t, created, err := loadOrCreateToken(*stateDir, *tokenFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "tether serve:", err)
-			return 1
-		}
-		if created {
-			log.Info().Str("file", *tokenFile).Msg("new access token created")
-		}
-		*token, tokenCreated = t, created
-	}
 	agents, acpArgv, err := agentFactory(*agentKind, *agentCommand, *echoDelay)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tether serve:", err)
@@ -187,6 +172,23 @@ func serve(args []string) int {
 	if *restartLimit < 0 {
 		fmt.Fprintln(os.Stderr, "tether serve: --plugin-restart-limit must be at least 0")
 		return 2
+	}
+	// The token file is made once every flag is known good: a start
+	// refused for a bad flag leaves a fresh state dir as it was.
+	if *tokenFile == "" {
+		*tokenFile = filepath.Join(*stateDir, "token")
+	}
+	tokenCreated := false
+	if *token == "" {
+		t, created, err := loadOrCreateToken(*stateDir, *tokenFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tether serve:", err)
+			return 1
+		}
+		if created {
+			log.Info().Str("file", *tokenFile).Msg("new access token created")
+		}
+		*token, tokenCreated = t, created
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -41,6 +41,14 @@ func TestAccessTokenFileSurvivesRestart(t *testing.T) {
 	if code, err := s.Wait(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("exit %d, %v", code, err)
 	}
+	// A start refused for a bad flag makes no token file.
+	fresh := t.TempDir()
+	if _, stderr, exit := e2e.Tether(t, "serve", "--state-dir", fresh, "--agent", "acp"); exit != 2 || !strings.Contains(stderr, "--agent acp needs --agent-command") {
+		t.Errorf("serve --agent acp with no command: exit %d, %q; want 2 and why", exit, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(fresh, "token")); !os.IsNotExist(err) {
+		t.Errorf("a refused start left a token file (stat: %v)", err)
+	}
 	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", ""}, Env: []string{"TETHER_TOKEN="}})
 	if s2.Token != s.Token {
 		t.Errorf("token after a restart %q, want the same %q", s2.Token, s.Token)
