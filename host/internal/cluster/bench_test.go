@@ -23,13 +23,13 @@ var benchKeys atomic.Int64
 // life runs one session's life on s: the claim (create), binds and
 // teardowns (updates, each at the revision the last one returned) and
 // the release (delete).
-func life(b *testing.B, s ownership.Store) {
+func life(s ownership.Store) error {
 	ctx := context.Background()
 	key := fmt.Sprintf("20250105_000000_%06x", benchKeys.Add(1))
 	o := ownership.Owner{Host: "h", SessionID: key[16:], Gen: 1}
 	rev, err := s.Create(ctx, key, o)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
 	for i := range binds {
 		o.Gen++
@@ -39,12 +39,10 @@ func life(b *testing.B, s ownership.Store) {
 			o.Viewers = o.Viewers[1:]
 		}
 		if rev, err = s.Update(ctx, key, o, rev); err != nil {
-			b.Fatal(err)
+			return err
 		}
 	}
-	if err := s.Delete(ctx, key, rev); err != nil {
-		b.Fatal(err)
-	}
+	return s.Delete(ctx, key, rev)
 }
 
 // BenchmarkOwnersCAS measures the ownership store at the session table's
@@ -81,7 +79,9 @@ func BenchmarkOwnersCAS(b *testing.B) {
 			stores := setup.stores(b)
 			b.Run("serial", func(b *testing.B) {
 				for b.Loop() {
-					life(b, stores[0])
+					if err := life(stores[0]); err != nil {
+						b.Fatal(err)
+					}
 				}
 				b.ReportMetric(float64(b.N*casPerLife)/b.Elapsed().Seconds(), "cas/s")
 			})
@@ -92,7 +92,10 @@ func BenchmarkOwnersCAS(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					s := stores[int(next.Add(1))%len(stores)]
 					for pb.Next() {
-						life(b, s)
+						if err := life(s); err != nil {
+							b.Error(err) // not Fatal: this is not the benchmark's goroutine
+							return
+						}
 					}
 				})
 				b.ReportMetric(float64(b.N*casPerLife)/b.Elapsed().Seconds(), "cas/s")

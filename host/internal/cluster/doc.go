@@ -42,6 +42,15 @@
 //     A Get still only informs: what decides is the revision-checked
 //     write, so a stale read can cost a conflict, never a second owner.
 //     (TestGetNeverDirect, TestBucketConfig.)
+//   - On a replicated bucket the stream leader acknowledges a write
+//     before it forgets the write in process, and meanwhile refuses the
+//     key's next conditional write without comparing its revision (code
+//     10164, which the library counts as a mismatch; 10163 likewise while
+//     a new leader applies its log). Such a refusal wrote nothing: KVOwners
+//     asks again (1 ms, doubling up to 50 ms) until the server decides or
+//     the context ends (ErrUnavailable, never ErrConflict). Without it, a
+//     bind right after a teardown of the same session would be refused as
+//     owned elsewhere. (TestBusyIsAskedAgain, TestClusterBackToBackWrites.)
 //   - A watch sends a nil entry once it has delivered every key's last
 //     value (at once on an empty bucket); List stops there, and drains the
 //     watch when it stops it (its delivery blocks on a full channel).

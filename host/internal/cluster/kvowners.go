@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -34,6 +36,10 @@ type KVConfig struct {
 type KVOwners struct {
 	kv     jetstream.KeyValue
 	bucket string
+
+	// busyRetries counts the writes asked again because the server had
+	// not decided them (see busy).
+	busyRetries atomic.Uint64
 }
 
 var _ ownership.Store = (*KVOwners)(nil)
@@ -113,7 +119,11 @@ func (k *KVOwners) Create(ctx context.Context, key string, o ownership.Owner) (u
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", key, err)
 	}
-	rev, err := k.kv.Create(ctx, key, val)
+	var rev uint64
+	err = k.retryBusy(ctx, func() (err error) {
+		rev, err = k.kv.Create(ctx, key, val)
+		return err
+	})
 	if err != nil {
 		return 0, classify(fmt.Sprintf("create %s", key), err)
 	}
@@ -148,7 +158,11 @@ func (k *KVOwners) Update(ctx context.Context, key string, o ownership.Owner, re
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	next, err := k.kv.Update(ctx, key, val, rev)
+	var next uint64
+	err = k.retryBusy(ctx, func() (err error) {
+		next, err = k.kv.Update(ctx, key, val, rev)
+		return err
+	})
 	if err != nil {
 		return 0, classify(op, err)
 	}
@@ -164,7 +178,8 @@ func (k *KVOwners) Delete(ctx context.Context, key string, rev uint64) error {
 		// LastRevision(0) is no check at all: an unconditional delete.
 		return fmt.Errorf("%s: no entry has revision 0: %w", op, ownership.ErrConflict)
 	}
-	if err := k.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+	err := k.retryBusy(ctx, func() error { return k.kv.Delete(ctx, key, jetstream.LastRevision(rev)) })
+	if err != nil {
 		return classify(op, err)
 	}
 	return nil
@@ -218,17 +233,69 @@ func stopWatch(w jetstream.KeyWatcher) {
 	}
 }
 
+// busyBudget bounds how long a write refused as busy is asked again
+// when its context has no deadline.
+const busyBudget = 5 * time.Second
+
+// retryBusy runs write until the server decides it: while it answers
+// busy, write is asked again after a short wait (1 ms, doubling up to
+// 50 ms), until ctx ends. It returns write's last error, joined with
+// ctx's when that ended the retries.
+func (k *KVOwners) retryBusy(ctx context.Context, write func() error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, busyBudget)
+		defer cancel()
+	}
+	wait := time.Millisecond
+	for {
+		err := write()
+		if !busy(err) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (asked again until: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+		k.busyRetries.Add(1)
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// busy reports whether the server refused a write without deciding it,
+// so that nothing was written and asking again gets an answer: on a
+// replicated stream, another write of the key is still being applied
+// (code 10164 — also for a moment after the previous write was
+// acknowledged, as the leader acknowledges before it forgets the write
+// in process), or a new stream leader is still applying its log (10163).
+func busy(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant || apiErr.ErrorCode == codeExpectedLastSeqNotReady)
+}
+
+// codeExpectedLastSeqNotReady is the server's "expected last sequence per
+// subject temporarily unavailable" (the library has no name for it).
+const codeExpectedLastSeqNotReady jetstream.ErrorCode = 10163
+
 // classify wraps a nats error in the ownership error class it answers:
 // the server's refusal of the revision is a conflict, a key with no value
 // (never written, or its last message a delete marker) has no owner, and
 // anything else (a timeout, no responders, a closed connection, JetStream
-// unavailable, an answer not understood) leaves the entry unknown. The
-// nats error stays wrapped too.
+// unavailable, an answer not understood, a write still busy when its
+// context ended) leaves the entry unknown. The nats error stays wrapped
+// too.
 func classify(op string, err error) error {
 	switch {
 	case errors.Is(err, jetstream.ErrInvalidKey):
 		// Refused before anything was sent: a caller's mistake.
 		return fmt.Errorf("%s: %w", op, err)
+	case busy(err):
+		// Not a conflict: the server did not compare the revision.
+		return fmt.Errorf("%s: %w: %w", op, ownership.ErrUnavailable, err)
 	case wrongLastSequence(err):
 		return fmt.Errorf("%s: %w: %w", op, ownership.ErrConflict, err)
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
@@ -242,12 +309,12 @@ func classify(op string, err error) error {
 // a key that has a value, or an update or delete at a stale revision.
 // The library wraps it as ErrKeyExists or ErrKeyRevisionMismatch, except
 // for the update of a create over a delete marker, which it returns as
-// the server's API error (code 10071, or 10164 from a replicated stream).
+// the server's API error (code 10071). Code 10164, which the library
+// counts as a mismatch too, is busy, tested first.
 func wrongLastSequence(err error) bool {
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return true
 	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

@@ -455,3 +455,93 @@ func TestList(t *testing.T) {
 		t.Fatal("list has the deleted key")
 	}
 }
+
+// busyKV answers the first n writes with the server's busy code, then
+// passes them to the bucket.
+type busyKV struct {
+	jetstream.KeyValue
+	code  jetstream.ErrorCode
+	n     int // busy answers left
+	calls int
+}
+
+func (b *busyKV) busy() error {
+	b.calls++
+	if b.n > 0 {
+		b.n--
+		return &jetstream.APIError{Code: 400, ErrorCode: b.code, Description: "wrong last sequence"}
+	}
+	return nil
+}
+
+func (b *busyKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if err := b.busy(); err != nil {
+		// As the library returns it from a create: wrapped as a key
+		// that exists.
+		return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyExists)
+	}
+	return b.KeyValue.Create(ctx, key, value, opts...)
+}
+
+func (b *busyKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if err := b.busy(); err != nil {
+		return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+	}
+	return b.KeyValue.Update(ctx, key, value, rev)
+}
+
+func (b *busyKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	if err := b.busy(); err != nil {
+		return fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+	}
+	return b.KeyValue.Delete(ctx, key, opts...)
+}
+
+// TestBusyIsAskedAgain: a write the server refused without deciding it
+// (10164: another write of the key still in process, as for a moment
+// after the previous one was acknowledged on a replicated stream; 10163:
+// a new leader still applying its log) is asked again until decided, and
+// is never a conflict; still busy when the context ends, it is
+// ErrUnavailable.
+func TestBusyIsAskedAgain(t *testing.T) {
+	srv := startServer(t)
+	_, js := connect(t, srv.ClientURL())
+	real := openOwners(t, js, KVConfig{Bucket: newBucket()})
+	ctx := t.Context()
+	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeExpectedLastSeqNotReady} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			fake := &busyKV{KeyValue: real.kv, code: code}
+			k := &KVOwners{kv: fake, bucket: real.bucket}
+			key := ownershiptest.Key(int(code))
+			o := ownership.Owner{SessionID: "s"}
+
+			fake.n, fake.calls = 3, 0
+			rev, err := k.Create(ctx, key, o)
+			if err != nil || fake.calls != 4 {
+				t.Fatalf("create after 3 busy answers: %v after %d calls; want success on the 4th", err, fake.calls)
+			}
+			fake.n, fake.calls = 2, 0
+			if rev, err = k.Update(ctx, key, o, rev); err != nil || fake.calls != 3 {
+				t.Fatalf("update after 2 busy answers: %v after %d calls; want success on the 3rd", err, fake.calls)
+			}
+			fake.n, fake.calls = 1, 0
+			if err := k.Delete(ctx, key, rev); err != nil || fake.calls != 2 {
+				t.Fatalf("delete after a busy answer: %v after %d calls; want success on the 2nd", err, fake.calls)
+			}
+			if got := k.busyRetries.Load(); got != 6 {
+				t.Fatalf("busy retries counted: %d, want 6", got)
+			}
+
+			fake.n = 1 << 30
+			dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_, err = k.Create(dctx, key, o)
+			if !errors.Is(err, ownership.ErrUnavailable) || errors.Is(err, ownership.ErrConflict) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("create busy until its deadline: %v; want ErrUnavailable (not ErrConflict) wrapping the deadline", err)
+			}
+			if _, _, err := k.Get(ctx, key); !errors.Is(err, ownership.ErrNoOwner) {
+				t.Fatalf("after the busy create: %v, want no owner", err)
+			}
+		})
+	}
+}
