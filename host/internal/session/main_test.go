@@ -13,12 +13,26 @@ import (
 // row) come up in every run.
 const modelChecks = "250"
 
+// checksGiven: -rapid.checks was on the command line (then every model
+// test makes that many runs).
+var checksGiven bool
+
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
-	if !given {
+	flag.Visit(func(f *flag.Flag) { checksGiven = checksGiven || f.Name == "rapid.checks" })
+	if !checksGiven {
 		_ = flag.Set("rapid.checks", modelChecks)
 	}
 	goleak.VerifyTestMain(m)
+}
+
+// withChecks makes the rapid tests of t run n checks, unless
+// -rapid.checks said how many (tests of this package run one at a time).
+func withChecks(t *testing.T, n string) {
+	if checksGiven {
+		return
+	}
+	old := flag.Lookup("rapid.checks").Value.String()
+	_ = flag.Set("rapid.checks", n)
+	t.Cleanup(func() { _ = flag.Set("rapid.checks", old) })
 }

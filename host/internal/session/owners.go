@@ -1,131 +1,33 @@
 package session
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"slices"
-	"sync"
+import "github.com/tether-agent/tether/host/internal/ownership"
 
-	"github.com/tether-agent/tether/contract"
-)
-
-// Ownership store errors. A store answers them as normal outcomes; the
-// table turns them into refused binds, never into a panic.
+// Ownership store errors: the ownership package's, under the table's
+// names (errors.Is matches either).
 var (
-	// ErrConflict: the entry is not at the revision the caller read (it
-	// changed since, or it exists where the caller meant to create it).
-	ErrConflict = errors.New("ownership revision conflict")
-	// ErrNoOwner: no owner is recorded for the key.
-	ErrNoOwner = errors.New("no owner for session key")
-	// ErrUnavailable: the store could not be reached; the entry may or
-	// may not have changed.
-	ErrUnavailable = errors.New("ownership store unreachable")
+	// ErrConflict is ownership.ErrConflict: the entry is not at the
+	// revision the caller read.
+	ErrConflict = ownership.ErrConflict
+	// ErrNoOwner is ownership.ErrNoOwner: no owner is recorded for the
+	// key.
+	ErrNoOwner = ownership.ErrNoOwner
+	// ErrUnavailable is ownership.ErrUnavailable: the store could not be
+	// reached; the entry may or may not have changed.
+	ErrUnavailable = ownership.ErrUnavailable
 )
 
-// Owner is what the ownership store records for a stored key that is
-// live: the host and runtime session that own it, the binding generation
-// and the viewers bound to it, by transport identity.
-type Owner struct {
-	Host      string                 `json:"host,omitempty"`
-	SessionID string                 `json:"session_id"`
-	Gen       uint64                 `json:"gen"`
-	Viewers   []contract.TransportID `json:"viewers,omitempty"`
-}
+// Owner is what the ownership store records for a live stored key
+// (ownership.Owner).
+type Owner = ownership.Owner
 
 // Owners records which live session owns which stored key, changed only
-// by revision-checked compare-and-swap. The table calls it with no lock
-// held, one call at a time per session, and treats every error as a
-// normal outcome. The in-memory MemOwners serves one host; a store shared
-// by several hosts makes the same operations on a key-value store whose
-// revision-checked update is the same compare-and-swap.
-type Owners interface {
-	// Create records o for key if the key has no owner and returns the
-	// entry's revision; ErrConflict if it has one.
-	Create(ctx context.Context, key string, o Owner) (rev uint64, err error)
-	// Get returns the owner of key and its revision, or ErrNoOwner.
-	Get(ctx context.Context, key string) (Owner, uint64, error)
-	// Update replaces the owner of key if the entry is still at rev and
-	// returns the new revision; ErrConflict otherwise.
-	Update(ctx context.Context, key string, o Owner, rev uint64) (uint64, error)
-	// Delete removes the owner of key if the entry is still at rev;
-	// ErrConflict otherwise.
-	Delete(ctx context.Context, key string, rev uint64) error
-}
+// by revision-checked compare-and-swap (ownership.Store). The in-memory
+// MemOwners serves one host; host/internal/cluster's KVOwners shares the
+// table between hosts on JetStream KV.
+type Owners = ownership.Store
 
-// MemOwners is the in-memory Owners of a single host.
-type MemOwners struct {
-	mu      sync.Mutex // guards the fields below
-	next    uint64
-	entries map[string]memEntry
-}
-
-type memEntry struct {
-	o   Owner
-	rev uint64
-}
-
-var _ Owners = (*MemOwners)(nil)
+// MemOwners is the in-memory Owners of a single host (ownership.Mem).
+type MemOwners = ownership.Mem
 
 // NewMemOwners returns an empty in-memory ownership store.
-func NewMemOwners() *MemOwners { return &MemOwners{entries: make(map[string]memEntry)} }
-
-// Create implements Owners.
-func (m *MemOwners) Create(_ context.Context, key string, o Owner) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e, ok := m.entries[key]; ok {
-		return 0, fmt.Errorf("create %s: owned by session %s: %w", key, e.o.SessionID, ErrConflict)
-	}
-	m.next++
-	m.entries[key] = memEntry{o: cloneOwner(o), rev: m.next}
-	return m.next, nil
-}
-
-// Get implements Owners.
-func (m *MemOwners) Get(_ context.Context, key string) (Owner, uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[key]
-	if !ok {
-		return Owner{}, 0, fmt.Errorf("get %s: %w", key, ErrNoOwner)
-	}
-	return cloneOwner(e.o), e.rev, nil
-}
-
-// Update implements Owners.
-func (m *MemOwners) Update(_ context.Context, key string, o Owner, rev uint64) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[key]
-	if !ok || e.rev != rev {
-		return 0, fmt.Errorf("update %s at revision %d: %w", key, rev, ErrConflict)
-	}
-	m.next++
-	m.entries[key] = memEntry{o: cloneOwner(o), rev: m.next}
-	return m.next, nil
-}
-
-// Delete implements Owners.
-func (m *MemOwners) Delete(_ context.Context, key string, rev uint64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[key]
-	if !ok || e.rev != rev {
-		return fmt.Errorf("delete %s at revision %d: %w", key, rev, ErrConflict)
-	}
-	delete(m.entries, key)
-	return nil
-}
-
-// Len is the number of keys with an owner.
-func (m *MemOwners) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.entries)
-}
-
-func cloneOwner(o Owner) Owner {
-	o.Viewers = slices.Clone(o.Viewers)
-	return o
-}
+func NewMemOwners() *MemOwners { return ownership.NewMem() }

@@ -97,12 +97,19 @@ func (a *countingAgent) Close() error {
 
 func newTestTable(tb testing.TB, grace time.Duration) (*Table, *store.Store, *countingFactory) {
 	tb.Helper()
+	return newTestTableOwners(tb, grace, nil)
+}
+
+// newTestTableOwners is newTestTable with the ownership store owners
+// (nil: a new MemOwners).
+func newTestTableOwners(tb testing.TB, grace time.Duration, owners Owners) (*Table, *store.Store, *countingFactory) {
+	tb.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(tb.TempDir(), "state.db"))
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}
 	f := &countingFactory{inner: agent.NewEchoFactory(0)}
-	tbl := NewTable(Config{Store: st, Agents: f, OrphanGrace: grace, Log: zerolog.Nop()})
+	tbl := NewTable(Config{Store: st, Agents: f, Owners: owners, OrphanGrace: grace, Log: zerolog.Nop()})
 	tb.Cleanup(func() {
 		if err := tbl.Shutdown(context.Background()); err != nil {
 			tb.Errorf("shutdown: %v", err)
@@ -159,10 +166,29 @@ func (m *model) bind(r *modelRec, v contract.TransportID) {
 // disconnects (with current and stale generations), reaps (current and
 // stale timers) and closes, and checks it against the model after every
 // step: a stale teardown only ever drops its own viewer, at most one live
-// session per key, a session with a viewer is never reaped.
+// session per key, a session with a viewer is never reaped, and the
+// ownership store records every live session's binding and nothing else.
 func TestTableCASMatchesModel(t *testing.T) {
 	tbl, _, _ := newTestTable(t, 0)
-	owners := tbl.owners.(*MemOwners)
+	mem := tbl.owners.(*MemOwners)
+	all := func() (int, error) { return mem.Len(), nil }
+	checkTableCAS(t, tbl, ownerCount{of: func([]string) (int, error) { return all() }, all: all})
+}
+
+// ownerCount counts the keys an ownership store has an owner for.
+type ownerCount struct {
+	// of counts them among keys, the keys a model run made (a store may
+	// count all of its keys instead).
+	of func(keys []string) (int, error)
+	// all counts every key of the store.
+	all func() (int, error)
+}
+
+// checkTableCAS is the model test of the table tbl, whatever its
+// ownership store: after every step the store holds the binding of each
+// live session and no other key of the run, and after every run nothing.
+func checkTableCAS(t *testing.T, tbl *Table, count ownerCount) {
+	owners := tbl.owners
 	ctx := context.Background()
 	var instance int
 	rapid.Check(t, func(rt *rapid.T) {
@@ -339,16 +365,26 @@ func TestTableCASMatchesModel(t *testing.T) {
 						}
 					}
 				}
-				if owners.Len() != len(m.live) {
-					rt.Fatalf("ownership store has %d keys, model %d live", owners.Len(), len(m.live))
+				n, err := count.of(keys)
+				if err != nil {
+					rt.Fatalf("counting the ownership store's keys: %v", err)
+				}
+				if n != len(m.live) {
+					rt.Fatalf("ownership store has %d keys, model %d live", n, len(m.live))
 				}
 			},
 		})
-		// Leave the shared table empty for the next run.
+		// Leave the shared table empty for the next run, and the store
+		// once every teardown has given ownership back.
 		for _, id := range liveIDs() {
+			rec := recOf(id)
 			if _, err := tbl.Close(ctx, id); err != nil {
 				rt.Fatalf("cleanup close: %v", err)
 			}
+			<-rec.released
+		}
+		if n, err := count.all(); err != nil || n != 0 {
+			rt.Fatalf("after closing every session the ownership store has %d keys (%v), want 0", n, err)
 		}
 	})
 }

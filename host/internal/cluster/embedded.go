@@ -1,0 +1,194 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
+)
+
+// Embedded server errors.
+var (
+	// ErrNotReady: the embedded server did not become ready (listening,
+	// and with JetStream current) in time.
+	ErrNotReady = errors.New("embedded nats server not ready")
+)
+
+// EmbeddedConfig configures an in-process NATS server with JetStream.
+type EmbeddedConfig struct {
+	// Name is the server's name, unique in its cluster (JetStream
+	// clustering requires one); "" lets the server pick one.
+	Name string
+	// Listen is the client address, host:port. Port 0 picks a free one
+	// (unlike nats-server's own options, where 0 means 4222); "" is
+	// 127.0.0.1 with a free port.
+	Listen string
+	// StoreDir is the directory JetStream keeps its files in; required.
+	StoreDir string
+	// ClusterName names the cluster this server routes with ("tether"
+	// when ClusterListen is set and this is empty).
+	ClusterName string
+	// ClusterListen is the route address, host:port; "" runs a single
+	// server. Port 0 picks a free one.
+	ClusterListen string
+	// Routes are the route URLs (nats-route://host:port, or host:port)
+	// of the cluster's servers; this server's own may be among them.
+	// JetStream clustering needs at least one.
+	Routes []string
+	// Log receives the server's log: its notices at debug level, its
+	// warnings and errors as such.
+	Log zerolog.Logger
+}
+
+// Embedded is a NATS server running in this process.
+type Embedded struct {
+	srv      *server.Server
+	stopOnce sync.Once
+}
+
+// StartEmbedded starts a NATS server with JetStream in this process and
+// returns once it accepts client (and route) connections, or when ctx is
+// done (ErrNotReady). It does not wait for a JetStream cluster to form:
+// that needs the other servers (see WaitJetStream).
+func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("embedded nats server: no store directory")
+	}
+	opts := &server.Options{
+		ServerName: cfg.Name,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true, // the host handles signals
+		MaxPayload: 1 << 20,
+	}
+	var err error
+	listen := cfg.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	if opts.Host, opts.Port, err = hostPort(listen); err != nil {
+		return nil, fmt.Errorf("embedded nats server: listen %q: %w", cfg.Listen, err)
+	}
+	if cfg.ClusterListen != "" {
+		opts.Cluster.Name = cfg.ClusterName
+		if opts.Cluster.Name == "" {
+			opts.Cluster.Name = "tether"
+		}
+		if opts.Cluster.Host, opts.Cluster.Port, err = hostPort(cfg.ClusterListen); err != nil {
+			return nil, fmt.Errorf("embedded nats server: cluster listen %q: %w", cfg.ClusterListen, err)
+		}
+		for _, r := range cfg.Routes {
+			u, err := routeURL(r)
+			if err != nil {
+				return nil, fmt.Errorf("embedded nats server: route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats server: %w", err)
+	}
+	srv.SetLoggerV2(natsLogger{cfg.Log.With().Str("component", "nats").Logger()}, false, false, false)
+	srv.Start()
+	e := &Embedded{srv: srv}
+	for !srv.ReadyForConnections(50 * time.Millisecond) {
+		if ctx.Err() != nil {
+			e.Shutdown()
+			return nil, fmt.Errorf("embedded nats server on %s: %v: %w", listen, ctx.Err(), ErrNotReady)
+		}
+	}
+	return e, nil
+}
+
+// hostPort splits a host:port, mapping port 0 to the server's "any free
+// port".
+func hostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// routeURL parses a route given as a URL or as host:port.
+func routeURL(r string) (*url.URL, error) {
+	if !strings.Contains(r, "://") {
+		r = "nats-route://" + r
+	}
+	u, err := url.Parse(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := strconv.ParseUint(u.Port(), 10, 16); err != nil || u.Hostname() == "" {
+		return nil, errors.New("want host:port")
+	}
+	return u, nil
+}
+
+// ClientURL is the URL clients connect to (nats://host:port).
+func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// ClusterAddr is the address the server accepts routes on, or nil when
+// it runs alone.
+func (e *Embedded) ClusterAddr() net.Addr {
+	if a := e.srv.ClusterAddr(); a != nil {
+		return a
+	}
+	return nil
+}
+
+// Server is the nats-server itself, for what this type does not cover
+// (tests step stream leaders down through it).
+func (e *Embedded) Server() *server.Server { return e.srv }
+
+// WaitJetStream waits until JetStream is current on this server: at once
+// for a single server, once the cluster's meta group has a leader this
+// server follows for a clustered one. It polls, as the server offers no
+// notification; ctx bounds the wait (ErrNotReady).
+func (e *Embedded) WaitJetStream(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !e.srv.JetStreamIsCurrent() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("jetstream on %s: %v: %w", e.srv.Name(), ctx.Err(), ErrNotReady)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// Shutdown stops the server and waits until it has stopped. It is
+// idempotent.
+func (e *Embedded) Shutdown() {
+	e.stopOnce.Do(func() {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+	})
+}
+
+// natsLogger adapts zerolog to nats-server's logger.
+type natsLogger struct{ log zerolog.Logger }
+
+func (l natsLogger) Noticef(format string, v ...any) { l.log.Debug().Msgf(format, v...) }
+func (l natsLogger) Warnf(format string, v ...any)   { l.log.Warn().Msgf(format, v...) }
+func (l natsLogger) Fatalf(format string, v ...any)  { l.log.Error().Msgf(format, v...) }
+func (l natsLogger) Errorf(format string, v ...any)  { l.log.Error().Msgf(format, v...) }
+func (l natsLogger) Debugf(format string, v ...any)  { l.log.Debug().Msgf(format, v...) }
+func (l natsLogger) Tracef(format string, v ...any)  { l.log.Trace().Msgf(format, v...) }
