@@ -152,10 +152,13 @@ func (f *Factory) launch(ctx context.Context, gen int) (*process, error) {
 	}
 	p := &process{gen: gen, cmd: cmd, stdin: stdin, done: make(chan struct{}), order: newOrder(stdout)}
 	p.conn = acp.NewClientSideConnection(&client{f: f, p: p}, stdin, p.order)
-	p.conn.SetLogger(slog.New(slog.DiscardHandler))
+	// The library's own complaints (a message it could not parse, a
+	// connection it closed) are tether's warnings.
+	p.conn.SetLogger(slog.New(slog.NewTextHandler(warnWriter{f.log}, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	go func() {
 		_ = cmd.Wait()
 		_ = logw.Close()
+		p.order.close()
 		close(p.done)
 	}()
 	ictx, cancel := context.WithTimeout(ctx, startTimeout)
@@ -212,6 +215,14 @@ func (f *Factory) watch(p *process) {
 			return
 		}
 	}
+}
+
+// warnWriter logs each line written to it at warn level.
+type warnWriter struct{ log zerolog.Logger }
+
+func (w warnWriter) Write(p []byte) (int, error) {
+	w.log.Warn().Str("from", "acp-go-sdk").Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // agentName names the agent in logs: its command line, shortened (the

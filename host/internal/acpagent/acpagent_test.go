@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,6 +48,7 @@ func TestMain(m *testing.M) {
 //	hang       a chunk "hanging", then nothing until session/cancel, then cancelled
 //	die        a chunk, then the process exits
 //	env        the names of its TETHER_* environment variables
+//	flood N    N chunks "0 ", "1 ", … as fast as it can write them
 //
 // session/load (when advertised) replays a chunk "replayed", which tether
 // must drop.
@@ -145,6 +147,13 @@ func (a *testAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.Prompt
 	case "die":
 		_ = say("dying")
 		os.Exit(3)
+	case "flood":
+		n, _ := strconv.Atoi(arg)
+		for i := range n {
+			if err := say(fmt.Sprintf("%d ", i)); err != nil {
+				return acp.PromptResponse{}, err
+			}
+		}
 	case "env":
 		var names []string
 		for _, kv := range os.Environ() {
@@ -495,5 +504,35 @@ func TestCloseLetsTheAgentSave(t *testing.T) {
 	f.Close()
 	if b, err := os.ReadFile(saved); err != nil || string(b) != "saved" {
 		t.Fatalf("the agent did not save on SIGTERM: %q, %v", b, err)
+	}
+}
+
+// slowEvents handles each update slowly, as a loaded host does.
+type slowEvents struct{ *events }
+
+func (s slowEvents) Update(u json.RawMessage) {
+	time.Sleep(100 * time.Microsecond) // a slow journal, not synchronisation
+	s.events.Update(u)
+}
+
+// TestFloodingAgentIsPacedNotCut: an agent that streams faster than tether
+// takes its updates is slowed down (its stdout is read no faster than
+// they are handled) instead of overflowing the ACP library's queue, which
+// closes the connection: the turn ends end_turn with every update.
+func TestFloodingAgentIsPacedNotCut(t *testing.T) {
+	f, logs := start(t, false)
+	a, err := f.NewAgent(context.Background(), "k1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	const n = 3000
+	ev := slowEvents{newEvents("")}
+	reason, err := turn(t, a, fmt.Sprintf("flood %d", n), ev)
+	if err != nil || reason != "end_turn" {
+		t.Fatalf("flood turn = %q, %v; log: %s", reason, err, logs)
+	}
+	if got := len(ev.updates); got != n {
+		t.Fatalf("%d updates reported, want %d", got, n)
 	}
 }

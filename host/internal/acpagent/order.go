@@ -39,8 +39,47 @@ func newOrder(r io.Reader) *order {
 	return o
 }
 
+// Backpressure: the SDK queues an agent's notifications for their
+// handler in a queue of 1,024 and closes the connection when it
+// overflows, so an agent streaming faster than tether journals would be
+// cut off mid-turn. order stops reading while maxPending updates wait to
+// be handled (the pipe then fills and the agent's writes wait, as on a
+// socket), and reads at most readChunk bytes at a time, so that what one
+// read brings in cannot overflow the queue either.
+const (
+	maxPending = 256
+	readChunk  = 16 << 10
+	stuckAfter = 2 * time.Second
+)
+
 // Read implements io.Reader for the SDK, noting each whole line.
 func (o *order) Read(p []byte) (int, error) {
+	o.mu.Lock()
+	if o.read-o.handled >= maxPending && !o.closed {
+		// An update the library could not parse never reaches the
+		// handler: one that makes no progress for stuckAfter is taken
+		// for lost, and the count forgiven.
+		for o.read-o.handled >= maxPending && !o.closed {
+			was := o.handled
+			t := time.AfterFunc(stuckAfter, func() {
+				o.mu.Lock()
+				o.cond.Broadcast()
+				o.mu.Unlock()
+			})
+			start := time.Now()
+			for o.handled == was && !o.closed && time.Since(start) < stuckAfter {
+				o.cond.Wait()
+			}
+			t.Stop()
+			if o.handled == was && !o.closed {
+				o.handled = o.read - maxPending/2
+			}
+		}
+	}
+	o.mu.Unlock()
+	if len(p) > readChunk {
+		p = p[:readChunk]
+	}
 	n, err := o.r.Read(p)
 	o.buf = append(o.buf, p[:n]...)
 	for {
@@ -114,3 +153,11 @@ func (o *order) waitBefore(ctx context.Context, key string) {
 }
 
 func permKey(sessionID, toolCallID string) string { return sessionID + "\x00" + toolCallID }
+
+// close wakes a Read waiting for room (the process is gone).
+func (o *order) close() {
+	o.mu.Lock()
+	o.closed = true
+	o.cond.Broadcast()
+	o.mu.Unlock()
+}

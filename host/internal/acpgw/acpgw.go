@@ -44,6 +44,9 @@ const (
 	// MetaAfter, in session/resume's _meta, asks for the updates after a
 	// seq.
 	MetaAfter = "tether/after"
+	// MetaTruncated, true in a load's or resume's response _meta, says
+	// the replay left out updates the journal no longer holds.
+	MetaTruncated = "tether/truncated"
 )
 
 // maxQueued bounds a connection's frames waiting for the protocol
@@ -549,7 +552,9 @@ func (c *conn) session(key string) *session.Session {
 // live events, then replays the events from after (exclusive) up to the
 // snapshot's latest seq, then lets the held live events go. It returns
 // the snapshot.
-func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create *session.CreateOptions) (session.Snapshot, error) {
+// truncated reports that the replay had to leave out events the journal
+// no longer holds (pruned by retention, or lost with an earlier host).
+func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create *session.CreateOptions) (snapshot session.Snapshot, truncated bool, err error) {
 	ls := &loadState{stored: make(chan struct{})}
 	var snap session.Snapshot
 	var bound session.Binding
@@ -567,14 +572,13 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 		// Reaches Send once the events before the snapshot are stored.
 		send([]byte(barrierPrefix + sn.SessionKey))
 	}
-	var err error
 	if create != nil {
 		err = c.g.cfg.Table.Create(ctx, c, *create, reply)
 	} else {
 		err = c.g.cfg.Table.Resume(ctx, c, key, reply)
 	}
 	if err != nil {
-		return session.Snapshot{}, err
+		return session.Snapshot{}, false, err
 	}
 	key = snap.SessionKey
 	defer func() {
@@ -603,20 +607,21 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 	c.mu.Unlock()
 	if closed {
 		c.g.cfg.Table.Detach(c.id, []session.Binding{bound})
-		return session.Snapshot{}, errors.New("connection closed")
+		return session.Snapshot{}, false, errors.New("connection closed")
 	}
 	if replayAfter != nil && *replayAfter < snap.LatestSeq {
 		select {
 		case <-ls.stored:
 		case <-c.stop:
-			return session.Snapshot{}, errors.New("connection closed")
+			return session.Snapshot{}, false, errors.New("connection closed")
 		case <-ctx.Done():
-			return session.Snapshot{}, fmt.Errorf("replay of %s: %w", key, ctx.Err())
+			return session.Snapshot{}, false, fmt.Errorf("replay of %s: %w", key, ctx.Err())
 		}
 		res, err := bound.Session().EventsSince(ctx, *replayAfter)
 		if err != nil {
-			return session.Snapshot{}, fmt.Errorf("replay of %s: %w", key, err)
+			return session.Snapshot{}, false, fmt.Errorf("replay of %s: %w", key, err)
 		}
+		truncated = res.Truncated
 		for _, raw := range res.Events {
 			var ev event
 			if json.Unmarshal(raw, &ev) == nil && ev.Seq <= snap.LatestSeq {
@@ -632,5 +637,5 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 			c.ask(key, event{Type: "permission.request", SessionID: snap.SessionID, Payload: payload})
 		}
 	}
-	return snap, nil
+	return snap, truncated, nil
 }

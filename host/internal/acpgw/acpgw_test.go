@@ -37,12 +37,22 @@ type env struct {
 
 func newEnv(t *testing.T, agents agent.Factory) *env {
 	t.Helper()
+	return newEnvWith(t, agents, nil)
+}
+
+// newEnvWith is newEnv with the table's config changed by opt.
+func newEnvWith(t *testing.T, agents agent.Factory, opt func(*session.Config)) *env {
+	t.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	tbl := session.NewTable(session.Config{Store: st, Agents: agents, Log: zerolog.Nop(), Metrics: m})
+	cfg := session.Config{Store: st, Agents: agents, Log: zerolog.Nop(), Metrics: m}
+	if opt != nil {
+		opt(&cfg)
+	}
+	tbl := session.NewTable(cfg)
 	gw := New(Config{Table: tbl, Store: st, Cwd: "/srv", Version: "test", Log: zerolog.Nop(), Metrics: m})
 	e := &env{t: t, tbl: tbl, st: st, gw: gw}
 	t.Cleanup(func() {
@@ -692,5 +702,38 @@ func TestRefusedSessionIDsAndPrompts(t *testing.T) {
 	}
 	if resp, err := cl.prompt(t, sid, "still here"); err != nil || resp.StopReason != acp.StopReasonEndTurn {
 		t.Fatalf("prompt after the refusals = %+v, %v", resp, err)
+	}
+}
+
+// TestTruncatedReplaySaysSo: a load whose replay cannot hold every update
+// (the journal kept only the newest events, the ring too) answers with
+// _meta["tether/truncated"]; a whole replay has no such key.
+func TestTruncatedReplaySaysSo(t *testing.T) {
+	e := newEnvWith(t, agent.NewEchoFactory(0), func(c *session.Config) {
+		c.RingSize = 4
+		c.Retention = store.Retention{PerSession: 5}
+	})
+	a := e.connect()
+	a.initialize(t)
+	sid := a.newSession(t, "/w")
+	if _, err := a.prompt(t, sid, "one two three four five six seven eight"); err != nil {
+		t.Fatal(err)
+	}
+	a.close() // parked, then its events are served from the journal
+	b := e.connect()
+	b.initialize(t)
+	resp, err := b.cs.LoadSession(ctx(t), acp.LoadSessionRequest{SessionId: acp.SessionId(sid), Cwd: "/", McpServers: []acp.McpServer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Meta[MetaTruncated] != true {
+		t.Fatalf("load of a pruned session: _meta %v, want %s true", resp.Meta, MetaTruncated)
+	}
+	c := e.connect()
+	c.initialize(t)
+	latest := b.received()[len(b.received())-1].seq
+	r2, err := c.cs.ResumeSession(ctx(t), acp.ResumeSessionRequest{SessionId: acp.SessionId(sid), Cwd: "/", Meta: map[string]any{MetaAfter: latest - 1}})
+	if err != nil || r2.Meta[MetaTruncated] != nil {
+		t.Fatalf("resume within what is kept: %+v, %v; want no truncation", r2, err)
 	}
 }

@@ -73,7 +73,7 @@ func (a *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp
 		return acp.NewSessionResponse{}, acp.NewInvalidParams(map[string]any{"cwd": "must be an absolute path"})
 	}
 	state, _ := json.Marshal(agentState{Cwd: filepath.Clean(cwd)})
-	snap, err := a.c.bind(ctx, "", nil, &session.CreateOptions{ForkCount: -1, AgentState: state})
+	snap, _, err := a.c.bind(ctx, "", nil, &session.CreateOptions{ForkCount: -1, AgentState: state})
 	if err != nil {
 		return acp.NewSessionResponse{}, tableError(err)
 	}
@@ -87,10 +87,11 @@ func (a *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (a
 		return acp.LoadSessionResponse{}, err
 	}
 	var from uint64
-	if _, err := a.c.bind(ctx, string(p.SessionId), &from, nil); err != nil {
+	_, truncated, err := a.c.bind(ctx, string(p.SessionId), &from, nil)
+	if err != nil {
 		return acp.LoadSessionResponse{}, tableError(err)
 	}
-	return acp.LoadSessionResponse{}, nil
+	return acp.LoadSessionResponse{Meta: truncatedMeta(truncated)}, nil
 }
 
 // ResumeSession implements acp.Agent: bind, send exactly the updates after
@@ -107,10 +108,11 @@ func (a *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest
 		}
 		after = &n
 	}
-	if _, err := a.c.bind(ctx, string(p.SessionId), after, nil); err != nil {
+	_, truncated, err := a.c.bind(ctx, string(p.SessionId), after, nil)
+	if err != nil {
 		return acp.ResumeSessionResponse{}, tableError(err)
 	}
-	return acp.ResumeSessionResponse{}, nil
+	return acp.ResumeSessionResponse{Meta: truncatedMeta(truncated)}, nil
 }
 
 // checkKey refuses a sessionId that is not a stored key (a title, say:
@@ -121,6 +123,14 @@ func checkKey(id acp.SessionId) error {
 		return &acp.RequestError{Code: wire.CodeStoredNotFound, Message: "stored session not found: a sessionId is a stored key"}
 	}
 	return nil
+}
+
+// truncatedMeta is the _meta of a load or resume response.
+func truncatedMeta(truncated bool) map[string]any {
+	if !truncated {
+		return nil
+	}
+	return map[string]any{MetaTruncated: true}
 }
 
 // seqOf reads a seq from a decoded JSON number.

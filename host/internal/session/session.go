@@ -261,8 +261,12 @@ func (s *Session) emitOpsLocked(typ string, payload any, o ops) {
 	}
 	s.ring = append(s.ring, eventFrame{seq: s.seq, params: params})
 	if len(s.ring) > s.ringCap {
+		// Slide the window: the dropped frames are let go now, the
+		// array when append next grows it (copying ringCap frames once
+		// per ringCap events, not on every event).
 		drop := len(s.ring) - s.ringCap
-		s.ring = append(s.ring[:0:0], s.ring[drop:]...)
+		clear(s.ring[:drop])
+		s.ring = s.ring[drop:]
 	}
 	s.ringStart = s.ring[0].seq
 	frame := encodeNotification(params)
@@ -343,6 +347,9 @@ func (s *Session) eventsSinceLocked(lastSeen uint64) (EventsResult, bool) {
 	return res, true
 }
 
+// journalPage is how many journaled events one read of the store takes.
+var journalPage = 10000
+
 // EventsSince answers session.events.since: from the in-memory ring when
 // it reaches back far enough, else from the journal (plus what the ring
 // has past the journal).
@@ -357,23 +364,33 @@ func (s *Session) EventsSince(ctx context.Context, lastSeen uint64) (EventsResul
 	s.mu.Unlock()
 	latest := r.LatestSeq
 
-	stored, first, _, err := s.t.store.EventsSince(ctx, s.key, lastSeen, 0)
-	if err != nil {
-		return EventsResult{}, fmt.Errorf("events of %s since %d: %w", s.key, lastSeen, err)
-	}
+	// The journal in pages, up to where the ring takes over (or latest).
 	next := lastSeen + 1
-	if first == 0 || first > next {
-		r.Truncated = true
+	ringFrom := latest + 1
+	if len(ring) > 0 {
+		ringFrom = ring[0].seq
 	}
-	for _, e := range stored {
-		if e.Seq > latest {
-			break
+	for page := 0; ; page++ {
+		stored, first, _, err := s.t.store.EventsSince(ctx, s.key, next-1, journalPage)
+		if err != nil {
+			return EventsResult{}, fmt.Errorf("events of %s since %d: %w", s.key, lastSeen, err)
 		}
-		if e.Seq != next {
+		if page == 0 && (first == 0 || first > next) {
 			r.Truncated = true
 		}
-		r.Events = append(r.Events, e.Params)
-		next = e.Seq + 1
+		for _, e := range stored {
+			if e.Seq > latest {
+				break
+			}
+			if e.Seq != next {
+				r.Truncated = true
+			}
+			r.Events = append(r.Events, e.Params)
+			next = e.Seq + 1
+		}
+		if len(stored) < journalPage || next >= ringFrom || next > latest {
+			break
+		}
 	}
 	for _, e := range ring {
 		if e.seq >= next {

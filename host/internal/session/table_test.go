@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -459,4 +460,54 @@ func TestUnknownAndStoredErrors(t *testing.T) {
 func testCounter(tb testing.TB, c prometheus.Counter) float64 {
 	tb.Helper()
 	return testutil.ToFloat64(c)
+}
+
+// TestEventsSincePagesTheJournal: a catch-up longer than one page of the
+// journal (and than the ring) gets every event once, in order, and is not
+// called truncated.
+func TestEventsSincePagesTheJournal(t *testing.T) {
+	defer func(n int) { journalPage = n }(journalPage)
+	journalPage = 30
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tbl := NewTable(Config{Store: st, Agents: agent.NewEchoFactory(0), RingSize: 50, Log: zerolog.Nop()})
+	defer tbl.Shutdown(context.Background())
+	ctx := context.Background()
+	v := &fakeViewer{id: contract.TransportID{Instance: "v", Conn: 1}}
+	var snap Snapshot
+	if err := tbl.Create(ctx, v, CreateOptions{ForkCount: -1}, capture(v, &snap)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := tbl.Lookup(snap.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Submit(strings.Repeat("word ", 200)); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	ru := s.run
+	s.mu.Unlock()
+	<-ru.done
+	if err := tbl.journal.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []uint64{0, 7} {
+		res, err := s.EventsSince(ctx, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Truncated || uint64(len(res.Events)) != res.LatestSeq-from || res.LatestSeq < 200 {
+			t.Fatalf("since %d: %d events up to %d, truncated %v; want all %d", from, len(res.Events), res.LatestSeq, res.Truncated, res.LatestSeq-from)
+		}
+		for i, raw := range res.Events {
+			var e struct{ Seq uint64 }
+			if json.Unmarshal(raw, &e) != nil || e.Seq != from+uint64(i)+1 {
+				t.Fatalf("since %d: event %d has seq %d, want %d", from, i, e.Seq, from+uint64(i)+1)
+			}
+		}
+	}
 }
