@@ -51,6 +51,15 @@
 //                        JSON-RPC error (-32603, data.reason "fail requested").
 //   slow [MS]            chunks "s1 ", "s2 ", … every MS ms (default 50) until
 //                        the turn is cancelled.
+//   bench N [delay MS]   for benchmarks: N agent_message_chunk updates "b1 " …
+//                        "bN ", MS ms apart (default 0), each with the time it
+//                        was sent in the update's own _meta: {"agent/t": MS}, a
+//                        CLOCK_MONOTONIC reading in ms with a ns fraction
+//                        (process.hrtime), so a client on the same machine can
+//                        subtract it from its own reading. The history is
+//                        written once at the end of the turn (not once per
+//                        update, which costs O(N) per update), so session/load
+//                        still replays it; end_turn.
 //   anything else        echoed back, exactly, as one agent_message_chunk.
 // session/cancel (or $/cancel_request for the prompt) ends the turn in flight
 // at its next step with stopReason cancelled.
@@ -178,6 +187,9 @@ async function emit(client, sessionId, update) {
 }
 
 const text = (t) => ({ type: "text", text: t });
+// monotonicMS is CLOCK_MONOTONIC in ms (with a ns fraction): one clock for
+// every process on the machine, unlike performance.timeOrigin.
+const monotonicMS = () => Number(process.hrtime.bigint()) / 1e6;
 const chunk = (t) => ({ sessionUpdate: "agent_message_chunk", content: text(t) });
 
 function promptText(prompt) {
@@ -264,6 +276,26 @@ async function runTurn(client, sessionId, turn, prompt) {
     case "fail": {
       await emit(client, sessionId, chunk("c1 "));
       throw new acp.RequestError(-32603, "Internal error", { reason: "fail requested" });
+    }
+    case "bench": {
+      const n = Number(args[0] ?? 1);
+      const delay = args[1] === "delay" ? Number(args[2] ?? 0) : 0;
+      const history = [];
+      try {
+        for (let i = 1; i <= n; i++) {
+          if (turn.cancelled) return "cancelled";
+          if (i > 1 && delay > 0) await sleep(delay, turn);
+          if (turn.cancelled) return "cancelled";
+          const update = { ...chunk(`b${i} `), _meta: { "agent/t": monotonicMS() } };
+          history.push(update);
+          await notify(client, sessionId, update);
+        }
+      } finally {
+        const store = readStore();
+        store[sessionId].history.push(...history);
+        writeStore(store);
+      }
+      return turn.cancelled ? "cancelled" : "end_turn";
     }
     case "slow": {
       const every = Number(args[0] ?? 50);

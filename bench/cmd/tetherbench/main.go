@@ -1,6 +1,7 @@
 // Command tetherbench measures tether against direct baselines (issue 6):
 // PTY stream throughput and completeness, JSON-RPC round trips, PTY
-// reattach, a resume storm, idle-socket memory and recovery times.
+// reattach, a resume storm, idle-socket memory and recovery times; and
+// the ACP gateway against a bare relay (issue 15).
 //
 //	cd bench && go run ./cmd/tetherbench            # every row, recorded sizes
 //	cd bench && go run ./cmd/tetherbench -quick     # every row in < 2 minutes
@@ -49,9 +50,11 @@ type config struct {
 	idleProfile  string
 	out          string
 	waitQuiet    time.Duration
+	repo         string // the tether repository (its testing/acp is the ACP kit)
+	acp          acpOpts
 }
 
-var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery"}
+var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "acp"}
 
 // tmpRoot holds every state dir and payload of this run.
 var tmpRoot string
@@ -89,6 +92,14 @@ func run() int {
 		idleSettle = fs.Duration("idle-settle", 3*time.Second, "how long sockets sit before RSS is read (before and after)")
 		out        = fs.String("o", "", "also write the table to this file")
 		quietWait  = fs.Duration("wait-quiet", 0, "before each row, wait up to this long for the machine to be under 15% busy")
+		acpUpd     = fs.Int("acp-updates", 10000, "updates of the acp row's throughput phase (and of the session it loads)")
+		acpBurst   = fs.Int("acp-burst", 1000, "updates per prompt of the acp row's throughput phase")
+		acpPaced   = fs.Int("acp-paced", 300, "updates of the acp row's latency phase")
+		acpDelay   = fs.Int("acp-delay", 5, "ms between the latency phase's updates")
+		acpWarm    = fs.Int("acp-warmup", 200, "updates of the acp row's warm-up prompt (not measured)")
+		acpSingle  = fs.Int("acp-single", 10000, "updates of the acp row's last check, one unpaced prompt (0: skip it)")
+		acpJournal = fs.Int("acp-journal-per-session", -1, "tether --journal-per-session in the acp row (-1: 4 × -acp-updates + 10000, so the loaded session is whole; 0: tether's default)")
+		acpProf    = fs.String("acp-cpu-profile", "", "after the acp row, profile the host's CPU for 3 s of a throughput phase into this file")
 	)
 	_ = fs.Parse(os.Args[1:])
 	set := map[string]bool{}
@@ -106,9 +117,13 @@ func run() int {
 		quickDefault("reattach", func() { *reattachN = 100 })
 		quickDefault("idle", func() { *idle = 3000 })
 		quickDefault("idle-settle", func() { *idleSettle = time.Second })
+		quickDefault("acp-updates", func() { *acpUpd = 2000 })
+		quickDefault("acp-paced", func() { *acpPaced = 100 })
+		quickDefault("acp-single", func() { *acpSingle = 0 })
 	}
 	cfg := config{n: *n, quick: *quick, verbose: *verbose, checkRuns: *checkRuns, ptyBuffer: *ptyBuffer, ptyBigRing: *ptyBigRing, ptyStreams: *ptyStreams, rpcDur: *rpcDur,
-		reattachN: *reattachN, storm: *storm, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{}}
+		reattachN: *reattachN, storm: *storm, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
+		acp: acpOpts{updates: *acpUpd, burst: *acpBurst, paced: *acpPaced, delayMS: *acpDelay, warmup: *acpWarm, single: *acpSingle, journal: *acpJournal, profile: *acpProf}}
 	var err error
 	if cfg.ptySize, err = parseSize(*ptySize); err != nil {
 		return fail(err)
@@ -143,6 +158,12 @@ func run() int {
 	if cfg.n < 1 {
 		return fail(fmt.Errorf("-n must be at least 1"))
 	}
+	if cfg.acp.journal < 0 {
+		cfg.acp.journal = 4*cfg.acp.updates + 10000
+	}
+	if cfg.repo, err = findRepo(*repo); err != nil && (*bin == "" || cfg.rows["acp"]) {
+		return fail(err)
+	}
 	raiseNoFile()
 
 	tmpRoot, err = os.MkdirTemp("", "tetherbench-")
@@ -155,7 +176,7 @@ func run() int {
 	cfg.bin = *bin
 	what := ""
 	if cfg.bin == "" {
-		if cfg.bin, what, err = buildTether(*repo, *rev); err != nil {
+		if cfg.bin, what, err = buildTether(cfg.repo, *rev); err != nil {
 			return fail(err)
 		}
 	} else if cfg.bin, err = filepath.Abs(cfg.bin); err != nil {
@@ -177,6 +198,7 @@ func run() int {
 		{"storm", rowStorm},
 		{"idle", rowIdle},
 		{"recovery", rowRecovery},
+		{"acp", rowACP},
 	}
 	failed := false
 	var busyBefore, loadAfter []string
@@ -246,25 +268,30 @@ func raiseNoFile() {
 	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
 
+// findRepo returns repo, or when it is empty the tether repository above
+// the working directory.
+func findRepo(repo string) (string, error) {
+	if repo != "" {
+		return filepath.Abs(repo)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/tether-agent/tether\n") {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no tether repository above %s; pass -repo (or -tether for rows other than acp)", wd)
+		}
+	}
+}
+
 // buildTether builds cmd/tether of repo (of its revision rev when not
 // empty) into tmpRoot and says what it built. It never lets the build
 // touch the root module's go.mod/go.sum (-mod=readonly).
 func buildTether(repo, rev string) (string, string, error) {
-	if repo == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return "", "", err
-		}
-		for d := wd; ; d = filepath.Dir(d) {
-			if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/tether-agent/tether\n") {
-				repo = d
-				break
-			}
-			if filepath.Dir(d) == d {
-				return "", "", fmt.Errorf("no tether repository above %s; pass -repo or -tether", wd)
-			}
-		}
-	}
 	git := func(args ...string) string {
 		b, err := exec.Command("git", append([]string{"-C", repo}, args...)...).Output()
 		if err != nil {
