@@ -1,0 +1,103 @@
+package acpagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/coder/acp-go-sdk"
+	"github.com/tether-agent/tether/host/agent"
+)
+
+// client is tether as the ACP client of one agent process.
+type client struct {
+	f *Factory
+	p *process
+}
+
+var _ acp.Client = (*client)(nil)
+
+// SessionUpdate routes an update to its session's turn: journaled as
+// acp.update (and its text as message.delta). Updates the agent replays
+// while tether loads a session into it are dropped (the journal holds
+// them), and so are updates outside a turn.
+func (c *client) SessionUpdate(_ context.Context, n acp.SessionNotification) error {
+	defer c.p.order.handledOne()
+	s := c.f.route(n.SessionId)
+	if s == nil {
+		return nil
+	}
+	ev := s.events()
+	if ev == nil {
+		return nil
+	}
+	raw, err := json.Marshal(n.Update)
+	if err != nil {
+		return nil
+	}
+	ev.Update(raw)
+	if ch := n.Update.AgentMessageChunk; ch != nil && ch.Content.Text != nil {
+		ev.Delta(ch.Content.Text.Text)
+	}
+	return nil
+}
+
+// RequestPermission asks the session's viewers; the first answer is the
+// agent's. A request outside a turn is cancelled.
+func (c *client) RequestPermission(ctx context.Context, r acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+	cancelled := acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}
+	// The updates the agent sent before it come first (its tool call).
+	c.p.order.waitBefore(ctx, permKey(string(r.SessionId), string(r.ToolCall.ToolCallId)))
+	s := c.f.route(r.SessionId)
+	if s == nil {
+		return cancelled, nil
+	}
+	ev := s.events()
+	if ev == nil {
+		return cancelled, nil
+	}
+	tc, _ := json.Marshal(r.ToolCall)
+	opts, _ := json.Marshal(r.Options)
+	option, ok, err := ev.Permission(ctx, agent.PermissionRequest{ToolCall: tc, Options: opts})
+	if err != nil || !ok {
+		return cancelled, nil
+	}
+	return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(acp.PermissionOptionId(option))}, nil
+}
+
+var errUnsupported = errors.New("tether offers no file system or terminal to agents")
+
+// ReadTextFile implements acp.Client: not offered.
+func (c *client) ReadTextFile(context.Context, acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
+	return acp.ReadTextFileResponse{}, errUnsupported
+}
+
+// WriteTextFile implements acp.Client: not offered.
+func (c *client) WriteTextFile(context.Context, acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
+	return acp.WriteTextFileResponse{}, errUnsupported
+}
+
+// CreateTerminal implements acp.Client: not offered.
+func (c *client) CreateTerminal(context.Context, acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
+	return acp.CreateTerminalResponse{}, errUnsupported
+}
+
+// KillTerminal implements acp.Client: not offered.
+func (c *client) KillTerminal(context.Context, acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
+	return acp.KillTerminalResponse{}, errUnsupported
+}
+
+// TerminalOutput implements acp.Client: not offered.
+func (c *client) TerminalOutput(context.Context, acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
+	return acp.TerminalOutputResponse{}, errUnsupported
+}
+
+// ReleaseTerminal implements acp.Client: not offered.
+func (c *client) ReleaseTerminal(context.Context, acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
+	return acp.ReleaseTerminalResponse{}, errUnsupported
+}
+
+// WaitForTerminalExit implements acp.Client: not offered.
+func (c *client) WaitForTerminalExit(context.Context, acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
+	return acp.WaitForTerminalExitResponse{}, errUnsupported
+}

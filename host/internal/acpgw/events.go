@@ -1,0 +1,306 @@
+package acpgw
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/coder/acp-go-sdk"
+	"github.com/tether-agent/tether/host/internal/session"
+)
+
+// event is a table event as a connection reads it.
+type event struct {
+	Type      string          `json:"type"`
+	SessionID string          `json:"session_id"`
+	Seq       uint64          `json:"seq"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+// pumpEvents turns the bound sessions' events into ACP messages, in order.
+func (c *conn) pumpEvents() {
+	defer c.g.wg.Done()
+	for {
+		select {
+		case frame := <-c.events:
+			if bytes.HasPrefix(frame, []byte(barrierPrefix)) {
+				c.passBarrier(string(frame[len(barrierPrefix):]))
+				continue
+			}
+			var n struct {
+				Params event `json:"params"`
+			}
+			if json.Unmarshal(frame, &n) != nil {
+				continue
+			}
+			c.handleEvent(n.Params)
+		case <-c.stop:
+			return
+		case <-c.g.ctx.Done():
+			return
+		}
+	}
+}
+
+// passBarrier tells the bind of key that its snapshot's events are
+// stored.
+func (c *conn) passBarrier(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ls := c.loading[key]; ls != nil {
+		select {
+		case <-ls.stored:
+		default:
+			close(ls.stored)
+		}
+	}
+}
+
+// handleEvent holds the event when its session is loading, else delivers
+// it.
+func (c *conn) handleEvent(ev event) {
+	c.mu.Lock()
+	key := c.byID[ev.SessionID]
+	if ls := c.loading[key]; ls != nil && key != "" {
+		ls.held = append(ls.held, ev)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if key == "" {
+		return
+	}
+	c.deliver(key, ev, false)
+}
+
+// deliver sends one event to the client as ACP: updates as session/update
+// (with its seq), a prompt as a user_message_chunk (live, not to the
+// client that sent it), an echo or exec agent's text as
+// agent_message_chunk, permission requests as session/request_permission;
+// a run's end answers the session/prompt that started it.
+func (c *conn) deliver(key string, ev event, replay bool) {
+	s := c.session(key)
+	switch ev.Type {
+	case "acp.update":
+		var u acp.SessionUpdate
+		if json.Unmarshal(ev.Payload, &u) == nil {
+			c.notify(key, ev.Seq, u)
+		}
+	case "message.start":
+		var p struct {
+			RunID  string `json:"run_id"`
+			Prompt string `json:"prompt"`
+		}
+		_ = json.Unmarshal(ev.Payload, &p)
+		c.mu.Lock()
+		_, mine := c.runs[p.RunID]
+		mine = mine || c.prompts[ev.SessionID] > 0 && c.promptText[ev.SessionID] == p.Prompt
+		c.mu.Unlock()
+		if !mine || replay {
+			c.notify(key, ev.Seq, acp.UpdateUserMessageText(p.Prompt))
+		}
+	case "message.delta":
+		if s != nil && s.Turns() {
+			return // its acp.update carries the text
+		}
+		var p struct{ Text string }
+		_ = json.Unmarshal(ev.Payload, &p)
+		c.notify(key, ev.Seq, acp.UpdateAgentMessageText(p.Text))
+	case "message.complete":
+		var p runEnd
+		_ = json.Unmarshal(ev.Payload, &p)
+		c.finishRun(p)
+	case "permission.request":
+		if !replay {
+			c.ask(key, ev)
+		}
+	case "permission.resolved":
+		var p struct {
+			RequestID string `json:"request_id"`
+		}
+		_ = json.Unmarshal(ev.Payload, &p)
+		c.mu.Lock()
+		cancel := c.asks[p.RequestID]
+		delete(c.asks, p.RequestID)
+		c.mu.Unlock()
+		if cancel != nil {
+			cancel() // withdrawn from this client: $/cancel_request
+		}
+	}
+}
+
+// finishRun answers the session/prompt of a run this connection started.
+// A run can end before its Submit returned here: while a prompt of this
+// connection is being submitted, ends of runs nobody waits for are kept
+// for it.
+func (c *conn) finishRun(p runEnd) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch, ok := c.runs[p.RunID]; ok {
+		ch <- p // buffered, one send
+		delete(c.runs, p.RunID)
+		return
+	}
+	if c.submitting > 0 {
+		c.ended[p.RunID] = p
+	}
+}
+
+// notify sends one session/update with the event's seq.
+func (c *conn) notify(key string, seq uint64, u acp.SessionUpdate) {
+	n := acp.SessionNotification{SessionId: acp.SessionId(key), Update: u, Meta: map[string]any{MetaSeq: seq}}
+	if err := c.asc.SessionUpdate(c.g.ctx, n); err != nil {
+		c.log.Debug().Err(err).Msg("session/update to the acp client")
+	}
+}
+
+// ask sends a permission request to the client; its answer goes to the
+// session (the first answer of any viewer wins) unless it was withdrawn.
+func (c *conn) ask(key string, ev event) {
+	var p struct {
+		RequestID string                 `json:"request_id"`
+		ToolCall  acp.ToolCallUpdate     `json:"tool_call"`
+		Options   []acp.PermissionOption `json:"options"`
+	}
+	if json.Unmarshal(ev.Payload, &p) != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(c.g.ctx)
+	c.mu.Lock()
+	if _, asked := c.asks[p.RequestID]; c.closed || asked {
+		c.mu.Unlock()
+		cancel()
+		return
+	}
+	c.asks[p.RequestID] = cancel
+	c.mu.Unlock()
+	c.g.wg.Add(1)
+	go func() {
+		defer c.g.wg.Done()
+		defer cancel()
+		resp, err := c.asc.RequestPermission(ctx, acp.RequestPermissionRequest{SessionId: acp.SessionId(key), ToolCall: p.ToolCall, Options: p.Options})
+		c.mu.Lock()
+		_, open := c.asks[p.RequestID]
+		delete(c.asks, p.RequestID)
+		c.mu.Unlock()
+		if err != nil || !open {
+			return // withdrawn, or the client failed: dropped, never reaching the agent
+		}
+		s := c.session(key)
+		if s == nil {
+			return
+		}
+		var option *string
+		if sel := resp.Outcome.Selected; sel != nil {
+			o := string(sel.OptionId)
+			option = &o
+		}
+		if err := s.RespondPermission(p.RequestID, option, c.transport); err != nil && !errors.Is(err, session.ErrAlreadyResolved) {
+			c.log.Debug().Err(err).Msg("permission answer of the acp client")
+		}
+	}()
+}
+
+// session returns the bound live session of key, or nil.
+func (c *conn) session(key string) *session.Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.bindings[key]; ok {
+		return b.Session()
+	}
+	return nil
+}
+
+// bind binds the connection to key's live session (Resume) holding its
+// live events, then replays the events from after (exclusive) up to the
+// snapshot's latest seq, then lets the held live events go. It returns
+// the snapshot.
+// truncated reports that the replay had to leave out events the journal
+// no longer holds (pruned by retention, or lost with an earlier host).
+func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create *session.CreateOptions) (snapshot session.Snapshot, truncated bool, err error) {
+	ls := &loadState{stored: make(chan struct{})}
+	var snap session.Snapshot
+	var bound session.Binding
+	reply := func(b session.Binding, sn session.Snapshot, send func([]byte)) {
+		// Runs under the session's lock: record the binding (and hold
+		// its live events) before any event of it reaches us.
+		snap, bound = sn, b
+		c.mu.Lock()
+		if c.bindings != nil {
+			c.bindings[sn.SessionKey] = b
+			c.byID[sn.SessionID] = sn.SessionKey
+			c.loading[sn.SessionKey] = ls
+		}
+		c.mu.Unlock()
+		// Reaches Send once the events before the snapshot are stored.
+		send([]byte(barrierPrefix + sn.SessionKey))
+	}
+	if create != nil {
+		err = c.g.cfg.Table.Create(ctx, c, *create, reply)
+	} else {
+		err = c.g.cfg.Table.Resume(ctx, c, key, reply)
+	}
+	if err != nil {
+		return session.Snapshot{}, false, err
+	}
+	key = snap.SessionKey
+	defer func() {
+		// Live events held meanwhile go out now, in order.
+		for {
+			c.mu.Lock()
+			held := ls.held
+			ls.held = nil
+			if len(held) == 0 {
+				if c.loading[key] == ls {
+					delete(c.loading, key)
+				}
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
+			for _, ev := range held {
+				if replayAfter == nil || ev.Seq > snap.LatestSeq {
+					c.deliver(key, ev, false)
+				}
+			}
+		}
+	}()
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		c.g.cfg.Table.Detach(c.id, []session.Binding{bound})
+		return session.Snapshot{}, false, errors.New("connection closed")
+	}
+	if replayAfter != nil && *replayAfter < snap.LatestSeq {
+		select {
+		case <-ls.stored:
+		case <-c.stop:
+			return session.Snapshot{}, false, errors.New("connection closed")
+		case <-ctx.Done():
+			return session.Snapshot{}, false, fmt.Errorf("replay of %s: %w", key, ctx.Err())
+		}
+		res, err := bound.Session().EventsSince(ctx, *replayAfter)
+		if err != nil {
+			return session.Snapshot{}, false, fmt.Errorf("replay of %s: %w", key, err)
+		}
+		truncated = res.Truncated
+		for _, raw := range res.Events {
+			var ev event
+			if json.Unmarshal(raw, &ev) == nil && ev.Seq <= snap.LatestSeq {
+				c.deliver(key, ev, true)
+			}
+		}
+	}
+	// Requests still open are asked here too: a client that binds later
+	// answers them like one that saw them asked.
+	for _, p := range snap.PendingPermissions {
+		payload, err := json.Marshal(p)
+		if err == nil {
+			c.ask(key, event{Type: "permission.request", SessionID: snap.SessionID, Payload: payload})
+		}
+	}
+	return snap, truncated, nil
+}
