@@ -70,7 +70,7 @@ type view struct {
 	// runStaleAfter; runInterrupted: it was asked to stop already;
 	// runAsking: it waits for an answer to a permission request.
 	run, runStale, runInterrupted, runAsking bool
-	closeOnDisconnect             bool
+	closeOnDisconnect                        bool
 	// reapPending: the reap timer fired while a run streamed.
 	reapPending bool
 }
