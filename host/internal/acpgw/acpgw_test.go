@@ -736,4 +736,10 @@ func TestTruncatedReplaySaysSo(t *testing.T) {
 	if err != nil || r2.Meta[MetaTruncated] != nil {
 		t.Fatalf("resume within what is kept: %+v, %v; want no truncation", r2, err)
 	}
+	d := e.connect()
+	d.initialize(t)
+	r3, err := d.cs.ResumeSession(ctx(t), acp.ResumeSessionRequest{SessionId: acp.SessionId(sid), Cwd: "/", Meta: map[string]any{MetaAfter: latest + 100}})
+	if err != nil || r3.Meta[MetaTruncated] != true {
+		t.Fatalf("resume after a seq the session never had: %+v, %v; want truncated", r3, err)
+	}
 }

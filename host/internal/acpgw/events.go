@@ -274,6 +274,9 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 		c.g.cfg.Table.Detach(c.id, []session.Binding{bound})
 		return session.Snapshot{}, false, errors.New("connection closed")
 	}
+	if replayAfter != nil && *replayAfter > snap.LatestSeq {
+		truncated = true // a seq this session never had (another epoch)
+	}
 	if replayAfter != nil && *replayAfter < snap.LatestSeq {
 		select {
 		case <-ls.stored:
