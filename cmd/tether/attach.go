@@ -111,8 +111,10 @@ func parseAttach(args []string, stderr io.Writer) (*attachClient, int) {
 	view := fs.Bool("view", false, "watch only: send no input and no resizes")
 	fresh := fs.Bool("new", false, "generate a fresh attach token, use it and print it on stderr once attached")
 	settle := fs.Duration("settle", attachSettle, "when stdin is not a terminal: after it ends, detach once the PTY has printed nothing for this long (at the latest 10s later)")
+	// Help asked for goes to stdout (parseFlags sets the output), the
+	// usage after a mistake to stderr.
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: tether attach [--view] [--url U] ATTACH_TOKEN
+		fmt.Fprint(fs.Output(), `usage: tether attach [--view] [--url U] ATTACH_TOKEN
        tether attach [--view] [--url U] --new
 
 The access token comes from TETHER_TOKEN, or from the host's token file

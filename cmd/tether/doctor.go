@@ -16,11 +16,21 @@ import (
 // what is wrong and how to fix it; it exits 1 when something is.
 func doctor(args []string) int {
 	fs := flag.NewFlagSet("tether doctor", flag.ContinueOnError)
-	fs.SetOutput(os.Stdout)
 	stateDir := fs.String("state-dir", defaultStateDir(), "the state dir to check")
 	tokenFile := fs.String("token-file", "", "the token file to check (default <state-dir>/token)")
 	listen := fs.String("listen", "127.0.0.1:7717", "the address tether serve would listen on")
 	asJSON := fs.Bool("json", false, "print the findings as JSON")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tether doctor [--json] [--state-dir DIR] [--listen ADDR]
+
+Checks the state dir, the running host, the database, the PTY plugin's
+record, free disk, the port and the token file; changes nothing. Exits 1
+when it finds a problem.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -68,6 +68,17 @@ func serve(args []string) int {
 	fs.Var(&allowHosts, "allow-host", "an extra accepted Host name: NAME (any port or none, as behind a reverse proxy) or NAME:PORT (repeatable)")
 	fs.Var(&plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one; transport:NAME=PATH[#sha256] adds a transport named NAME (repeatable)")
 	fs.Var(&listens, "transport-listen", "NAME=ADDR: the address an added transport serves (default unix:<state-dir>/NAME.sock; a TCP host:port is bound by the host) (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tether serve [flags]
+
+Runs the host: the session table, the gateway and its plugins. Its first
+line on stdout is "tether listening on URL/?token=TOKEN". Every flag can
+also be set as TETHER_<NAME>, e.g. TETHER_LISTEN.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

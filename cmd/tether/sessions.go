@@ -22,6 +22,17 @@ func sessions(args []string) int {
 	tf := addTokenFlags(fs)
 	limit := fs.Int("limit", 20, "stored sessions to list at most")
 	asJSON := fs.Bool("json", false, "print {\"live\": [...], \"stored\": [...]} as JSON")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tether sessions [--json] [--url U] [--limit N]
+
+Lists the live and the stored sessions of a running host. The access token
+comes from TETHER_TOKEN, or from the host's token file (<state-dir>/token)
+when the host runs on this machine as this user.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -53,7 +53,7 @@ func TestSystemdUnit(t *testing.T) {
 			seen = append(seen, strings.TrimPrefix(a, "--"))
 		}
 	}
-	out, code := captureStdout(t, "serve", "--help")
+	out, _, code := captureOutput(t, "serve", "--help")
 	if code != 0 {
 		t.Fatalf("tether serve --help exited %d", code)
 	}
@@ -64,34 +64,53 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
-// captureStdout runs the tether command args in this process and returns
-// what it wrote to stdout and its exit status.
-func captureStdout(t *testing.T, args ...string) (string, int) {
+// captureOutput runs the tether command args in this process and returns
+// what it wrote to stdout and to stderr, and its exit status.
+func captureOutput(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+	capture := func(f **os.File) (restore func() string) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := *f
+		*f = w
+		done := make(chan string)
+		go func() {
+			b, _ := io.ReadAll(r)
+			r.Close()
+			done <- string(b)
+		}()
+		return func() string {
+			*f = old
+			w.Close()
+			return <-done
+		}
 	}
-	old := os.Stdout
-	os.Stdout = w
-	done := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		done <- string(b)
-	}()
-	code := run(args)
-	os.Stdout = old
-	w.Close()
-	return <-done, code
+	restoreOut := capture(&os.Stdout)
+	restoreErr := capture(&os.Stderr)
+	code = run(args)
+	return restoreOut(), restoreErr(), code
 }
 
-// TestHelpOnStdout: help asked for goes to stdout with exit status 0,
-// for tether itself and for its commands.
+// TestHelpOnStdout: help asked for (-h, --help) goes to stdout, all of
+// it, with exit status 0, for tether itself and for each of its
+// commands; nothing goes to stderr.
 func TestHelpOnStdout(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help"}, {"serve", "--help"}, {"doctor", "-h"}, {"plugins", "--help"}} {
-		out, code := captureStdout(t, args...)
-		if code != 0 || !strings.Contains(out, "usage") && !strings.Contains(out, "-") {
-			t.Errorf("tether %v: exit %d, stdout %q; want the help on stdout and 0", args, code, out)
-		}
+	cases := [][]string{{"--help"}, {"-h"}, {"help"}}
+	for _, cmd := range []string{"serve", "sessions", "attach", "ptys", "plugins", "doctor"} {
+		cases = append(cases, []string{cmd, "--help"}, []string{cmd, "-h"})
+	}
+	for _, args := range cases {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			stdout, stderr, code := captureOutput(t, args...)
+			want := "usage: tether"
+			if len(args) == 2 {
+				want = "tether " + args[0]
+			}
+			if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage:") || !strings.Contains(stdout, want) {
+				t.Errorf("exit %d, stderr %q, stdout %q; want 0, nothing on stderr, and a usage line naming %q on stdout", code, stderr, stdout, want)
+			}
+		})
 	}
 }
