@@ -40,10 +40,16 @@ func cliEnv() []string {
 // stderr and the exit code (it fails the test past 60 s).
 func runCLI(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
+	return runCLIEnv(t, nil, stdin, args...)
+}
+
+// runCLIEnv is runCLI with the KEY=VALUE variables env added to cliEnv.
+func runCLIEnv(t *testing.T, env []string, stdin string, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e2e.Build(t), args...)
-	cmd.Env = cliEnv()
+	cmd.Env = append(cliEnv(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.WaitDelay = 5 * time.Second
 	var out, errb bytes.Buffer

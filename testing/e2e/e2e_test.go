@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"syscall"
@@ -65,15 +66,73 @@ func TestAdminMetrics(t *testing.T) {
 	}
 }
 
-// TestSessionsCommand runs a one-shot client command against a host.
+// TestSessionsCommand runs `tether sessions` against a host, reading the
+// token from the host's token file: the table, and --json with a session
+// left live (listed live and stored, not ended) and one closed (stored
+// only, ended "closed").
 func TestSessionsCommand(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{})
-	stdout, stderr, exit := e2e.Tether(t, "sessions", "--url", s.URL, "--token", s.Token)
-	if exit != 0 {
-		t.Fatalf("tether sessions: exit %d\nstdout:\n%s\nstderr:\n%s", exit, stdout, stderr)
+	c := s.Dial(t)
+	var open, done snapshot
+	call(t, c, "session.create", map[string]any{"title": "left open"}, &open)
+	call(t, c, "prompt.submit", map[string]any{"session_id": open.SessionID, "text": "hello"}, nil)
+	waitComplete(t, c, open.SessionID)
+	call(t, c, "session.create", map[string]any{"title": "closed one"}, &done)
+	call(t, c, "session.close", map[string]any{"session_id": done.SessionID}, nil)
+
+	stdout, stderr, exit := e2e.Tether(t, "sessions", "--url", s.URL, "--state-dir", s.StateDir)
+	if exit != 0 || stderr != "" || !strings.HasPrefix(stdout, "LIVE") || !strings.Contains(stdout, open.SessionID) || !strings.Contains(stdout, "closed one") {
+		t.Errorf("tether sessions: exit %d\nstdout:\n%s\nstderr:\n%s\nwant 0, the table with both sessions, no stderr", exit, stdout, stderr)
 	}
-	_, stderr, exit = e2e.Tether(t, "sessions", "--url", s.URL, "--token", "wrong")
-	if exit == 0 {
-		t.Errorf("tether sessions with a wrong token: exit 0, want an error\nstderr:\n%s", stderr)
+
+	stdout, stderr, exit = e2e.Tether(t, "sessions", "--json", "--url", s.URL, "--state-dir", s.StateDir)
+	if exit != 0 || stderr != "" {
+		t.Fatalf("tether sessions --json: exit %d\nstdout:\n%s\nstderr:\n%s", exit, stdout, stderr)
+	}
+	var got struct {
+		Live []struct {
+			ID           string         `json:"id"`
+			SessionKey   string         `json:"session_key"`
+			Title        string         `json:"title"`
+			Status       string         `json:"status"`
+			MessageCount int            `json:"message_count"`
+			StartedAt    int64          `json:"started_at"`
+			LastActive   int64          `json:"last_active"`
+			Viewers      int            `json:"viewers"`
+			Transports   map[string]int `json:"transports"`
+		} `json:"live"`
+		Stored []struct {
+			ID           string `json:"id"`
+			Title        string `json:"title"`
+			StartedAt    int64  `json:"started_at"`
+			EndedAt      *int64 `json:"ended_at"`
+			EndReason    string `json:"end_reason"`
+			MessageCount int    `json:"message_count"`
+		} `json:"stored"`
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("tether sessions --json printed %q: %v", stdout, err)
+	}
+	if len(got.Live) != 1 {
+		t.Fatalf("live: %+v, want only %s", got.Live, open.SessionID)
+	}
+	if l := got.Live[0]; l.ID != open.SessionID || l.SessionKey != open.SessionKey || l.Title != "left open" || l.Status != "idle" || l.MessageCount != 2 || l.Viewers != 1 || l.Transports["ws"] != 1 || l.StartedAt == 0 || l.LastActive < l.StartedAt {
+		t.Errorf("live: %+v, want %s (key %s) \"left open\", idle, 2 messages, 1 viewer on ws, start and last-active times", l, open.SessionID, open.SessionKey)
+	}
+	stored := map[string]int{}
+	for i, r := range got.Stored {
+		stored[r.ID] = i
+	}
+	if i, ok := stored[open.SessionKey]; !ok {
+		t.Errorf("stored: %+v, want %s listed", got.Stored, open.SessionKey)
+	} else if r := got.Stored[i]; r.Title != "left open" || r.EndedAt != nil || r.MessageCount != 2 || r.StartedAt == 0 {
+		t.Errorf("stored %s: %+v, want \"left open\", not ended, 2 messages, a start time", open.SessionKey, r)
+	}
+	if i, ok := stored[done.SessionKey]; !ok {
+		t.Errorf("stored: %+v, want %s listed", got.Stored, done.SessionKey)
+	} else if r := got.Stored[i]; r.Title != "closed one" || r.EndedAt == nil || r.EndReason != "closed" || r.MessageCount != 0 {
+		t.Errorf("stored %s: %+v, want \"closed one\", ended, reason closed, no message", done.SessionKey, r)
 	}
 }
