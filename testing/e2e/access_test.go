@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tether-agent/tether/host"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
 )
@@ -240,4 +242,54 @@ func TestAccessTokenNeverInArgv(t *testing.T) {
 		return len(pluginsJSON(t, s.StateDir)) > 0 && pluginsJSON(t, s.StateDir)["pty"].Connections == 1
 	}, "the attach to reach the PTY")
 	scan("tether attach connected")
+}
+
+// TestAccessClientTokenMessages: a client command given a wrong token,
+// or finding none (TETHER_TOKEN empty, no token file in its state dir),
+// exits 1 with the one line that says what is wrong and where the token
+// is looked for. `tether ptys` talks to the control socket and takes no
+// token: a wrong one changes nothing, and an empty state dir has no host.
+func TestAccessClientTokenMessages(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "cat"}})
+	empty := t.TempDir()
+	refused := func(dir string) string {
+		return "the host refused the access token (4401 unauthorized): set TETHER_TOKEN to the host's token, or run this as the host's user on its machine so that its token file (" + filepath.Join(dir, "token") + ") is read\n"
+	}
+	missing := func(dir string) string {
+		return "no access token: set TETHER_TOKEN, or run this as the host's user on its machine so that its token file (" + filepath.Join(dir, "token") + ") is read\n"
+	}
+	for _, tc := range []struct {
+		name   string
+		token  string // TETHER_TOKEN
+		dir    string // --state-dir
+		args   []string
+		exit   int
+		stderr string // all of it
+	}{
+		{"sessions, wrong token", "wrong", s.StateDir, []string{"sessions"}, 1, "tether sessions: " + refused(s.StateDir)},
+		{"sessions, no token", "", empty, []string{"sessions"}, 1, "tether sessions: " + missing(empty)},
+		{"sessions --json, wrong token", "wrong", s.StateDir, []string{"sessions", "--json"}, 1, "tether sessions: " + refused(s.StateDir)},
+		{"attach --new, wrong token", "wrong", s.StateDir, []string{"attach", "--new"}, 1, "tether: " + refused(s.StateDir)},
+		{"attach --new, no token", "", empty, []string{"attach", "--new"}, 1, "tether: " + missing(empty)},
+		{"ptys, wrong token", "wrong", s.StateDir, []string{"ptys"}, 0, ""},
+		{"ptys, empty state dir", "", empty, []string{"ptys"}, 1,
+			"tether ptys: " + filepath.Join(host.SocketDir(empty), host.ControlSocket) + ": no tether host is running on this state dir\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(slices.Clone(tc.args), "--state-dir", tc.dir)
+			if tc.args[0] != "ptys" {
+				args = append(args, "--url", s.URL)
+			}
+			stdout, stderr, exit := runCLIEnv(t, []string{"TETHER_TOKEN=" + tc.token}, "", args...)
+			if exit != tc.exit || stderr != tc.stderr {
+				t.Errorf("tether %s: exit %d, stderr %q; want %d, %q", strings.Join(args, " "), exit, stderr, tc.exit, tc.stderr)
+			}
+			if tc.exit != 0 && stdout != "" {
+				t.Errorf("tether %s: stdout %q, want nothing", strings.Join(args, " "), stdout)
+			}
+		})
+	}
+	if files, _ := os.ReadDir(empty); len(files) != 0 {
+		t.Errorf("the client commands left %d files in an empty state dir, want none", len(files))
+	}
 }

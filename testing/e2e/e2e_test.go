@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,5 +135,14 @@ func TestSessionsCommand(t *testing.T) {
 		t.Errorf("stored: %+v, want %s listed", got.Stored, done.SessionKey)
 	} else if r := got.Stored[i]; r.Title != "closed one" || r.EndedAt == nil || r.EndReason != "closed" || r.MessageCount != 0 {
 		t.Errorf("stored %s: %+v, want \"closed one\", ended, reason closed, no message", done.SessionKey, r)
+	}
+
+	// A wrong --token (a flag beats the token file) gets the one
+	// explained line and exit 1; TestAccessClientTokenMessages has the
+	// TETHER_TOKEN and no-token cases.
+	stdout, stderr, exit = e2e.Tether(t, "sessions", "--url", s.URL, "--state-dir", s.StateDir, "--token", "wrong")
+	want := "tether sessions: the host refused the access token (4401 unauthorized): set TETHER_TOKEN to the host's token, or run this as the host's user on its machine so that its token file (" + filepath.Join(s.StateDir, "token") + ") is read\n"
+	if exit != 1 || stderr != want || stdout != "" {
+		t.Errorf("tether sessions --token wrong: exit %d, stdout %q, stderr %q; want 1, nothing, %q", exit, stdout, stderr, want)
 	}
 }
