@@ -13,8 +13,8 @@ import (
 // TestSystemdUnit checks the shipped unit against what the host does:
 // KillMode=process (the PTY plugin outlives a restart), Restart=on-failure
 // (which covers exit status 3, the primary transport failing for good),
-// no restart loop on a refusal to start (exit 1, 2), and an ExecStart
-// whose flags tether serve knows.
+// no restart loop on a refusal to start (exit 1, 2), systemctl reload
+// sending SIGHUP, and an ExecStart whose flags tether serve knows.
 func TestSystemdUnit(t *testing.T) {
 	f, err := os.Open(filepath.Join("..", "..", "contrib", "systemd", "tether.service"))
 	if err != nil {
@@ -34,7 +34,10 @@ func TestSystemdUnit(t *testing.T) {
 		}
 		keys[k] = append(keys[k], v)
 	}
-	for k, want := range map[string]string{"KillMode": "process", "Restart": "on-failure", "Type": "simple"} {
+	for k, want := range map[string]string{
+		"KillMode": "process", "Restart": "on-failure", "Type": "simple",
+		"ExecReload": "/bin/kill -HUP $MAINPID", // SIGHUP: reload the transport (a renewed certificate)
+	} {
 		if got := keys[k]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s = %v, want %s", k, got, want)
 		}

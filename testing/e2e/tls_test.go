@@ -31,12 +31,23 @@ import (
 // to dir, and returns their paths and a pool that trusts it.
 func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	certFile, keyFile, cert := selfSignedSerial(t, dir, 1)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// selfSignedSerial writes a self-signed certificate for 127.0.0.1 and
+// localhost with the given serial number, and its key, to dir as cert.pem
+// and key.pem, and returns their paths and the certificate.
+func selfSignedSerial(t *testing.T, dir string, serial int64) (certFile, keyFile string, cert *x509.Certificate) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
+		SerialNumber:          big.NewInt(serial),
 		Subject:               pkix.Name{CommonName: "tether test"},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(time.Hour),
@@ -62,10 +73,11 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	cert, err = x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, cert
 }
 
 // TestTLSEverywhere serves HTTPS/WSS with a certificate made in the test:
@@ -175,4 +187,80 @@ func TestTLSEverywhere(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("tether attach over wss: no echo within 20 s; stderr:\n%s", stderr.String())
 	}
+}
+
+// TestTLSRenewal renews the certificate the way an operator does: the
+// files are replaced (renamed over, as certbot and most tools do), then
+// the host gets SIGHUP, which swaps the transport for a fresh process that
+// serves the new pair; `tether plugins reload ws` does the same. Each
+// step is checked by the serial number of the certificate served.
+func TestTLSRenewal(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, certA := selfSignedSerial(t, dir, 1)
+	pool := x509.NewCertPool()
+	pool.AddCert(certA)
+	s := e2e.Start(t, e2e.Config{Args: []string{"--tls-cert", certFile, "--tls-key", keyFile, "--pty-command", ""}})
+	served := func() int64 {
+		t.Helper()
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: &tls.Config{RootCAs: pool}}
+		c, err := d.DialContext(ctxT(t, 10*time.Second), "tcp", s.Addr)
+		if err != nil {
+			t.Fatalf("TLS handshake with %s: %v", s.Addr, err)
+		}
+		defer c.Close()
+		return c.(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	renew := func(serial int64) {
+		t.Helper()
+		next := t.TempDir()
+		c, k, cert := selfSignedSerial(t, next, serial)
+		pool.AddCert(cert)
+		if err := os.Rename(k, keyFile); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(c, certFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := served(); got != 1 {
+		t.Fatalf("served serial %d at start, want 1", got)
+	}
+	oldPid := pluginsJSON(t, s.StateDir)["ws"].Pid
+
+	renew(2)
+	if err := s.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// Logged once the old process is retired: the new one alone serves.
+	swapped := waitLogLine(t, s, "transport plugin swapped", map[string]any{"plugin": "ws"})
+	if fmt.Sprint(swapped["pid"]) == fmt.Sprint(oldPid) {
+		t.Fatalf("after SIGHUP: ws still pid %d, want a fresh process", oldPid)
+	}
+	if got := served(); got != 2 {
+		t.Errorf("served serial %d after renewal and SIGHUP, want 2", got)
+	}
+
+	renew(3)
+	if _, errOut, code := e2e.Tether(t, "plugins", "reload", "ws", "--state-dir", s.StateDir); code != 0 {
+		t.Fatalf("tether plugins reload ws: exit %d\n%s", code, errOut)
+	}
+	if got := served(); got != 3 {
+		t.Errorf("served serial %d after renewal and tether plugins reload ws, want 3", got)
+	}
+	if status, _ := httpsGet(t, pool, "https://"+s.Addr+"/healthz"); status != 200 {
+		t.Errorf("/healthz over TLS after the renewals: %d, want 200", status)
+	}
+}
+
+// httpsGet fetches url trusting pool, without keeping the connection.
+func httpsGet(t *testing.T, pool *x509.CertPool, url string) (int, string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
