@@ -220,6 +220,33 @@ func TestExecStreams(t *testing.T) {
 	}
 }
 
+// TestExecNoTetherEnv: the command runs with the host's environment
+// minus every TETHER_* variable, so tether's settings (the access token
+// among them) never reach an agent; other variables pass through.
+func TestExecNoTetherEnv(t *testing.T) {
+	const secret = "exec-agent-secret-7f3a9c2e51"
+	t.Setenv("TETHER_TOKEN", secret)
+	t.Setenv("TETHER_ORPHAN_GRACE", "5s")
+	t.Setenv("NOT_TETHER_KEPT", "kept")
+	deltas, err := collect(context.Background(), newExec(t, "env"), "")
+	if err != nil {
+		t.Fatalf("Run: got error %v, want nil", err)
+	}
+	out := strings.Join(deltas, "")
+	lines := strings.Split(out, "\n")
+	if !slices.Contains(lines, "NOT_TETHER_KEPT=kept") || !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "PATH=") }) {
+		t.Fatalf("env printed %q, want the host's environment (PATH, NOT_TETHER_KEPT)", out)
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "TETHER_") {
+			t.Errorf("the agent's environment holds %q, want no TETHER_ variable", l)
+		}
+	}
+	if strings.Contains(out, secret) {
+		t.Errorf("the access token reached the agent:\n%s", out)
+	}
+}
+
 // TestExecStreamsAsLinesArrive checks that a line is emitted before the
 // command writes the next one: the command waits for a file that the test
 // creates only after it has seen the first line.
