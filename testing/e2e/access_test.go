@@ -58,6 +58,72 @@ func TestAccessTokenFileSurvivesRestart(t *testing.T) {
 	s2.Dial(t) // the old token is let in
 }
 
+// TestAccessCustomTokenFile: --token-file puts the token where it says
+// (its directory made 0700, the file 0600, nothing in the state dir), a
+// restart with the same flag reuses it, and a client command given the
+// same --token-file gets in with it.
+func TestAccessCustomTokenFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "secrets", "tether-token")
+	args := []string{"--pty-command", "", "--token-file", file}
+	s := e2e.Start(t, e2e.Config{Args: args, Env: []string{"TETHER_TOKEN="}})
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatalf("no token file at --token-file: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("token file mode %v, want 0600", fi.Mode().Perm())
+	}
+	if di, err := os.Stat(filepath.Dir(file)); err != nil {
+		t.Error(err)
+	} else if di.Mode().Perm() != 0o700 {
+		t.Errorf("token file's new directory mode %v, want 0700", di.Mode().Perm())
+	}
+	waitLogLine(t, s, "new access token created", map[string]any{"file": file})
+	if b, _ := os.ReadFile(file); strings.TrimSpace(string(b)) != s.Token {
+		t.Errorf("token file holds %q, the host printed %q", b, s.Token)
+	}
+	if _, err := os.Stat(filepath.Join(s.StateDir, "token")); !os.IsNotExist(err) {
+		t.Errorf("a token file in the state dir too (stat: %v), want only --token-file", err)
+	}
+	// A client finds the token by --token-file alone (its state dir has
+	// none).
+	out, errOut, code := runCLIEnv(t, []string{"TETHER_TOKEN="}, "", "sessions", "--url", s.URL, "--state-dir", t.TempDir(), "--token-file", file)
+	if code != 0 || !strings.HasPrefix(out, "LIVE") {
+		t.Errorf("tether sessions --token-file: exit %d\n%s%s", code, out, errOut)
+	}
+
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: args, Env: []string{"TETHER_TOKEN="}})
+	if s2.Token != s.Token {
+		t.Errorf("token after a restart %q, want the same %q", s2.Token, s.Token)
+	}
+	if strings.Contains(s2.Stderr.String(), "new access token created") {
+		t.Errorf("the restarted host made a new token: %s", s2.Stderr.Tail(5))
+	}
+}
+
+// TestAccessTLSFlagsGoTogether: --tls-cert without --tls-key (or the
+// other way round) is a bad flag: exit 2, one line saying so, and no
+// token file made.
+func TestAccessTLSFlagsGoTogether(t *testing.T) {
+	pem := filepath.Join(t.TempDir(), "cert.pem")
+	for _, flag := range []string{"--tls-cert", "--tls-key"} {
+		dir := t.TempDir()
+		stdout, stderr, exit := e2e.Tether(t, "serve", "--state-dir", dir, "--listen", "127.0.0.1:0", flag, pem)
+		if want := "tether serve: --tls-cert and --tls-key go together\n"; exit != 2 || stderr != want || stdout != "" {
+			t.Errorf("serve %s alone: exit %d, stdout %q, stderr %q; want 2, nothing, %q", flag, exit, stdout, stderr, want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "token")); !os.IsNotExist(err) {
+			t.Errorf("serve %s alone left a token file (stat: %v)", flag, err)
+		}
+	}
+}
+
 // TestAccessWildcardListener: a host listening on 0.0.0.0 prints a URL a
 // browser here can open (127.0.0.1) and accepts Host and Origin as
 // 127.0.0.1, localhost and this machine's addresses with its port; any
