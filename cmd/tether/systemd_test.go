@@ -14,7 +14,8 @@ import (
 // KillMode=process (the PTY plugin outlives a restart), Restart=on-failure
 // (which covers exit status 3, the primary transport failing for good),
 // no restart loop on a refusal to start (exit 1, 2), systemctl reload
-// sending SIGHUP, and an ExecStart whose flags tether serve knows.
+// sending SIGHUP, stdout (the token in its first line) kept out of the
+// journal, and an ExecStart whose flags tether serve knows.
 func TestSystemdUnit(t *testing.T) {
 	f, err := os.Open(filepath.Join("..", "..", "contrib", "systemd", "tether.service"))
 	if err != nil {
@@ -36,7 +37,8 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"KillMode": "process", "Restart": "on-failure", "Type": "simple",
-		"ExecReload": "/bin/kill -HUP $MAINPID", // SIGHUP: reload the transport (a renewed certificate)
+		"ExecReload":     "/bin/kill -HUP $MAINPID", // SIGHUP: reload the transport (a renewed certificate)
+		"StandardOutput": "null",                    // its first line holds the token: not for the journal
 	} {
 		if got := keys[k]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s = %v, want %s", k, got, want)
