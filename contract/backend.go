@@ -20,7 +20,8 @@ var (
 	ErrNoSuchTerminal = errors.New("no such terminal")
 )
 
-// Replay reasons reported in the pty.replay control frame (SPEC §6.1).
+// Replay reasons reported in the pty.replay control frame
+// (docs/PROTOCOL.md §13.3).
 const (
 	ReasonResume          = "resume"
 	ReasonInitial         = "initial"
@@ -34,9 +35,11 @@ const (
 type BackendConfig struct {
 	// Argv is the command run in each new PTY.
 	Argv []string
-	// TTL is how long a detached PTY lives (SPEC --pty-ttl).
+	// TTL is how long a detached PTY lives (--pty-ttl;
+	// docs/PROTOCOL.md §13.6).
 	TTL time.Duration
-	// MaxSessions caps the live PTYs (SPEC --pty-max-sessions).
+	// MaxSessions caps the live PTYs (--pty-max-sessions;
+	// docs/PROTOCOL.md §13.6).
 	MaxSessions int
 	// Buffer is the replay ring size per PTY in bytes (--pty-buffer).
 	Buffer int64
@@ -80,7 +83,8 @@ func Prove(secret, challenge string) string {
 // AttachRequest attaches a viewer to the PTY of Token, spawning it when
 // there is none (a view attach never spawns: ErrNoSuchTerminal).
 type AttachRequest struct {
-	// Token is the attach token (SPEC §6: 16–128 of [A-Za-z0-9_-]).
+	// Token is the attach token (docs/PROTOCOL.md §13.1: 16–128 of
+	// [A-Za-z0-9_-]).
 	Token string
 	// Viewer is the attaching socket's transport identity.
 	Viewer TransportID
@@ -180,7 +184,8 @@ type Output struct {
 // retain the slice after returning.
 type OutputSink func(ctx context.Context, out []Output) error
 
-// Backend is what a PTY backend plugin implements (SPEC §6, §7).
+// Backend is what a PTY backend plugin implements: the PTYs behind
+// /api/pty (docs/PROTOCOL.md §13).
 type Backend interface {
 	// Start configures the backend. It is called once per host link; a
 	// backend that outlives a host keeps its PTYs and applies the new

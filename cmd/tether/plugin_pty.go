@@ -20,9 +20,9 @@ import (
 const ptyLogMax = 8 << 20
 
 // ptyPluginMain runs the built-in PTY backend so that it can outlive its
-// host (SPEC §6.3). The host starts it in a session of its own (setsid),
-// so no terminal hangup or process-group signal of the host reaches it;
-// here it
+// host (docs/PROTOCOL.md §13.6). The host starts it in a session of its
+// own (setsid), so no terminal hangup or process-group signal of the host
+// reaches it; here it
 //   - catches SIGHUP and SIGPIPE and discards them (caught, not ignored:
 //     an ignored signal would stay ignored in the shells it spawns, while
 //     a caught one is reset to the default by exec);

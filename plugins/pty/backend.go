@@ -18,7 +18,8 @@ import (
 // Version is the version of this backend, reported by Start.
 const Version = "0.1.0"
 
-// Defaults for zero BackendConfig fields (SPEC §2 flags).
+// Defaults for zero BackendConfig fields: those of tether serve's --pty-*
+// flags (the README's flags table).
 const (
 	DefaultTTL         = 30 * time.Minute
 	DefaultMaxSessions = 16
@@ -41,8 +42,8 @@ const maxBuffer = 1 << 30
 // maxScrollback bounds BackendConfig.Scrollback.
 const maxScrollback = 1 << 20
 
-// Backend is the PTY keep-alive backend (SPEC §6). The zero value is not
-// usable; call New.
+// Backend is the PTY keep-alive backend (docs/PROTOCOL.md §13). The zero
+// value is not usable; call New.
 type Backend struct {
 	log      zerolog.Logger
 	outWake  chan struct{} // wakes the Output sender; capacity 1
@@ -358,7 +359,7 @@ func (b *Backend) attachLocked(rec *ptyRec, req contract.AttachRequest, spawned 
 }
 
 // replayReason decides how an attach with the given cursor replays a PTY
-// of epoch whose ring holds [start, end) (SPEC §6.1).
+// of epoch whose ring holds [start, end) (docs/PROTOCOL.md §13.3).
 func replayReason(hasCursor bool, offset int64, cursorEpoch, epoch string, start, end int64) string {
 	switch {
 	case !hasCursor:

@@ -1,8 +1,8 @@
-// Package pty is tether's PTY keep-alive backend (SPEC §6): a registry of
-// PTYs keyed by attach token, each drained into a ring buffer with
-// absolute offsets, with one writer and any number of read-only viewers,
-// a TTL for detached PTYs and a cap on live ones. It implements
-// contract.Backend; a plugin binary's main is
+// Package pty is tether's PTY keep-alive backend (docs/PROTOCOL.md §13):
+// a registry of PTYs keyed by attach token, each drained into a ring
+// buffer with absolute offsets, with one writer and any number of
+// read-only viewers, a TTL for detached PTYs and a cap on live ones. It
+// implements contract.Backend; a plugin binary's main is
 //
 //	contract.ServeBackend(pty.New(logger))
 //

@@ -2,13 +2,13 @@ package pty
 
 import "strings"
 
-// Attach token limits (SPEC §6).
+// Attach token limits (docs/PROTOCOL.md §13.1).
 const (
 	minTokenLen = 16
 	maxTokenLen = 128
 	// legacyPrefix starts the tokens the host makes up for legacy
-	// one-PTY-per-socket mode (SPEC §6.2): the prefix, then at least
-	// minLegacyHex hex digits.
+	// one-PTY-per-socket mode (docs/PROTOCOL.md §13.8): the prefix, then
+	// at least minLegacyHex hex digits.
 	legacyPrefix = "legacy-"
 	minLegacyHex = 8
 )

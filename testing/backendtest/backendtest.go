@@ -3,8 +3,6 @@ package backendtest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -243,9 +241,7 @@ func (h *harness) token(name string) string {
 	if tok, ok := h.names[name]; ok {
 		return tok
 	}
-	var p [8]byte
-	_, _ = rand.Read(p[:])
-	tok := "bt_" + name + "_" + hex.EncodeToString(p[:])
+	tok := "bt_" + name + "_" + contract.RandomHex(8)
 	h.names[name] = tok
 	return tok
 }

@@ -97,6 +97,15 @@ func (f DialerFunc) Dial(ctx context.Context, addr, path, query string) (ClientC
 // clients answer pings while in Receive, echo the server's close frame, and
 // put the close code of a client Close in a close frame. It is the default
 // Dialer of Run.
+//
+// It is a frame-level client of its own, not package client: the kit
+// checks a transport plugin below the protocol, with the kit itself in the
+// host's place, so its clients send and receive arbitrary data messages
+// (text or binary, with or without line breaks), not JSON-RPC calls; they
+// answer pings only while in Receive (a client that stops reading is how
+// the kit makes a peer that stops responding, which client's own reader
+// would hide); they close with any code, and can drop a connection
+// without a close frame.
 var WebSocketDialer Dialer = DialerFunc(dialWebSocket)
 
 // maxClientMessage bounds a message the WebSocket client accepts.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/acp-go-sdk"
 	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/wire"
 )
 
 // event is a table event as a connection reads it.
@@ -83,12 +84,12 @@ func (c *conn) handleEvent(ev event) {
 func (c *conn) deliver(key string, ev event, replay bool) {
 	s := c.session(key)
 	switch ev.Type {
-	case "acp.update":
+	case wire.EventACPUpdate:
 		var u acp.SessionUpdate
 		if json.Unmarshal(ev.Payload, &u) == nil {
 			c.notify(key, ev.Seq, u)
 		}
-	case "message.start":
+	case wire.EventMessageStart:
 		var p struct {
 			RunID  string `json:"run_id"`
 			Prompt string `json:"prompt"`
@@ -101,22 +102,22 @@ func (c *conn) deliver(key string, ev event, replay bool) {
 		if !mine || replay {
 			c.notify(key, ev.Seq, acp.UpdateUserMessageText(p.Prompt))
 		}
-	case "message.delta":
+	case wire.EventMessageDelta:
 		if s != nil && s.Turns() {
 			return // its acp.update carries the text
 		}
 		var p struct{ Text string }
 		_ = json.Unmarshal(ev.Payload, &p)
 		c.notify(key, ev.Seq, acp.UpdateAgentMessageText(p.Text))
-	case "message.complete":
+	case wire.EventMessageComplete:
 		var p runEnd
 		_ = json.Unmarshal(ev.Payload, &p)
 		c.finishRun(p)
-	case "permission.request":
+	case wire.EventPermissionRequest:
 		if !replay {
 			c.ask(key, ev)
 		}
-	case "permission.resolved":
+	case wire.EventPermissionResolved:
 		var p struct {
 			RequestID string `json:"request_id"`
 		}
@@ -302,7 +303,7 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 	for _, p := range snap.PendingPermissions {
 		payload, err := json.Marshal(p)
 		if err == nil {
-			c.ask(key, event{Type: "permission.request", SessionID: snap.SessionID, Payload: payload})
+			c.ask(key, event{Type: wire.EventPermissionRequest, SessionID: snap.SessionID, Payload: payload})
 		}
 	}
 	return snap, truncated, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/wire"
 )
 
 // maxPending is the number of requests one socket may have waiting; one
@@ -69,9 +70,9 @@ func (c *conn) Released(s *session.Session) {
 // ready sends gateway.ready.
 func (c *conn) ready() {
 	frame, _ := json.Marshal(map[string]any{
-		"jsonrpc": "2.0",
-		"method":  "event",
-		"params":  map[string]any{"type": "gateway.ready", "payload": map[string]string{"version": c.gw.version}},
+		"jsonrpc": wire.JSONRPCVersion,
+		"method":  wire.MethodEvent,
+		"params":  map[string]any{"type": wire.EventReady, "payload": map[string]string{"version": c.gw.version}},
 	})
 	c.Send(frame)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
 )
@@ -38,6 +39,9 @@ func TestToRPCError(t *testing.T) {
 		{"build failed", session.ErrBuildFailed, CodeResumeFailed},
 		{"build failed wrapped", fmt.Errorf("agent for k: %v: %w", errors.New("exec: not found"), session.ErrBuildFailed), CodeResumeFailed},
 		{"table closed", session.ErrTableClosed, CodeResumeFailed},
+		// As the table wraps an ownership store's refusal (ownersError).
+		{"owners unavailable", fmt.Errorf("claim k: %v: %w", ownership.ErrUnavailable, session.ErrOwnersUnavailable), CodeResumeFailed},
+		{"owned elsewhere", fmt.Errorf("bind k: %v: %w", ownership.ErrConflict, session.ErrOwnedElsewhere), CodeResumeFailed},
 		{"rpc error kept", errorf(CodeInvalidParams, "x must be a string"), CodeInvalidParams},
 		{"rpc error wrapped", fmt.Errorf("outer: %w", errorf(CodeSessionRequired, "session_id required")), CodeSessionRequired},
 		// Anything else is a bug or an unexpected failure: -32603.

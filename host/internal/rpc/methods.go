@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 // call is what a handler knows of the request it serves besides params.
@@ -46,23 +47,24 @@ type method struct {
 	inline bool
 }
 
-// methods is the gateway's method table.
+// methods is the gateway's method table, keyed by the method names of
+// package wire (TestMethodsAreWire checks it has each of them).
 var methods map[string]method
 
 func init() {
 	methods = map[string]method{
-		"session.create":       {serve: (*conn).create},
-		"session.branch":       {serve: (*conn).branch},
-		"session.resume":       {serve: (*conn).resume},
-		"session.activate":     {serve: (*conn).activate},
-		"session.close":        {serve: (*conn).close},
-		"session.active_list":  {serve: (*conn).activeList, inline: true},
-		"session.list":         {serve: (*conn).list},
-		"session.events.since": {serve: (*conn).eventsSince, inline: true},
-		"prompt.submit":        {serve: (*conn).submit},
-		"session.runs":         {serve: (*conn).runs, inline: true},
-		"session.interrupt":    {serve: (*conn).interrupt},
-		"permission.respond":   {serve: (*conn).permissionRespond},
+		wire.MethodCreate:            {serve: (*conn).create},
+		wire.MethodBranch:            {serve: (*conn).branch},
+		wire.MethodResume:            {serve: (*conn).resume},
+		wire.MethodActivate:          {serve: (*conn).activate},
+		wire.MethodClose:             {serve: (*conn).close},
+		wire.MethodActiveList:        {serve: (*conn).activeList, inline: true},
+		wire.MethodList:              {serve: (*conn).list},
+		wire.MethodEventsSince:       {serve: (*conn).eventsSince, inline: true},
+		wire.MethodSubmit:            {serve: (*conn).submit},
+		wire.MethodRuns:              {serve: (*conn).runs, inline: true},
+		wire.MethodInterrupt:         {serve: (*conn).interrupt},
+		wire.MethodPermissionRespond: {serve: (*conn).permissionRespond},
 	}
 }
 

@@ -156,7 +156,9 @@ func (t *Table) discard(ag agent.Agent) {
 // it marks the key claimed, records the owner in the ownership store
 // (outside the lock), then adds s to the table and answers reply. t.mu is
 // held on entry and released on return. A store that refuses the claim
-// (another owner, or unreachable) makes it fail; s's agent is closed.
+// (another owner, or unreachable) makes it fail; s's agent is closed. A
+// table that closed meanwhile gets the claim given back (again outside
+// the lock) and ErrTableClosed.
 func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed string, reply Reply) error {
 	c := &claim{done: make(chan struct{})}
 	t.claims[s.key] = c
@@ -172,14 +174,19 @@ func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed s
 
 	t.mu.Lock()
 	delete(t.claims, s.key)
-	if err == nil && t.closed {
-		err = ErrTableClosed
-		if derr := t.owners.Delete(context.WithoutCancel(ctx), s.key, rev); derr != nil {
-			t.log.Warn().Err(derr).Str("session_key", s.key).Msg("giving back an ownership claim")
-		}
-	}
-	if err != nil {
+	closed := t.closed
+	if err != nil || closed {
 		t.mu.Unlock()
+		if err == nil {
+			// The table closed meanwhile: give the claim back, outside
+			// the table lock and within a bound of its own.
+			err = ErrTableClosed
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), ownersTimeout)
+			if derr := t.owners.Delete(dctx, s.key, rev); derr != nil {
+				t.log.Warn().Err(derr).Str("session_key", s.key).Msg("giving back an ownership claim")
+			}
+			dcancel()
+		}
 		t.discard(s.agent)
 		return ownersError("claim "+s.key, err)
 	}

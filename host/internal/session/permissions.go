@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Permission errors.
@@ -88,7 +89,7 @@ func optionIDs(options json.RawMessage) []string {
 func (s *Session) askPermission(ctx context.Context, req agent.PermissionRequest) (string, bool, error) {
 	p := &permission{id: contract.RandomHex(8), req: req, options: optionIDs(req.Options), answer: make(chan permissionAnswer, 1)}
 	s.mu.Lock()
-	s.emitLocked("permission.request", map[string]any{"request_id": p.id, "tool_call": req.ToolCall, "options": req.Options})
+	s.emitLocked(wire.EventPermissionRequest, map[string]any{"request_id": p.id, "tool_call": req.ToolCall, "options": req.Options})
 	p.seq = s.seq
 	s.perms[p.id] = p
 	s.mu.Unlock()
@@ -142,7 +143,7 @@ func (s *Session) resolveLocked(p *permission, option string, ok bool, by string
 	if ok {
 		opt = option
 	}
-	s.emitLocked("permission.resolved", map[string]any{"request_id": p.id, "option_id": opt, "by": by})
+	s.emitLocked(wire.EventPermissionResolved, map[string]any{"request_id": p.id, "option_id": opt, "by": by})
 	p.answer <- permissionAnswer{option: option, ok: ok}
 }
 
@@ -160,7 +161,7 @@ func (e turnEvents) Update(update json.RawMessage) {
 	e.s.mu.Lock()
 	e.ru.progress = e.s.t.now()
 	e.s.lastActive = e.ru.progress
-	e.s.emitLocked("acp.update", update)
+	e.s.emitLocked(wire.EventACPUpdate, update)
 	e.s.mu.Unlock()
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 // recover reads a stored session's event cursor from its journal and
@@ -40,7 +41,7 @@ func (t *Table) recover(ctx context.Context, sess store.Session, id string) (seq
 				return 0, "", nil, err
 			}
 			seq++
-			params, _ := json.Marshal(eventParams{Type: "message.complete", SessionID: id, Seq: seq, Payload: map[string]string{"text": text, "status": statusInterrupted}})
+			params, _ := json.Marshal(eventParams{Type: wire.EventMessageComplete, SessionID: id, Seq: seq, Payload: map[string]string{"text": text, "status": statusInterrupted}})
 			if err := t.store.AppendEvents(ctx, []store.Event{{Key: sess.Key, Seq: seq, Params: params}}, store.Retention{}); err != nil {
 				return 0, "", nil, err
 			}
@@ -79,10 +80,10 @@ func (t *Table) streamedText(ctx context.Context, key string, startSeq uint64) (
 		if json.Unmarshal(e.Params, &p) != nil {
 			continue
 		}
-		if p.Type == "message.complete" || p.Type == "message.start" {
+		if p.Type == wire.EventMessageComplete || p.Type == wire.EventMessageStart {
 			break
 		}
-		if p.Type == "message.delta" {
+		if p.Type == wire.EventMessageDelta {
 			b.WriteString(p.Payload.Text)
 		}
 	}

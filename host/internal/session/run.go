@@ -9,6 +9,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Submit starts a run answering text and returns its run id, or
@@ -60,7 +61,7 @@ func (s *Session) Submit(text string) (string, error) {
 	s.runs = append(s.runs, RunInfo{RunID: ru.id, Status: statusRunning, StartedAt: now.Unix()})
 	s.lastActive = now
 	// The run's start seq is stored with its message.start.
-	s.emitOpsLocked("message.start", map[string]string{"run_id": ru.id, "prompt": text}, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
+	s.emitOpsLocked(wire.EventMessageStart, map[string]string{"run_id": ru.id, "prompt": text}, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
 	ru.startSeq = s.seq
 	t.wg.Add(1)
 	s.mu.Unlock()
@@ -121,7 +122,7 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 	if err != nil && status == statusFailed {
 		complete["reason"] = err.Error()
 	}
-	s.emitOpsLocked("message.complete", complete, ops{
+	s.emitOpsLocked(wire.EventMessageComplete, complete, ops{
 		messages: []store.Message{{Key: s.key, Message: agent.Message{Role: agent.RoleAssistant, Text: answer}}},
 		runEnds:  []store.RunEnd{{Key: s.key, RunID: ru.id, Status: status, At: now}},
 		cursor:   &store.Cursor{Key: s.key, Epoch: s.epoch, LastSeq: s.seq + 1},
@@ -145,7 +146,7 @@ func (s *Session) delta(ru *run, text string) {
 	ru.text.WriteString(text)
 	ru.progress = s.t.now()
 	s.lastActive = ru.progress
-	s.emitLocked("message.delta", map[string]string{"text": text})
+	s.emitLocked(wire.EventMessageDelta, map[string]string{"text": text})
 	s.mu.Unlock()
 }
 

@@ -169,6 +169,31 @@ func (m *model) bind(r *modelRec, v contract.TransportID) {
 // step: a stale teardown only ever drops its own viewer, at most one live
 // session per key, a session with a viewer is never reaped, and the
 // ownership store records every live session's binding and nothing else.
+//
+// It catches the two teardown mutations it was written for, in every
+// run with the default 250 checks (modelChecks):
+//
+//  1. In decide's Disconnected branch, a close_on_disconnect session is
+//     closed by its last viewer's departure even when the caller's
+//     generation is stale (`if v.current {` under
+//     `if v.closeOnDisconnect && !v.run {` made `if true {`). Expected
+//     failure: "disconnect removed = true, want false".
+//  2. In decide's OrphanReap branch, a reap timer closes the session
+//     without checking that its generation is still current
+//     (`if !v.current || v.viewers > 0 {` made `if v.viewers > 0 {`).
+//     Expected failure: "reap(gen 1, current 2, viewers 0) removed =
+//     true, want false" (the generations vary).
+//
+// To re-check: apply one mutation to funnel.go, remove
+// testdata/rapid (rapid replays the fail files it leaves there), run
+//
+//	go test -count=1 -run 'TestTableCASMatchesModel$' ./host/internal/session
+//
+// and revert. The test fails with "[rapid] flaky test, can not
+// reproduce a failure" (the failed run leaves the shared table dirty, so
+// the shrunk replay fails on something else), and the expected message
+// above as its "Original traceback". TestDecide fails on either mutation
+// too.
 func TestTableCASMatchesModel(t *testing.T) {
 	tbl, _, _ := newTestTable(t, 0)
 	mem := tbl.owners.(*MemOwners)
