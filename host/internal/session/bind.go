@@ -24,7 +24,7 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 		return fmt.Errorf("create: %w", err)
 	}
 	now := t.now()
-	sess := store.Session{Key: store.NewKey(now), Title: opt.Title, StartedAt: now}
+	sess := store.Session{Key: t.newKey(now), Title: opt.Title, StartedAt: now}
 	if opt.Parent != "" {
 		if _, err := t.store.GetSession(ctx, opt.Parent); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
@@ -44,15 +44,26 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 	}
 	sess.Epoch = contract.RandomHex(8)
 	// The agent is built before the row is stored, so a create that fails
-	// leaves nothing behind.
-	ag, err := t.newAgent(ctx, sess.Key, opt.AgentState)
-	if err != nil {
-		return err
-	}
-	sess.AgentState = agentState(ag, opt.AgentState)
-	if err := t.store.CreateSession(ctx, sess); err != nil {
+	// leaves nothing behind. A key is the second plus 24 random bits, so
+	// two creates in one second can draw the same key: the loser draws
+	// again (with a new agent, which may have been told the key).
+	var ag agent.Agent
+	for attempt := 1; ; attempt++ {
+		var err error
+		ag, err = t.newAgent(ctx, sess.Key, opt.AgentState)
+		if err != nil {
+			return err
+		}
+		sess.AgentState = agentState(ag, opt.AgentState)
+		err = t.store.CreateSession(ctx, sess)
+		if err == nil {
+			break
+		}
 		t.discard(ag)
-		return storageErr("store session", err, ErrBuildFailed)
+		if !errors.Is(err, store.ErrExists) || attempt == maxKeyDraws {
+			return storageErr("store session", err, ErrBuildFailed)
+		}
+		sess.Key = t.newKey(now)
 	}
 	s, err := t.build(ctx, sess, ag, opt.CloseOnDisconnect)
 	if err != nil {

@@ -249,3 +249,40 @@ func TestOwnersUnavailable(t *testing.T) {
 		t.Errorf("after the fault: the store has %d keys, want %d", n, want)
 	}
 }
+
+// TestCreateDrawsAnotherKey: two creates in one second can draw the same
+// stored key (the second plus 24 random bits); the second one draws again
+// instead of failing, and the agent built for the taken key is closed.
+func TestCreateDrawsAnotherKey(t *testing.T) {
+	tbl, st, f := newTestTable(t, time.Minute)
+	keys := []string{"20261202_030000_aaaaaa", "20261202_030000_aaaaaa", "20261202_030000_aaaaaa", "20261202_030000_bbbbbb"}
+	tbl.newKey = func(time.Time) string {
+		k := keys[0]
+		keys = keys[1:]
+		return k
+	}
+	ctx := context.Background()
+	var first, second Snapshot
+	a := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}}
+	b := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 2}}
+	if err := tbl.Create(ctx, a, CreateOptions{}, capture(a, &first)); err != nil {
+		t.Fatalf("first create: %v", err)
+	}
+	if err := tbl.Create(ctx, b, CreateOptions{}, capture(b, &second)); err != nil {
+		t.Fatalf("second create, its key taken: %v", err)
+	}
+	if first.SessionKey != "20261202_030000_aaaaaa" || second.SessionKey != "20261202_030000_bbbbbb" {
+		t.Errorf("keys: got %s and %s, want the drawn ones in order", first.SessionKey, second.SessionKey)
+	}
+	for _, k := range []string{first.SessionKey, second.SessionKey} {
+		if _, err := st.GetSession(ctx, k); err != nil {
+			t.Errorf("stored %s: %v", k, err)
+		}
+	}
+	f.mu.Lock()
+	built, closed := f.built, f.closed
+	f.mu.Unlock()
+	if built != 4 || closed != 2 {
+		t.Errorf("agents: built %d, closed %d; want 4 built (one per draw) and the 2 of taken keys closed", built, closed)
+	}
+}

@@ -24,6 +24,10 @@ const runStaleAfter = 10 * time.Minute
 // ownersTimeout bounds one call to the ownership store.
 const ownersTimeout = 5 * time.Second
 
+// maxKeyDraws bounds how often a create draws a new stored key after the
+// one it drew was already taken.
+const maxKeyDraws = 4
+
 // Config configures a Table.
 type Config struct {
 	Store  *store.Store
@@ -66,6 +70,7 @@ type Table struct {
 	log     zerolog.Logger
 	metrics *metrics.Metrics
 	now     func() time.Time
+	newKey  func(time.Time) string // store.NewKey; tests replace it
 	journal *journal
 	ttl     time.Duration
 	maxLive int
@@ -115,6 +120,7 @@ func NewTable(cfg Config) *Table {
 		log:       cfg.Log,
 		metrics:   cfg.Metrics,
 		now:       cfg.Now,
+		newKey:    store.NewKey,
 		journal:   newJournal(cfg.Store, cfg.Retention, cfg.Log, cfg.Metrics),
 		ttl:       cfg.SessionTTL,
 		maxLive:   cfg.MaxLive,
