@@ -190,6 +190,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer lock.unlock()
+	if afterLock != nil {
+		afterLock()
+	}
 	sockDir := SocketDir(cfg.StateDir)
 	if err := makeSocketDir(sockDir); err != nil {
 		return err
