@@ -511,6 +511,26 @@ func TestFaultHostlessPluginExits(t *testing.T) {
 		t.Fatalf("host exit %d, %v", code, err)
 	}
 	waitPIDGone(t, rec.PID, 15*time.Second)
+	// It leaves nothing behind: its record and socket are gone, and
+	// doctor finds the state dir sound.
+	if _, err := os.Stat(recordFile(s.StateDir)); !os.IsNotExist(err) {
+		t.Errorf("the record of the plugin that exited when idle is still there: %v", err)
+	}
+	if rec.Network != "unix" || rec.Address == "" {
+		t.Fatalf("the record named %s %q, want a Unix socket", rec.Network, rec.Address)
+	}
+	if _, err := os.Stat(rec.Address); !os.IsNotExist(err) {
+		t.Errorf("the socket of the plugin that exited when idle is still there: %v", err)
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeAddr := free.Addr().String()
+	free.Close()
+	if out, errOut, code := e2e.Tether(t, "doctor", "--state-dir", s.StateDir, "--listen", freeAddr); code != 0 {
+		t.Errorf("tether doctor after the idle exit: exit %d, want 0\n%s%s", code, out, errOut)
+	}
 
 	// With a PTY it stays; `plugins stop pty` stops it.
 	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", "cat", "--pty-idle-exit", "1s"}})
