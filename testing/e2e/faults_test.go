@@ -56,7 +56,9 @@ func TestFaultHungTransport(t *testing.T) {
 	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=ws", "reason=unresponsive"); got != 1 {
 		t.Errorf("tether_plugin_restarts_total{plugin=ws,reason=unresponsive} = %v, want 1", got)
 	}
-	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed"); got != 0 {
+	if !s.HasMetric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed") {
+		t.Error("tether_plugin_restarts_total{plugin=pty,reason=crashed} is missing; want it present from the start")
+	} else if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed"); got != 0 {
 		t.Errorf("tether_plugin_restarts_total{plugin=pty,reason=crashed} = %v, want 0 (and present from the start)", got)
 	}
 	c2 := s.Dial(t)
