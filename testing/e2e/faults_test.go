@@ -25,6 +25,12 @@ import (
 // found within a second.
 var healthArgs = []string{"--plugin-health-interval", "200ms", "--plugin-health-timeout", "300ms", "--admin-listen", "127.0.0.1:0"}
 
+// hungBound is how soon after a SIGSTOP the host must have found the
+// plugin unresponsive with healthArgs: a ping goes out within an
+// interval and fails after the timeout, so interval + timeout (500 ms);
+// twice that plus 2 s allows for a loaded machine and the race detector.
+const hungBound = 2*(200*time.Millisecond+300*time.Millisecond) + 2*time.Second
+
 // TestFaultHungTransport stops the WebSocket plugin with SIGSTOP: it is
 // alive but answers nothing. The host's health ping finds it within
 // interval + timeout, kills it and starts a fresh one; /healthz answers
@@ -42,6 +48,9 @@ func TestFaultHungTransport(t *testing.T) {
 		t.Fatalf("SIGSTOP ws plugin %d: %v", pid, err)
 	}
 	waitLogLine(t, s, "transport plugin did not answer its health ping in time; killing it to restart it", map[string]any{"plugin": "ws"})
+	if took := time.Since(stopped); took > hungBound {
+		t.Errorf("the hung ws plugin was found %v after SIGSTOP, want within %v (interval 200ms + timeout 300ms, with slack)", took, hungBound)
+	}
 	if newPID := pluginPID(t, s, 2); newPID == pid {
 		t.Fatalf("ws plugin pid after the restart is still %d", pid)
 	}
@@ -83,10 +92,16 @@ func TestFaultHungPTYPlugin(t *testing.T) {
 	replayOf(t, p)
 	p.Close()
 	pid := ptyPluginPID(t, s.StateDir)
+	stopped := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP pty plugin %d: %v", pid, err)
 	}
 	waitLogLine(t, s, "pty backend did not answer its health ping in time; killing it to restart it", map[string]any{"plugin": "pty"})
+	if took := time.Since(stopped); took > hungBound {
+		t.Errorf("the hung pty plugin was found %v after SIGSTOP, want within %v (interval 200ms + timeout 300ms, with slack)", took, hungBound)
+	} else {
+		t.Logf("the hung pty plugin was found %v after SIGSTOP", took)
+	}
 	waitFor(t, func() bool {
 		ps := pluginsJSON(t, s.StateDir)["pty"]
 		return ps.State == "running" && ps.Pid != pid && ps.Pid != 0
@@ -94,6 +109,14 @@ func TestFaultHungPTYPlugin(t *testing.T) {
 	pty := pluginsJSON(t, s.StateDir)["pty"]
 	if pty.Restarts != 1 || pty.LastReason != "unresponsive" {
 		t.Errorf("plugins list pty: %+v, want 1 restart, reason unresponsive", pty)
+	}
+	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=unresponsive"); got != 1 {
+		t.Errorf("tether_plugin_restarts_total{plugin=pty,reason=unresponsive} = %v, want 1", got)
+	}
+	if !s.HasMetric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed") {
+		t.Error("tether_plugin_restarts_total{plugin=pty,reason=crashed} is missing; want it present at 0")
+	} else if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed"); got != 0 {
+		t.Errorf("tether_plugin_restarts_total{plugin=pty,reason=crashed} = %v, want 0: the restart was for unresponsiveness", got)
 	}
 	q := ptyDial(t, s, "attach="+tok)
 	if r := replayOf(t, q); !r.Reset {
