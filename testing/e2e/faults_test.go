@@ -165,6 +165,53 @@ func TestFaultPrimaryCrashLoopExits(t *testing.T) {
 	}
 }
 
+// TestFaultPrimaryWSKilledRepeatedly: the real built-in ws plugin,
+// serving, is killed with SIGKILL each time it comes back; with
+// --plugin-restart-limit 3 the third crash in a row takes the host down
+// with exit status 3 and a log line saying why, and nothing holds the
+// port afterwards.
+func TestFaultPrimaryWSKilledRepeatedly(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: []string{"--plugin-restart-limit", "3", "--pty-command", ""}})
+	var pids []int
+	for n := 1; n <= 3; n++ {
+		pid := pluginPID(t, s, n)
+		if len(pids) > 0 && pid == pids[len(pids)-1] {
+			t.Fatalf("kill %d: the ws plugin's pid is still %d", n, pid)
+		}
+		pids = append(pids, pid)
+		if status, _ := s.Get(t, "/healthz"); status != http.StatusOK {
+			t.Fatalf("before kill %d: /healthz %d, want 200", n, status)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %d: SIGKILL ws plugin %d: %v", n, pid, err)
+		}
+	}
+	code, err := s.Wait(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 3 {
+		t.Fatalf("tether serve exited %d, want 3; stderr:\n%s", code, s.Stderr.Tail(20))
+	}
+	if lines := logLines(s, "shutting down: the primary transport keeps failing and nothing serves --listen"); len(lines) != 1 {
+		t.Errorf("want one log line saying why the host exits; got %d\n%s", len(lines), s.Stderr.Tail(20))
+	} else if e, _ := lines[0]["error"].(string); !strings.Contains(e, "failed 3 times in a row") {
+		t.Errorf("the exit line's error %q does not say the plugin failed 3 times in a row", e)
+	}
+	if lines := logLines(s, "transport plugin keeps failing; marked failed, not restarted (tether plugins reload to try again)"); len(lines) != 1 || lines[0]["plugin"] != "ws" {
+		t.Errorf("want one line saying the ws plugin was marked failed; got %v", lines)
+	}
+	for _, pid := range pids {
+		waitPIDGone(t, pid, 5*time.Second)
+	}
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		t.Fatalf("the port %s is still held after the host exited: %v", s.Addr, err)
+	}
+	ln.Close()
+}
+
 // TestFaultTwoHostsOneStateDir starts two hosts on one state dir at the
 // same instant, many times: exactly one serves each time, and the other
 // exits 1 at once saying the state dir is in use by the first one's pid.
