@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -547,6 +548,106 @@ func TestFaultRebuiltBinaryReattaches(t *testing.T) {
 	if n := strings.Count(strings.Join(pgrepPlugins(t, dir), "\n"), "plugin pty"); n != 1 {
 		t.Errorf("%d PTY plugins of this test run, want one: %q", n, pgrepPlugins(t, dir))
 	}
+}
+
+// TestFaultUnreattachablePluginStopped: a PTY plugin left running with a
+// live PTY whose record no longer matches it (here: the record's secret
+// is not the one the process was given, as with a plugin of another
+// tether version) cannot be reattached; the next host stops it and its
+// PTYs instead of leaving them unreachable, and runs exactly one fresh
+// PTY plugin.
+func TestFaultUnreattachablePluginStopped(t *testing.T) {
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tether")
+	copyFile(t, e2e.Build(t), bin)
+	state := t.TempDir()
+	s1 := e2e.Start(t, e2e.Config{Binary: bin, StateDir: state, Args: []string{"--pty-command", "cat"}})
+	c := ptyDial(t, s1, "attach="+attachToken(t))
+	replayOf(t, c)
+	rec := readPTYRecord(t, state)
+	shells := childPIDs(t, rec.PID)
+	if len(shells) != 1 {
+		t.Fatalf("the PTY plugin %d has children %v, want the one PTY's shell", rec.PID, shells)
+	}
+	if err := s1.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s1.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("host A exit %d, %v", code, err)
+	}
+	<-c.Closed()
+	if !pidAlive(rec.PID) || !pidAlive(shells[0]) {
+		t.Fatalf("the PTY plugin (%d) or its shell (%d) did not outlive host A", rec.PID, shells[0])
+	}
+	// The record keeps the real pid, start time and command line; only
+	// the secret is wrong.
+	b, err := os.ReadFile(recordFile(state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw["secret"] == nil || raw["secret"] == "" {
+		t.Fatalf("the record %s has no secret to change", b)
+	}
+	raw["secret"] = "0123456789abcdef0123456789abcdef"
+	if b, err = json.Marshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(recordFile(state), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := e2e.Start(t, e2e.Config{Binary: bin, StateDir: state, Args: []string{"--pty-command", "cat"}})
+	waitLogLine(t, s2, "the recorded plugin is alive but cannot be reattached; stopping it and its PTYs", map[string]any{"plugin": "pty", "pid": float64(rec.PID)})
+	waitPIDGone(t, rec.PID, 10*time.Second)
+	waitPIDGone(t, shells[0], 10*time.Second)
+	if got := readPTYRecord(t, state); got.PID == rec.PID || !pidAlive(got.PID) {
+		t.Errorf("PTY plugin after host B started: pid %d (alive %v), want a fresh one, not %d", got.PID, pidAlive(got.PID), rec.PID)
+	}
+	if n := len(pgrepPlugins(t, dir)); n != 1 {
+		t.Errorf("%d PTY plugins of this test run, want one: %q", n, pgrepPlugins(t, dir))
+	}
+	// The fresh plugin serves.
+	q := ptyDial(t, s2, "attach="+attachToken(t))
+	if r := replayOf(t, q); !r.Reset {
+		t.Errorf("attach through host B: %+v, want a fresh PTY", r)
+	}
+	if err := q.Write([]byte("fresh\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.WaitOutput(ctxT(t, 10*time.Second), func(out []byte) bool { return strings.Contains(string(out), "fresh") }); err != nil {
+		t.Fatalf("output of the fresh PTY: %v", err)
+	}
+}
+
+// childPIDs lists the processes whose parent is pid.
+func childPIDs(t *testing.T, pid int) []int {
+	t.Helper()
+	var out []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		stat, err := os.ReadFile(filepath.Join(d, "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if n, err := strconv.Atoi(filepath.Base(d)); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // pgrepPlugins lists the command lines of running `tether plugin pty`
