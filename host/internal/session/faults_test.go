@@ -310,9 +310,10 @@ func TestStorageFaultSubmitRefused(t *testing.T) {
 
 // TestStorageFaultDirectWritesCounted: a write made directly, not
 // through the journal (create's CreateSession, prompt.submit's
-// StartTurn, a resume's Reopen), that fails with a storage fault while
-// the journal is idle and healthy, is counted in tether_store_errors_total
-// and logged at error level, at most once per faultLogEvery.
+// StartTurn, the cursor a resume's recover writes), that fails with a
+// storage fault while the journal is idle and healthy, is counted in
+// tether_store_errors_total and logged at error level, at most once per
+// faultLogEvery.
 func TestStorageFaultDirectWritesCounted(t *testing.T) {
 	ctx := context.Background()
 	var logs syncBuffer
@@ -358,7 +359,7 @@ func TestStorageFaultDirectWritesCounted(t *testing.T) {
 			var sn Snapshot
 			return ft.tbl.Create(ctx, v, CreateOptions{ForkCount: -1}, capture(v, &sn))
 		}},
-		{"session.resume of a stored session (Reopen)", func() error {
+		{"session.resume of a stored session (recover's SetCursor)", func() error {
 			var sn Snapshot
 			return ft.tbl.Resume(ctx, v, stored.SessionKey, capture(v, &sn))
 		}},
