@@ -95,7 +95,9 @@ type Table struct {
 // table or was given up.
 type claim struct{ done chan struct{} }
 
-// NewTable returns an empty table.
+// NewTable returns an empty table. It sets cfg.Store's write-fault hook
+// (store.OnWriteFault) to count and log every failed write of that store
+// in cfg.Metrics, whoever makes it: one table per store.
 func NewTable(cfg Config) *Table {
 	if cfg.Owners == nil {
 		cfg.Owners = NewMemOwners()
