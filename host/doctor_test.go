@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -91,5 +92,46 @@ func TestDoctorFindsPlantedProblems(t *testing.T) {
 	}
 	if f := got["state dir"]; !strings.Contains(f.Fix, "chmod 700") {
 		t.Errorf("state dir fix %q, want chmod 700", f.Fix)
+	}
+
+	// The problems that cannot sit beside those, in a second state dir:
+	// a 0-byte state.db, an empty token file, a malformed reattach
+	// record, and a host that holds the lock but does not answer on its
+	// control socket (hung; here: the lock taken, no socket at all).
+	dir2 := t.TempDir()
+	if err := os.Chmod(dir2, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir2, "state.db"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir2, "token"), []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir2, "plugins"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir2, "plugins", "pty.json"), []byte(`{"protocol":"grpc","pid":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := lockStateDir(dir2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.unlock()
+	got = findings(t, DoctorConfig{StateDir: dir2, Listen: freeAddr})
+	for _, tc := range []struct{ check, detail, fix string }{
+		{"database", "is empty", "backup"},
+		{"token file", "is empty", "remove it"},
+		{"pty plugin", "pty.json", "remove " + filepath.Join(dir2, "plugins", "pty.json")},
+		{"host", fmt.Sprintf("a host (pid %d) holds the lock but its control socket does not answer", os.Getpid()), fmt.Sprintf("kill %d", os.Getpid())},
+	} {
+		f, ok := got[tc.check]
+		if !ok || f.OK || !strings.Contains(f.Detail, tc.detail) || !strings.Contains(f.Fix, tc.fix) {
+			t.Errorf("planted problem %q: got %+v, want a failed check saying %q with a fix saying %q", tc.check, f, tc.detail, tc.fix)
+		}
+	}
+	if f := got["state dir"]; !f.OK {
+		t.Errorf("state dir 0700 failed: %+v", f)
 	}
 }

@@ -68,6 +68,14 @@ func StopRecordedPlugin(ctx context.Context, stateDir, name string, log zerolog.
 	return supervise.StopRecordedPlugin(ctx, stateDir, SocketDir(stateDir), name, log)
 }
 
+// RemoveOwnRecord is for the PTY plugin exiting by itself with no host:
+// it removes its reattach record of plugin name in stateDir, and its
+// socket, when the record still names this process (pid and instance
+// secret); see supervise.RemoveOwnRecord.
+func RemoveOwnRecord(stateDir, name, secret string) (removed bool, err error) {
+	return supervise.RemoveOwnRecord(stateDir, SocketDir(stateDir), name, os.Getpid(), secret)
+}
+
 // Config configures a host.
 type Config struct {
 	// Listen is the public listener's address.
@@ -190,6 +198,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer lock.unlock()
+	if afterLock != nil {
+		afterLock()
+	}
 	sockDir := SocketDir(cfg.StateDir)
 	if err := makeSocketDir(sockDir); err != nil {
 		return err

@@ -22,6 +22,11 @@ const LockFile = "lock"
 // ErrStateDirInUse: another host holds the state dir's lock.
 var ErrStateDirInUse = errors.New("state dir in use")
 
+// afterLock, when a test sets it, is called by Run right after the
+// state dir's lock is taken (and its pid written), before the rest of the
+// start-up: a test blocks there to start a second host in between.
+var afterLock func()
+
 // stateLock is a held state-dir lock.
 type stateLock struct{ f *os.File }
 

@@ -39,9 +39,25 @@ func ptyPluginMain() int {
 	// The instance secret the host proves this process by when it
 	// reattaches: taken, then gone from the environment (no PTY's shell
 	// inherits it).
-	b.SetSecret(os.Getenv(contract.EnvPluginSecret))
+	secret := os.Getenv(contract.EnvPluginSecret)
+	b.SetSecret(secret)
 	_ = os.Unsetenv(contract.EnvPluginSecret)
-	go exitWhenIdle(b, log)
+	// exit ends the process on its own account (idle, or SIGTERM): its
+	// PTYs go, and so do its reattach record and socket while the record
+	// still names this process, so nothing stale is left for the next
+	// host or `tether doctor`.
+	exit := func() {
+		b.Shutdown()
+		if dir := os.Getenv(host.EnvPluginStateDir); dir != "" {
+			if removed, err := host.RemoveOwnRecord(dir, "pty", secret); err != nil {
+				log.Warn().Err(err).Msg("could not remove this plugin's reattach record")
+			} else if removed {
+				log.Info().Msg("reattach record and socket removed")
+			}
+		}
+		os.Exit(0)
+	}
+	go exitWhenIdle(b, log, exit)
 
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGTERM)
@@ -52,8 +68,7 @@ func ptyPluginMain() int {
 				continue
 			}
 			log.Info().Msg("SIGTERM: stopping every PTY")
-			b.Shutdown()
-			os.Exit(0)
+			exit()
 		}
 	}()
 	contract.ServeBackend(b)
@@ -68,7 +83,7 @@ const idleCheckEvery = 2 * time.Second
 // exitWhenIdle ends the plugin process once it has had no host and no PTY
 // for the backend's idle time in a row: a PTY plugin left behind by a host
 // that is gone, with nothing to keep alive, does not linger.
-func exitWhenIdle(b *pty.Backend, log zerolog.Logger) {
+func exitWhenIdle(b *pty.Backend, log zerolog.Logger, exit func()) {
 	var since time.Time
 	for range time.Tick(idleCheckEvery) {
 		idle, after := b.Idle()
@@ -79,8 +94,7 @@ func exitWhenIdle(b *pty.Backend, log zerolog.Logger) {
 			since = time.Now()
 		case time.Since(since) >= after:
 			log.Info().Dur("idle", time.Since(since)).Msg("no host and no PTY: exiting")
-			b.Shutdown()
-			os.Exit(0)
+			exit()
 		}
 	}
 }

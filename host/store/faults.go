@@ -37,16 +37,37 @@ func storageFault(err error) bool {
 // write runs one write operation: a storage fault (or one the fault hook
 // injects) comes back wrapping ErrUnavailable; other errors as they are.
 func (s *Store) write(f func() error) error {
+	var err error
 	if h := s.fault.Load(); h != nil {
-		if err := (*h)(); err != nil {
-			return fmt.Errorf("%w: %w", err, ErrUnavailable)
+		if ferr := (*h)(); ferr != nil {
+			err = fmt.Errorf("%w: %w", ferr, ErrUnavailable)
 		}
 	}
-	err := f()
+	if err == nil {
+		err = f()
+	}
 	if err != nil && storageFault(err) && !errors.Is(err, ErrUnavailable) {
-		return fmt.Errorf("%w: %w", err, ErrUnavailable)
+		err = fmt.Errorf("%w: %w", err, ErrUnavailable)
+	}
+	if errors.Is(err, ErrUnavailable) {
+		if h := s.onFault.Load(); h != nil {
+			(*h)(err)
+		}
 	}
 	return err
+}
+
+// OnWriteFault makes every write that fails with a storage fault (an
+// error wrapping ErrUnavailable, injected ones included) call f with
+// that error, synchronously and before the write returns, whoever made
+// the write: one place to count and log them. f must not call the
+// store. nil removes it.
+func (s *Store) OnWriteFault(f func(error)) {
+	if f == nil {
+		s.onFault.Store(nil)
+		return
+	}
+	s.onFault.Store(&f)
 }
 
 // SetWriteFault makes every write fail with the error f returns (when

@@ -96,10 +96,25 @@ func TestWriteFault(t *testing.T) {
 		},
 		"End":       func() error { return s.End(ctx, key, "closed", time.Now()) },
 		"SetCursor": func() error { return s.SetCursor(ctx, key, "e", 3) },
+		"AppendEvents": func() error {
+			return s.AppendEvents(ctx, []Event{{Key: key, Seq: 1, Params: []byte(`{}`)}}, Retention{})
+		},
+		"StartRun":      func() error { return s.StartRun(ctx, key, Run{ID: "r2", Status: "running"}) },
+		"EndRun":        func() error { return s.EndRun(ctx, key, "r", "interrupted", time.Now()) },
+		"Reopen":        func() error { return s.Reopen(ctx, key) },
+		"SetAgentState": func() error { return s.SetAgentState(ctx, key, "state") },
+		"SetTitle":      func() error { return s.SetTitle(ctx, key, "title") },
 	}
+	// Every failed write is reported to the OnWriteFault hook, once.
+	var reported []error
+	s.OnWriteFault(func(err error) { reported = append(reported, err) })
 	for name, w := range writes {
+		n := len(reported)
 		if err := w(); !errors.Is(err, ErrUnavailable) || !errors.Is(err, full) {
 			t.Errorf("%s with a full disk: %v; want ErrUnavailable wrapping the cause", name, err)
+		}
+		if len(reported) != n+1 || !errors.Is(reported[len(reported)-1], ErrUnavailable) {
+			t.Errorf("%s with a full disk: the fault hook got %d reports, want 1 wrapping ErrUnavailable", name, len(reported)-n)
 		}
 	}
 	if msgs, err := s.Messages(ctx, key); err != nil || len(msgs) != 0 {
@@ -113,6 +128,10 @@ func TestWriteFault(t *testing.T) {
 	}, Retention{}); err != nil {
 		t.Fatalf("commit after the fault: %v", err)
 	}
+	if n := len(reported); n != len(writes) {
+		t.Errorf("the fault hook got %d reports after a write that worked, want %d", n, len(writes))
+	}
+	s.OnWriteFault(nil)
 	msgs, _ := s.Messages(ctx, key)
 	sess, _ := s.GetSession(ctx, key)
 	evs, _, last, _ := s.EventsSince(ctx, key, 0, 0)

@@ -55,8 +55,9 @@ const defaultListLimit = 100
 
 // Store is an open state database. Its methods are safe for concurrent use.
 type Store struct {
-	db    *sql.DB
-	fault atomic.Pointer[func() error] // SetWriteFault's hook; nil: none
+	db      *sql.DB
+	fault   atomic.Pointer[func() error] // SetWriteFault's hook; nil: none
+	onFault atomic.Pointer[func(error)]  // OnWriteFault's hook; nil: none
 
 	closeOnce sync.Once
 	closeErr  error

@@ -187,8 +187,47 @@ func TestDiskFullForReal(t *testing.T) {
 		Truncated bool              `json:"truncated"`
 	}
 	call(t, c2, "session.events.since", map[string]any{"session_id": back.SessionID, "last_seen": 0}, &since)
+	if since.Epoch != back.Epoch {
+		t.Errorf("after the restart session.resume says epoch %s, session.events.since %s", back.Epoch, since.Epoch)
+	}
+	var lastSent uint64
+	if n := len(col.got); n > 0 {
+		lastSent = col.got[n-1].Seq
+	}
+	// Whatever the epoch, the session goes on after every seq the client
+	// was sent: a seq it holds is never reused for another event.
+	if back.LatestSeq < lastSent {
+		t.Errorf("after the restart latest_seq is %d, below the %d the client was sent", back.LatestSeq, lastSent)
+	}
+	col2 := collect(c2)
+	call(t, c2, "prompt.submit", map[string]any{"session_id": back.SessionID, "text": "after the restart"}, nil)
+	waitFor(t, func() bool {
+		return col2.has(func(ev wsclient.Event) bool {
+			var p struct{ Text string }
+			return ev.Type == "message.complete" && ev.Decode(&p) == nil && p.Text == "after the restart"
+		})
+	}, "the answer to a prompt after the restart")
+	col2.mu.Lock()
+	for _, ev := range col2.got {
+		if ev.Seq <= lastSent {
+			t.Errorf("after the restart %s has seq %d, a seq the client already holds (it was sent up to %d)", ev.Type, ev.Seq, lastSent)
+		}
+	}
+	col2.mu.Unlock()
 	if since.Epoch != snap.Epoch {
+		// History was lost for good: clients can tell by the new epoch,
+		// and it must be new, not an empty or reused one.
 		t.Logf("epoch changed after the restart (%s → %s): history was lost and clients can tell", snap.Epoch, since.Epoch)
+		if since.Epoch == "" {
+			t.Error("after the restart the epoch is empty")
+		}
+		var again struct {
+			Epoch string `json:"epoch"`
+		}
+		call(t, c2, "session.events.since", map[string]any{"session_id": back.SessionID, "last_seen": lastSent}, &again)
+		if again.Epoch != since.Epoch {
+			t.Errorf("the epoch changed again (%s → %s) without a restart", since.Epoch, again.Epoch)
+		}
 		return
 	}
 	if len(since.Events) < len(col.got) {

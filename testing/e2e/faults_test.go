@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,12 @@ import (
 // healthArgs make the host ping its plugins often, so that a hung one is
 // found within a second.
 var healthArgs = []string{"--plugin-health-interval", "200ms", "--plugin-health-timeout", "300ms", "--admin-listen", "127.0.0.1:0"}
+
+// hungBound is how soon after a SIGSTOP the host must have found the
+// plugin unresponsive with healthArgs: a ping goes out within an
+// interval and fails after the timeout, so interval + timeout (500 ms);
+// twice that plus 2 s allows for a loaded machine and the race detector.
+const hungBound = 2*(200*time.Millisecond+300*time.Millisecond) + 2*time.Second
 
 // TestFaultHungTransport stops the WebSocket plugin with SIGSTOP: it is
 // alive but answers nothing. The host's health ping finds it within
@@ -42,6 +49,9 @@ func TestFaultHungTransport(t *testing.T) {
 		t.Fatalf("SIGSTOP ws plugin %d: %v", pid, err)
 	}
 	waitLogLine(t, s, "transport plugin did not answer its health ping in time; killing it to restart it", map[string]any{"plugin": "ws"})
+	if took := time.Since(stopped); took > hungBound {
+		t.Errorf("the hung ws plugin was found %v after SIGSTOP, want within %v (interval 200ms + timeout 300ms, with slack)", took, hungBound)
+	}
 	if newPID := pluginPID(t, s, 2); newPID == pid {
 		t.Fatalf("ws plugin pid after the restart is still %d", pid)
 	}
@@ -56,7 +66,9 @@ func TestFaultHungTransport(t *testing.T) {
 	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=ws", "reason=unresponsive"); got != 1 {
 		t.Errorf("tether_plugin_restarts_total{plugin=ws,reason=unresponsive} = %v, want 1", got)
 	}
-	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed"); got != 0 {
+	if !s.HasMetric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed") {
+		t.Error("tether_plugin_restarts_total{plugin=pty,reason=crashed} is missing; want it present from the start")
+	} else if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed"); got != 0 {
 		t.Errorf("tether_plugin_restarts_total{plugin=pty,reason=crashed} = %v, want 0 (and present from the start)", got)
 	}
 	c2 := s.Dial(t)
@@ -81,10 +93,16 @@ func TestFaultHungPTYPlugin(t *testing.T) {
 	replayOf(t, p)
 	p.Close()
 	pid := ptyPluginPID(t, s.StateDir)
+	stopped := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP pty plugin %d: %v", pid, err)
 	}
 	waitLogLine(t, s, "pty backend did not answer its health ping in time; killing it to restart it", map[string]any{"plugin": "pty"})
+	if took := time.Since(stopped); took > hungBound {
+		t.Errorf("the hung pty plugin was found %v after SIGSTOP, want within %v (interval 200ms + timeout 300ms, with slack)", took, hungBound)
+	} else {
+		t.Logf("the hung pty plugin was found %v after SIGSTOP", took)
+	}
 	waitFor(t, func() bool {
 		ps := pluginsJSON(t, s.StateDir)["pty"]
 		return ps.State == "running" && ps.Pid != pid && ps.Pid != 0
@@ -92,6 +110,14 @@ func TestFaultHungPTYPlugin(t *testing.T) {
 	pty := pluginsJSON(t, s.StateDir)["pty"]
 	if pty.Restarts != 1 || pty.LastReason != "unresponsive" {
 		t.Errorf("plugins list pty: %+v, want 1 restart, reason unresponsive", pty)
+	}
+	if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=unresponsive"); got != 1 {
+		t.Errorf("tether_plugin_restarts_total{plugin=pty,reason=unresponsive} = %v, want 1", got)
+	}
+	if !s.HasMetric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed") {
+		t.Error("tether_plugin_restarts_total{plugin=pty,reason=crashed} is missing; want it present at 0")
+	} else if got := s.Metric(t, "tether_plugin_restarts_total", "plugin=pty", "reason=crashed"); got != 0 {
+		t.Errorf("tether_plugin_restarts_total{plugin=pty,reason=crashed} = %v, want 0: the restart was for unresponsiveness", got)
 	}
 	q := ptyDial(t, s, "attach="+tok)
 	if r := replayOf(t, q); !r.Reset {
@@ -140,13 +166,60 @@ func TestFaultPrimaryCrashLoopExits(t *testing.T) {
 	}
 }
 
+// TestFaultPrimaryWSKilledRepeatedly: the real built-in ws plugin,
+// serving, is killed with SIGKILL each time it comes back; with
+// --plugin-restart-limit 3 the third crash in a row takes the host down
+// with exit status 3 and a log line saying why, and nothing holds the
+// port afterwards.
+func TestFaultPrimaryWSKilledRepeatedly(t *testing.T) {
+	checkNoLeaks(t)
+	s := e2e.Start(t, e2e.Config{Args: []string{"--plugin-restart-limit", "3", "--pty-command", ""}})
+	var pids []int
+	for n := 1; n <= 3; n++ {
+		pid := pluginPID(t, s, n)
+		if len(pids) > 0 && pid == pids[len(pids)-1] {
+			t.Fatalf("kill %d: the ws plugin's pid is still %d", n, pid)
+		}
+		pids = append(pids, pid)
+		if status, _ := s.Get(t, "/healthz"); status != http.StatusOK {
+			t.Fatalf("before kill %d: /healthz %d, want 200", n, status)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %d: SIGKILL ws plugin %d: %v", n, pid, err)
+		}
+	}
+	code, err := s.Wait(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 3 {
+		t.Fatalf("tether serve exited %d, want 3; stderr:\n%s", code, s.Stderr.Tail(20))
+	}
+	if lines := logLines(s, "shutting down: the primary transport keeps failing and nothing serves --listen"); len(lines) != 1 {
+		t.Errorf("want one log line saying why the host exits; got %d\n%s", len(lines), s.Stderr.Tail(20))
+	} else if e, _ := lines[0]["error"].(string); !strings.Contains(e, "failed 3 times in a row") {
+		t.Errorf("the exit line's error %q does not say the plugin failed 3 times in a row", e)
+	}
+	if lines := logLines(s, "transport plugin keeps failing; marked failed, not restarted (tether plugins reload to try again)"); len(lines) != 1 || lines[0]["plugin"] != "ws" {
+		t.Errorf("want one line saying the ws plugin was marked failed; got %v", lines)
+	}
+	for _, pid := range pids {
+		waitPIDGone(t, pid, 5*time.Second)
+	}
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		t.Fatalf("the port %s is still held after the host exited: %v", s.Addr, err)
+	}
+	ln.Close()
+}
+
 // TestFaultTwoHostsOneStateDir starts two hosts on one state dir at the
 // same instant, many times: exactly one serves each time, and the other
 // exits 1 at once saying the state dir is in use by the first one's pid.
 func TestFaultTwoHostsOneStateDir(t *testing.T) {
 	checkNoLeaks(t)
 	bin := e2e.Build(t)
-	const rounds = 8
+	const rounds = 20
 	for round := range rounds {
 		dir := t.TempDir()
 		type host struct {
@@ -158,7 +231,9 @@ func TestFaultTwoHostsOneStateDir(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, h := range hosts {
 			h.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--log-format", "json", "--pty-command", "")
-			h.cmd.Env = append(os.Environ(), "TETHER_TOKEN=two-hosts-test-token")
+			// A race-built host and plugin exit at once instead of
+			// sleeping 1 s each (races are still reported, on stderr).
+			h.cmd.Env = append(os.Environ(), "TETHER_TOKEN=two-hosts-test-token", "GORACE=atexit_sleep_ms=0")
 			h.cmd.Stdout, h.cmd.Stderr = &h.out, &h.errOut
 			h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 			wg.Add(1)
@@ -205,6 +280,11 @@ func TestFaultTwoHostsOneStateDir(t *testing.T) {
 		}
 		if code := winner.cmd.ProcessState.ExitCode(); code != 0 {
 			t.Errorf("round %d: the serving host exited %d on SIGTERM, want 0\n%s", round, code, winner.errOut.String())
+		}
+		for _, h := range hosts {
+			if strings.Contains(h.errOut.String(), "WARNING: DATA RACE") {
+				t.Errorf("round %d: a host reported a data race:\n%s", round, h.errOut.String())
+			}
 		}
 	}
 }
@@ -477,6 +557,106 @@ func TestFaultRebuiltBinaryReattaches(t *testing.T) {
 	}
 }
 
+// TestFaultUnreattachablePluginStopped: a PTY plugin left running with a
+// live PTY whose record no longer matches it (here: the record's secret
+// is not the one the process was given, as with a plugin of another
+// tether version) cannot be reattached; the next host stops it and its
+// PTYs instead of leaving them unreachable, and runs exactly one fresh
+// PTY plugin.
+func TestFaultUnreattachablePluginStopped(t *testing.T) {
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tether")
+	copyFile(t, e2e.Build(t), bin)
+	state := t.TempDir()
+	s1 := e2e.Start(t, e2e.Config{Binary: bin, StateDir: state, Args: []string{"--pty-command", "cat"}})
+	c := ptyDial(t, s1, "attach="+attachToken(t))
+	replayOf(t, c)
+	rec := readPTYRecord(t, state)
+	shells := childPIDs(t, rec.PID)
+	if len(shells) != 1 {
+		t.Fatalf("the PTY plugin %d has children %v, want the one PTY's shell", rec.PID, shells)
+	}
+	if err := s1.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s1.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("host A exit %d, %v", code, err)
+	}
+	<-c.Closed()
+	if !pidAlive(rec.PID) || !pidAlive(shells[0]) {
+		t.Fatalf("the PTY plugin (%d) or its shell (%d) did not outlive host A", rec.PID, shells[0])
+	}
+	// The record keeps the real pid, start time and command line; only
+	// the secret is wrong.
+	b, err := os.ReadFile(recordFile(state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw["secret"] == nil || raw["secret"] == "" {
+		t.Fatalf("the record %s has no secret to change", b)
+	}
+	raw["secret"] = "0123456789abcdef0123456789abcdef"
+	if b, err = json.Marshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(recordFile(state), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := e2e.Start(t, e2e.Config{Binary: bin, StateDir: state, Args: []string{"--pty-command", "cat"}})
+	waitLogLine(t, s2, "the recorded plugin is alive but cannot be reattached; stopping it and its PTYs", map[string]any{"plugin": "pty", "pid": float64(rec.PID)})
+	waitPIDGone(t, rec.PID, 10*time.Second)
+	waitPIDGone(t, shells[0], 10*time.Second)
+	if got := readPTYRecord(t, state); got.PID == rec.PID || !pidAlive(got.PID) {
+		t.Errorf("PTY plugin after host B started: pid %d (alive %v), want a fresh one, not %d", got.PID, pidAlive(got.PID), rec.PID)
+	}
+	if n := len(pgrepPlugins(t, dir)); n != 1 {
+		t.Errorf("%d PTY plugins of this test run, want one: %q", n, pgrepPlugins(t, dir))
+	}
+	// The fresh plugin serves.
+	q := ptyDial(t, s2, "attach="+attachToken(t))
+	if r := replayOf(t, q); !r.Reset {
+		t.Errorf("attach through host B: %+v, want a fresh PTY", r)
+	}
+	if err := q.Write([]byte("fresh\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.WaitOutput(ctxT(t, 10*time.Second), func(out []byte) bool { return strings.Contains(string(out), "fresh") }); err != nil {
+		t.Fatalf("output of the fresh PTY: %v", err)
+	}
+}
+
+// childPIDs lists the processes whose parent is pid.
+func childPIDs(t *testing.T, pid int) []int {
+	t.Helper()
+	var out []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		stat, err := os.ReadFile(filepath.Join(d, "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if n, err := strconv.Atoi(filepath.Base(d)); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // pgrepPlugins lists the command lines of running `tether plugin pty`
 // processes started from binaries under dir (other tests and programs
 // on the machine run theirs).
@@ -511,6 +691,26 @@ func TestFaultHostlessPluginExits(t *testing.T) {
 		t.Fatalf("host exit %d, %v", code, err)
 	}
 	waitPIDGone(t, rec.PID, 15*time.Second)
+	// It leaves nothing behind: its record and socket are gone, and
+	// doctor finds the state dir sound.
+	if _, err := os.Stat(recordFile(s.StateDir)); !os.IsNotExist(err) {
+		t.Errorf("the record of the plugin that exited when idle is still there: %v", err)
+	}
+	if rec.Network != "unix" || rec.Address == "" {
+		t.Fatalf("the record named %s %q, want a Unix socket", rec.Network, rec.Address)
+	}
+	if _, err := os.Stat(rec.Address); !os.IsNotExist(err) {
+		t.Errorf("the socket of the plugin that exited when idle is still there: %v", err)
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeAddr := free.Addr().String()
+	free.Close()
+	if out, errOut, code := e2e.Tether(t, "doctor", "--state-dir", s.StateDir, "--listen", freeAddr); code != 0 {
+		t.Errorf("tether doctor after the idle exit: exit %d, want 0\n%s%s", code, out, errOut)
+	}
 
 	// With a PTY it stays; `plugins stop pty` stops it.
 	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", "cat", "--pty-idle-exit", "1s"}})

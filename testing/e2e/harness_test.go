@@ -112,3 +112,31 @@ func TestBufferTail(t *testing.T) {
 		}
 	}
 }
+
+func TestHasSample(t *testing.T) {
+	const text = `# HELP tether_restarts_total Restarts.
+# TYPE tether_restarts_total counter
+tether_restarts_total{plugin="ws",reason="crashed"} 0
+tether_restarts_totally{plugin="pty"} 1
+tether_errors_total 0
+`
+	for _, tt := range []struct {
+		metric string
+		labels []string
+		want   bool
+	}{
+		{"tether_restarts_total", nil, true},
+		{"tether_restarts_total", []string{"plugin=ws", "reason=crashed"}, true},
+		{"tether_restarts_total", []string{"plugin=pty"}, false},
+		{"tether_errors_total", nil, true},
+		{"tether_absent", nil, false},
+	} {
+		got, err := HasSample(text, tt.metric, tt.labels...)
+		if err != nil || got != tt.want {
+			t.Errorf("HasSample(%s, %v): got %v, %v; want %v", tt.metric, tt.labels, got, err, tt.want)
+		}
+	}
+	if _, err := HasSample(text, "tether_errors_total", "nokey"); err == nil {
+		t.Error("label without =: got no error")
+	}
+}

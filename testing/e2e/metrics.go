@@ -43,6 +43,41 @@ func SumMetric(text, name string, labels ...string) (float64, error) {
 	return sum, nil
 }
 
+// HasSample reports whether a Prometheus text exposition has a sample
+// line of the metric called name whose labels include every "key=value"
+// pair in labels, whatever its value: unlike SumMetric, which says 0 for
+// a series that is not there, it tells a series at 0 from a missing one.
+// It returns an error for a malformed label pair or a malformed sample
+// line of that name.
+func HasSample(text, name string, labels ...string) (bool, error) {
+	want := make(map[string]string, len(labels))
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return false, fmt.Errorf("label %q: want key=value", l)
+		}
+		want[k] = v
+	}
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		end := strings.IndexAny(line, "{ \t")
+		if end < 0 || line[:end] != name {
+			continue
+		}
+		got, _, err := parseSample(line[end:])
+		if err != nil {
+			return false, fmt.Errorf("sample %q: %w", line, err)
+		}
+		if matchLabels(got, want) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func matchLabels(got, want map[string]string) bool {
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {

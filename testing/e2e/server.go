@@ -474,6 +474,25 @@ func (s *Server) Stdout() string {
 	return s.stdout.String()
 }
 
+// HasMetric scrapes AdminURL/metrics and reports whether it has a sample
+// of the metric called name whose labels include every "key=value" pair
+// given, at any value (see HasSample). It fails the test like Metric.
+func (s *Server) HasMetric(tb testing.TB, name string, labels ...string) bool {
+	tb.Helper()
+	if s.AdminURL == "" {
+		tb.Fatalf("e2e: HasMetric %s: no admin URL; start the server with --admin-listen 127.0.0.1:0", name)
+	}
+	status, body := s.AdminGet(tb, "/metrics")
+	if status != http.StatusOK {
+		tb.Fatalf("e2e: GET %s/metrics: status %d\n%s", s.AdminURL, status, body)
+	}
+	ok, err := HasSample(body, name, labels...)
+	if err != nil {
+		tb.Fatalf("e2e: HasMetric %s: %v", name, err)
+	}
+	return ok
+}
+
 // Metric scrapes AdminURL/metrics and returns the sum of the samples of the
 // metric called name whose labels include every "key=value" pair given; 0
 // when there is none (a labelled counter shows up only once counted). It

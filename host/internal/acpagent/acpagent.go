@@ -106,6 +106,11 @@ func New(cfg Config) *Factory {
 	if cfg.Cwd == "" {
 		cfg.Cwd, _ = os.Getwd()
 	}
+	if cfg.Metrics != nil {
+		for _, r := range []string{supervise.ReasonCrashed, supervise.ReasonUnresponsive} {
+			cfg.Metrics.PluginRestarts.WithLabelValues("agent", r) // exists from the start, at 0
+		}
+	}
 	return &Factory{
 		cfg:      cfg,
 		log:      cfg.Log.With().Str("agent", agentName(cfg.Argv)).Logger(),

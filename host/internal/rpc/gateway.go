@@ -35,6 +35,9 @@ var _ link.Endpoint = (*Gateway)(nil)
 // New returns a dispatcher over table; version is sent in gateway.ready.
 func New(table *session.Table, st *store.Store, version string, log zerolog.Logger, m *metrics.Metrics) *Gateway {
 	ctx, cancel := context.WithCancel(context.Background())
+	for name := range methods {
+		m.RPCDuration.WithLabelValues(name) // exists from the start, empty
+	}
 	return &Gateway{table: table, store: st, version: version, log: log, metrics: m, ctx: ctx, cancel: cancel}
 }
 

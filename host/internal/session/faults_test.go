@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -304,4 +306,99 @@ func TestStorageFaultSubmitRefused(t *testing.T) {
 	if evs := v.events(t); len(evs) != 2 || evs[1].Type != "message.complete" {
 		t.Errorf("after a submit that worked: %+v, want message.start and message.complete", evs)
 	}
+}
+
+// TestStorageFaultDirectWritesCounted: a write made directly, not
+// through the journal (create's CreateSession, prompt.submit's
+// StartTurn, the cursor a resume's recover writes), that fails with a
+// storage fault while the journal is idle and healthy, is counted in
+// tether_store_errors_total and logged at error level, at most once per
+// faultLogEvery.
+func TestStorageFaultDirectWritesCounted(t *testing.T) {
+	ctx := context.Background()
+	var logs syncBuffer
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := &faultTable{st: st, agent: &steppedAgent{step: make(chan stepMsg)}, m: metrics.New()}
+	ft.tbl = NewTable(Config{
+		Store:   st,
+		Agents:  agent.FactoryFunc(func(context.Context, string, json.RawMessage) (agent.Agent, error) { return ft.agent, nil }),
+		Log:     zerolog.New(&logs),
+		Metrics: ft.m,
+	})
+	defer ft.stop(t)
+	v := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}}
+	var snap Snapshot
+	if err := ft.tbl.Create(ctx, v, CreateOptions{ForkCount: -1}, capture(v, &snap)); err != nil {
+		t.Fatal(err)
+	}
+	var stored Snapshot
+	if err := ft.tbl.Create(ctx, v, CreateOptions{ForkCount: -1, Title: "stored"}, capture(v, &stored)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := ft.tbl.Close(ctx, stored.SessionID); !ok || err != nil {
+		t.Fatalf("close: %v, %v", ok, err)
+	}
+	if err := ft.flush(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := testCounter(t, ft.m.StoreErrors); n != 0 {
+		t.Fatalf("tether_store_errors_total = %v before any fault, want 0", n)
+	}
+	s, _ := ft.tbl.Lookup(snap.SessionID)
+
+	ft.st.SetWriteFault(func() error { return errDiskFull })
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"prompt.submit (StartTurn)", func() error { _, err := s.Submit("x"); return err }},
+		{"session.create (CreateSession)", func() error {
+			var sn Snapshot
+			return ft.tbl.Create(ctx, v, CreateOptions{ForkCount: -1}, capture(v, &sn))
+		}},
+		{"session.resume of a stored session (recover's SetCursor)", func() error {
+			var sn Snapshot
+			return ft.tbl.Resume(ctx, v, stored.SessionKey, capture(v, &sn))
+		}},
+	}
+	for i, c := range calls {
+		if err := ft.tbl.journal.health(); err != nil {
+			t.Fatalf("before %s the journal is failing (%v); want it idle and healthy", c.name, err)
+		}
+		if err := c.call(); !errors.Is(err, ErrStorageUnavailable) {
+			t.Errorf("%s with a full disk: %v, want ErrStorageUnavailable", c.name, err)
+		}
+		if n := testCounter(t, ft.m.StoreErrors); n < float64(i+1) {
+			t.Errorf("after %s failed: tether_store_errors_total = %v, want at least %d", c.name, n, i+1)
+		}
+	}
+	ft.st.SetWriteFault(nil)
+	if got := strings.Count(logs.String(), "cannot write the database"); got != 1 {
+		t.Errorf("%d error lines for %d failed writes within %v, want 1 (rate-limited)\n%s", got, len(calls), faultLogEvery, logs.String())
+	}
+	if !strings.Contains(logs.String(), `"level":"error"`) {
+		t.Errorf("the failed write was not logged at error level:\n%s", logs.String())
+	}
+	close(ft.agent.step)
+}
+
+// syncBuffer is a log sink safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -173,7 +173,11 @@ func (j *journal) flushPending(retry bool) bool {
 		cancel()
 		if err != nil {
 			failures++
-			j.metrics.StoreErrors.Inc()
+			if !errors.Is(err, store.ErrUnavailable) {
+				// Storage faults are counted where every write's are
+				// (Table.storeFault); this is some other failure.
+				j.metrics.StoreErrors.Inc()
+			}
 			j.mu.Lock()
 			j.failing = err
 			backlog := j.bytes

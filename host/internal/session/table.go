@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -76,6 +77,9 @@ type Table struct {
 	maxLive int
 	sweep   chan struct{} // closed to stop the idle sweeper
 	sweeper sync.WaitGroup
+	// faultLogged is when a failed write was last logged (unix ns), for
+	// storeFault's rate limit.
+	faultLogged atomic.Int64
 
 	wg sync.WaitGroup // teardowns and runs in flight
 
@@ -96,7 +100,9 @@ type Table struct {
 // table or was given up.
 type claim struct{ done chan struct{} }
 
-// NewTable returns an empty table.
+// NewTable returns an empty table. It sets cfg.Store's write-fault hook
+// (store.OnWriteFault) to count and log every failed write of that store
+// in cfg.Metrics, whoever makes it: one table per store.
 func NewTable(cfg Config) *Table {
 	if cfg.Owners == nil {
 		cfg.Owners = NewMemOwners()
@@ -131,6 +137,9 @@ func NewTable(cfg Config) *Table {
 		releasing: make(map[string]*Session),
 	}
 	t.journal.overloaded = t.interruptAll
+	if cfg.Store != nil {
+		cfg.Store.OnWriteFault(t.storeFault)
+	}
 	if t.ttl > 0 {
 		t.sweeper.Add(1)
 		go t.sweepIdle()
@@ -154,6 +163,22 @@ func (t *Table) interruptAll() {
 	if n > 0 {
 		t.log.Error().Int("runs", n).Msg("runs interrupted: the database cannot be written and the withheld events reached their bound")
 	}
+}
+
+// storeFault counts and logs one write to the database that failed with
+// a storage fault, whoever made it (the journal's commits, the direct
+// writes of create, prompt.submit, resume and recover, the gateways'):
+// tether_store_errors_total counts each; the error log is rate-limited to
+// one line per faultLogEvery. The store calls it (see
+// store.OnWriteFault); it takes no lock.
+func (t *Table) storeFault(err error) {
+	t.metrics.StoreErrors.Inc()
+	now := time.Now().UnixNano()
+	last := t.faultLogged.Load()
+	if now-last < int64(faultLogEvery) || !t.faultLogged.CompareAndSwap(last, now) {
+		return
+	}
+	t.log.Error().Err(err).Msg("cannot write the database (disk full, I/O error or read-only); writes fail with storage unavailable (5003) until it can")
 }
 
 // storageErr maps a failed write of the store: a storage fault becomes

@@ -191,6 +191,25 @@ func removeRecord(path string, rec ReattachRecord, sockDir string) error {
 	return errors.Join(errs...)
 }
 
+// RemoveOwnRecord is for a plugin that outlived its host and now exits
+// by itself: it removes the reattach record of plugin name in stateDir,
+// and the socket the record names (see removeRecord), when the record
+// still names this process — pid and instance secret — so that no
+// record of a process that is gone is left behind. A record naming
+// another process (a newer plugin a newer host started) is left alone.
+// removed says whether the record was this process's and is gone.
+func RemoveOwnRecord(stateDir, sockDir, name string, pid int, secret string) (removed bool, err error) {
+	path := recordPath(stateDir, name)
+	rec, found, err := readRecord(path)
+	if !found || err != nil || rec.Pid != pid || rec.Secret != secret {
+		return false, err
+	}
+	if err := removeRecord(path, rec, sockDir); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // RecordState is what a reattach record says about its plugin, for
 // `tether doctor`.
 type RecordState struct {

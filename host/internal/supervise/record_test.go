@@ -166,3 +166,46 @@ func TestRecordFile(t *testing.T) {
 		t.Errorf("readRecord of a corrupt record: found %v, err %v; want found with an error", found, err)
 	}
 }
+
+// TestRemoveOwnRecord: a plugin exiting by itself removes the record and
+// socket only while the record names it (pid and secret); a record of
+// another process, or none, is left as it is.
+func TestRemoveOwnRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		pid         int
+		secret      string
+		wantRemoved bool
+	}{
+		{"its own", 100, "s3cret", true},
+		{"another pid", 101, "s3cret", false},
+		{"another secret", 100, "other", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := t.TempDir()
+			dir := filepath.Join(state, "plugins")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			sock := filepath.Join(dir, "plugin123")
+			if err := os.WriteFile(sock, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeRecord(recordPath(state, "pty"), ReattachRecord{Protocol: "grpc", Network: "unix", Address: sock, Pid: 100, Secret: "s3cret"}); err != nil {
+				t.Fatal(err)
+			}
+			removed, err := RemoveOwnRecord(state, dir, "pty", tc.pid, tc.secret)
+			if err != nil || removed != tc.wantRemoved {
+				t.Fatalf("RemoveOwnRecord = %v, %v; want %v, nil", removed, err, tc.wantRemoved)
+			}
+			for _, p := range []string{recordPath(state, "pty"), sock} {
+				if _, err := os.Stat(p); os.IsNotExist(err) != tc.wantRemoved {
+					t.Errorf("%s: exists %v, want %v", p, !os.IsNotExist(err), !tc.wantRemoved)
+				}
+			}
+		})
+	}
+	if removed, err := RemoveOwnRecord(t.TempDir(), "", "pty", 100, "s3cret"); removed || err != nil {
+		t.Errorf("with no record: %v, %v; want false, nil", removed, err)
+	}
+}

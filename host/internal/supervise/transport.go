@@ -187,6 +187,7 @@ func (t *Transport) Addr() string { return t.addr }
 // start launches the first plugin process and keeps it running.
 func (t *Transport) start(ctx context.Context) error {
 	t.init(ctx)
+	t.metrics.PluginReloads.WithLabelValues(t.name) // exists from the start, at 0
 	g, err := t.launchSpec(t.spec)
 	if err != nil {
 		t.cancel()
