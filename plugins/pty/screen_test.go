@@ -32,6 +32,34 @@ func TestTermQueries(t *testing.T) {
 	noQueries(t, "snapshot", snap)
 }
 
+// TestSnapshotHoldsNoQuery: each query of the vtquery table, fed between
+// two texts, leaves a snapshot with both texts and no query, on the
+// primary screen and on the alternate one.
+func TestSnapshotHoldsNoQuery(t *testing.T) {
+	for _, q := range vtquery.Examples() {
+		for _, alt := range []bool{false, true} {
+			name := q.Name
+			if alt {
+				name += " alternate screen"
+			}
+			t.Run(name, func(t *testing.T) {
+				tm := newTerm(80, 24, 100)
+				if alt {
+					tm.write([]byte("\x1b[?1049h"))
+				}
+				tm.write([]byte("before" + q.Seq + "after\r\nnext line"))
+				snap := tm.snapshot(nil)
+				for _, want := range []string{"before", "after", "next line"} {
+					if !bytes.Contains(snap, []byte(want)) {
+						t.Errorf("snapshot %q: want it to show %q", snap, want)
+					}
+				}
+				noQueries(t, "snapshot", snap)
+			})
+		}
+	}
+}
+
 // TestSnapshotAlternateScreen: the primary screen and its scrollback come
 // first, then ?1049h and the alternate screen, then the modes, title,
 // cursor.
