@@ -52,6 +52,22 @@ type Replay struct {
 	Rows            int    `json:"rows,omitempty"`
 }
 
+// MarshalJSON encodes r with snapshot_bytes present whenever Snapshot is
+// true, 0 included (the empty snapshot of a new PTY), and absent
+// otherwise.
+func (r Replay) MarshalJSON() ([]byte, error) {
+	type plain Replay // the fields, without this method
+	out := struct {
+		plain
+		SnapshotBytes *int64 `json:"snapshot_bytes,omitempty"` // shadows plain's
+	}{plain: plain(r)}
+	if r.Snapshot || r.SnapshotBytes != 0 {
+		n := r.SnapshotBytes
+		out.SnapshotBytes = &n
+	}
+	return json.Marshal(out)
+}
+
 // Validate checks what a client relies on: the type, offsets with
 // 0 ≤ StartOffset ≤ ReplayEndOffset, reason resume exactly when not Reset,
 // and for a snapshot Reset, equal offsets, SnapshotBytes ≥ 0 and a size.
