@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -60,6 +61,10 @@ type Backend struct {
 	// models unfed until a snapshot (the benchmarks' baseline).
 	testNoFeed bool
 
+	// rebuilds counts the screen model rebuilds of every PTY, those gone
+	// since included (see ScreenRebuilds).
+	rebuilds atomic.Int64
+
 	// secret is the instance secret the host gave this process (see
 	// SetSecret); constant after it.
 	secret string
@@ -76,6 +81,7 @@ type Backend struct {
 }
 
 var _ contract.Backend = (*Backend)(nil)
+var _ contract.ScreenRebuildCounter = (*Backend)(nil)
 
 // New returns an unstarted Backend that logs to log.
 func New(log zerolog.Logger) *Backend {
@@ -453,6 +459,12 @@ func (b *Backend) Close(_ context.Context, token string) error {
 	rec.log.Debug().Msg("pty closed")
 	rec.kill()
 	return nil
+}
+
+// ScreenRebuilds implements contract.ScreenRebuildCounter: the screen
+// model rebuilds of every PTY this process has run.
+func (b *Backend) ScreenRebuilds(context.Context) (int64, error) {
+	return b.rebuilds.Load(), nil
 }
 
 // List implements contract.Backend. It describes the live PTYs, oldest

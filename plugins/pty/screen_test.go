@@ -106,7 +106,8 @@ func TestCleanTitle(t *testing.T) {
 
 // TestScreenRebuilt: a model that fell further behind than the ring
 // holds is rebuilt from the ring's tail for the snapshot, which counts in
-// PTYInfo.ScreenRebuilds; fed or not, the snapshot shows the last lines.
+// PTYInfo.ScreenRebuilds and in the backend's ScreenRebuilds, which keeps
+// it after the PTY is gone; fed or not, the snapshot shows the last lines.
 func TestScreenRebuilt(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -132,6 +133,11 @@ func TestScreenRebuilt(t *testing.T) {
 				t.Fatal(err)
 			}
 			out.waitExit(t, r.Epoch)
+			// The backend's count keeps the rebuilds of the PTY gone.
+			total, err := b.ScreenRebuilds(context.Background())
+			if err != nil || total < info.ScreenRebuilds || tt.noFeed && total != tt.want {
+				t.Errorf("the backend's ScreenRebuilds after the PTY exited: got %d, %v; want %d", total, err, max(info.ScreenRebuilds, tt.want))
+			}
 		})
 	}
 }
