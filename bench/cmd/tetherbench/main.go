@@ -44,14 +44,18 @@ type config struct {
 	rpcDur       time.Duration
 	reattachN    int
 	reattachRing int64
-	storm        int
-	idle         int
-	idleSettle   time.Duration
-	idleProfile  string
-	out          string
-	waitQuiet    time.Duration
-	repo         string // the tether repository (its testing/acp is the ACP kit)
-	acp          acpOpts
+	// reattachSizes are the terminal sizes of the reattach row; the
+	// first also gets the raw ring replay and the bare socket.
+	reattachSizes      []screenSize
+	reattachScrollback int
+	storm              int
+	idle               int
+	idleSettle         time.Duration
+	idleProfile        string
+	out                string
+	waitQuiet          time.Duration
+	repo               string // the tether repository (its testing/acp is the ACP kit)
+	acp                acpOpts
 }
 
 var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "acp"}
@@ -86,6 +90,8 @@ func run() int {
 		rpcDur     = fs.Duration("rpc-duration", 2*time.Second, "measured time per client count and repetition")
 		reattachN  = fs.Int("reattach", 200, "attaches per repetition of the reattach row")
 		reattachRg = fs.String("reattach-ring", "1MiB", "tether --pty-buffer of the reattach row (filled to the brim)")
+		reattachSz = fs.String("reattach-sizes", "80x24,200x60", "terminal sizes of the reattach row's PTYs, comma-separated (the first also gets the raw ring replay)")
+		reattachSB = fs.Int("reattach-scrollback", 1000, "tether --pty-scrollback of the reattach row")
 		storm      = fs.Int("storm", 256, "sockets resuming one key at once")
 		idle       = fs.Int("idle", 10000, "idle sockets held open")
 		idleProf   = fs.String("idle-heap-profile", "", "save the in-process WS transport's heap profile (10,000 idle sockets) to this file")
@@ -134,6 +140,14 @@ func run() int {
 	if cfg.reattachRing, err = parseSize(*reattachRg); err != nil {
 		return fail(err)
 	}
+	for _, f := range strings.Split(*reattachSz, ",") {
+		var sz screenSize
+		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%dx%d", &sz.cols, &sz.rows); err != nil || sz.cols < 1 || sz.rows < 1 {
+			return fail(fmt.Errorf("bad -reattach-sizes %q", *reattachSz))
+		}
+		cfg.reattachSizes = append(cfg.reattachSizes, sz)
+	}
+	cfg.reattachScrollback = *reattachSB
 	for _, f := range strings.Split(*rpcClients, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || k <= 0 {
