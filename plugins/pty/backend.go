@@ -84,17 +84,30 @@ var _ contract.Backend = (*Backend)(nil)
 var _ contract.ScreenRebuildCounter = (*Backend)(nil)
 
 // New returns an unstarted Backend that logs to log.
+//
+// With TETHER_PTY_SCREEN_MODEL=off in its environment (for benchmarks
+// only: bench/ measures the data path with the model on and off) the
+// screen models are left unfed until a snapshot, which then rebuilds its
+// model from the ring's tail.
 func New(log zerolog.Logger) *Backend {
-	return &Backend{
-		log:      log,
-		outWake:  make(chan struct{}, 1),
-		reapWake: make(chan struct{}, 1),
-		stopCh:   make(chan struct{}),
-		ptys:     make(map[string]*ptyRec),
-		spawning: make(map[string]chan struct{}),
-		all:      make(map[*ptyRec]struct{}),
+	b := &Backend{
+		log:        log,
+		outWake:    make(chan struct{}, 1),
+		reapWake:   make(chan struct{}, 1),
+		stopCh:     make(chan struct{}),
+		ptys:       make(map[string]*ptyRec),
+		spawning:   make(map[string]chan struct{}),
+		all:        make(map[*ptyRec]struct{}),
+		testNoFeed: os.Getenv(envScreenModel) == "off",
 	}
+	if b.testNoFeed {
+		log.Warn().Msg("pty screen models off (" + envScreenModel + "=off, for benchmarks): snapshots are rebuilt from the ring's tail")
+	}
+	return b
 }
+
+// envScreenModel switches the screen models off when "off" (see New).
+const envScreenModel = "TETHER_PTY_SCREEN_MODEL"
 
 // SetSecret sets the instance secret Start proves to a host's Challenge
 // (contract.Prove). Call it once, before serving.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/wire/vtquery"
 )
@@ -156,5 +158,21 @@ func TestNoScrollback(t *testing.T) {
 	b, _ := newBackend(t, contract.BackendConfig{Scrollback: contract.NoScrollback})
 	if b.cfg.Scrollback != 0 {
 		t.Fatalf("backend scrollback with NoScrollback = %d, want 0", b.cfg.Scrollback)
+	}
+}
+
+// TestScreenModelSwitch: TETHER_PTY_SCREEN_MODEL=off, for benchmarks,
+// leaves the screen models unfed; anything else keeps them.
+func TestScreenModelSwitch(t *testing.T) {
+	for _, tt := range []struct {
+		value  string
+		noFeed bool
+	}{{"off", true}, {"on", false}, {"", false}} {
+		t.Run(tt.value, func(t *testing.T) {
+			t.Setenv(envScreenModel, tt.value)
+			if got := New(zerolog.Nop()).testNoFeed; got != tt.noFeed {
+				t.Errorf("%s=%q: unfed %v, want %v", envScreenModel, tt.value, got, tt.noFeed)
+			}
+		})
 	}
 }

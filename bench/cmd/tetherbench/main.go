@@ -40,6 +40,8 @@ type config struct {
 	ptyBuffer    string
 	ptyBigRing   bool
 	ptyStreams   int
+	ptyModels    []bool // the PTY plugin's screen models on (true) or off, one pty row each
+	ptyLines     bool   // the pty rows stream coloured shell lines, not letters and digits
 	rpcClients   []int
 	rpcDur       time.Duration
 	reattachN    int
@@ -86,6 +88,8 @@ func run() int {
 		ptyStreams = fs.Int("pty-streams", 1, "concurrent PTY streams per throughput run (aggregate MiB/s)")
 		ptyBigRing = fs.Bool("pty-big-ring", true, "also stream through a tether with a 1 GiB ring (no overrun possible)")
 		ptyBuffer  = fs.String("pty-buffer", "", "tether --pty-buffer for the pty rows (default: tether's own, 1MiB)")
+		ptyModel   = fs.String("pty-model", "on,off", "the PTY plugin's screen models in the pty rows: on, off (TETHER_PTY_SCREEN_MODEL=off), or on,off for a row each")
+		ptyLines   = fs.Bool("pty-lines", false, "the pty rows stream coloured shell-like lines (tty output processing off) instead of letters and digits")
 		rpcClients = fs.String("rpc-clients", "1,16,100", "concurrent JSON-RPC clients, comma-separated")
 		rpcDur     = fs.Duration("rpc-duration", 2*time.Second, "measured time per client count and repetition")
 		reattachN  = fs.Int("reattach", 200, "attaches per repetition of the reattach row")
@@ -148,6 +152,17 @@ func run() int {
 		cfg.reattachSizes = append(cfg.reattachSizes, sz)
 	}
 	cfg.reattachScrollback = *reattachSB
+	cfg.ptyLines = *ptyLines
+	for _, f := range strings.Split(*ptyModel, ",") {
+		switch strings.TrimSpace(f) {
+		case "on":
+			cfg.ptyModels = append(cfg.ptyModels, true)
+		case "off":
+			cfg.ptyModels = append(cfg.ptyModels, false)
+		default:
+			return fail(fmt.Errorf("bad -pty-model %q (on, off, or on,off)", *ptyModel))
+		}
+	}
 	for _, f := range strings.Split(*rpcClients, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || k <= 0 {

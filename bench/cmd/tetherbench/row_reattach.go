@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -278,7 +279,8 @@ func ratioCell(a, b sample) string {
 
 // makeShellLines writes size bytes (a line more at most) of coloured
 // shell-like output — ls -l, compiler, test and git log lines, some
-// longer than 80 columns — to a file, the same for the same seed.
+// longer than 80 columns — to a file, the same for the same seed, with
+// the sha256 of "R" + the file as makePayload.
 func makeShellLines(size int64, seed uint64) (*payload, error) {
 	p := &payload{path: filepath.Join(tmpRoot, fmt.Sprintf("shell-%d-%d", size, seed))}
 	f, err := os.Create(p.path)
@@ -286,7 +288,9 @@ func makeShellLines(size int64, seed uint64) (*payload, error) {
 		return nil, err
 	}
 	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
+	h := sha256.New()
+	h.Write([]byte("R"))
+	w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
 	r := mrand.New(mrand.NewPCG(seed, uint64(size)))
 	word := func() string {
 		const letters = "abcdefghijklmnopqrstuvwxyz"
@@ -316,5 +320,9 @@ func makeShellLines(size int64, seed uint64) (*payload, error) {
 		}
 		p.size += int64(k)
 	}
-	return p, w.Flush()
+	if err := w.Flush(); err != nil {
+		return nil, err
+	}
+	copy(p.sum[:], h.Sum(nil))
+	return p, nil
 }

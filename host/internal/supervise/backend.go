@@ -256,6 +256,11 @@ func (b *Backend) connect(ctx context.Context, rec ReattachRecord) (*bgen, error
 	return g, nil
 }
 
+// envScreenModel is the PTY plugin's switch for its screen models
+// (plugins/pty New; "off" for benchmarks only), passed on from the
+// host's environment.
+const envScreenModel = "TETHER_PTY_SCREEN_MODEL"
+
 // launch starts a fresh plugin process and writes its reattach record.
 func (b *Backend) launch() (*bgen, error) {
 	env := []string{EnvPluginStateDir + "=" + b.stateDir}
@@ -266,6 +271,9 @@ func (b *Backend) launch() (*bgen, error) {
 	}
 	secret := contract.RandomHex(32)
 	env = append(env, contract.EnvPluginSecret+"="+secret)
+	if v, ok := os.LookupEnv(envScreenModel); ok {
+		env = append(env, envScreenModel+"="+v) // a TETHER_ variable: passed on by name
+	}
 	proc, err := startPlugin(b.spec, contract.KindBackend, procOptions{Env: env, Setsid: true, Metrics: b.metrics, BinDir: filepath.Join(b.stateDir, "plugins", "bin")}, b.log)
 	if err != nil {
 		return nil, err
