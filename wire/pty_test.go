@@ -183,9 +183,9 @@ func TestReplaySnapshotBytes(t *testing.T) {
 		want string
 	}{
 		{"empty snapshot", Replay{Type: ReplayType, Epoch: "e1", Reset: true, Reason: ReasonInitial, Snapshot: true, Cols: 80, Rows: 24},
-			`{"type":"pty.replay","epoch":"e1","start_offset":0,"replay_end_offset":0,"reset":true,"reason":"initial","snapshot":true,"cols":80,"rows":24,"snapshot_bytes":0}`},
+			`{"type":"pty.replay","epoch":"e1","start_offset":0,"replay_end_offset":0,"reset":true,"reason":"initial","snapshot":true,"snapshot_bytes":0,"cols":80,"rows":24}`},
 		{"snapshot", Replay{Type: ReplayType, Epoch: "e1", StartOffset: 9, ReplayEndOffset: 9, Reset: true, Reason: ReasonOffsetAhead, Snapshot: true, SnapshotBytes: 120, Cols: 80, Rows: 24},
-			`{"type":"pty.replay","epoch":"e1","start_offset":9,"replay_end_offset":9,"reset":true,"reason":"offset_ahead","snapshot":true,"cols":80,"rows":24,"snapshot_bytes":120}`},
+			`{"type":"pty.replay","epoch":"e1","start_offset":9,"replay_end_offset":9,"reset":true,"reason":"offset_ahead","snapshot":true,"snapshot_bytes":120,"cols":80,"rows":24}`},
 		{"raw", Replay{Type: ReplayType, Epoch: "e1", StartOffset: 3, ReplayEndOffset: 10, Reason: ReasonResume},
 			`{"type":"pty.replay","epoch":"e1","start_offset":3,"replay_end_offset":10,"reset":false,"reason":"resume"}`},
 	} {
