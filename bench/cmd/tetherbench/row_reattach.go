@@ -130,17 +130,22 @@ func reattachSize(ctx context.Context, cfg config, rep *report, ts *server, dire
 	ring := cfg.reattachRing
 	token := randToken()
 	url := ts.wsURL("/api/pty", "attach="+token)
-	// start sizes the PTY and types the line its shell waits for.
+	// start sizes the PTY and types the line its shell waits for, and
+	// stays until output comes: input sent right before a close may be
+	// dropped by the host.
 	start := func() error {
-		p, err := client.AttachPTY(ctx, ts.baseURL(), token, client.PTYOptions{Options: client.Options{Token: ts.token}})
+		p, err := client.AttachPTY(ctx, ts.baseURL(), token, client.PTYOptions{Options: client.Options{Token: ts.token}, ReadTimeout: 10 * time.Second})
 		if err != nil {
 			return err
 		}
-		defer p.Close() // after the resize and the line
+		defer p.Close()
 		if err := p.Resize(size.cols, size.rows); err != nil {
 			return err
 		}
-		_, err = p.Write([]byte("\r"))
+		if _, err = p.Write([]byte("\r")); err != nil {
+			return err
+		}
+		_, err = p.Read(make([]byte, 4096)) // the echo, or the lines
 		return err
 	}
 	if err := start(); err != nil {
@@ -160,8 +165,7 @@ func reattachSize(ctx context.Context, cfg config, rep *report, ts *server, dire
 			break
 		}
 		if err == nil && rf.ReplayEndOffset == 0 && time.Since(started) > 2*time.Second {
-			// The line typed right after the PTY was spawned did not
-			// reach its shell (seen on a busy machine): type it again.
+			// The line typed did not reach the shell: type it again.
 			if err := start(); err != nil {
 				return err
 			}
