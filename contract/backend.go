@@ -219,5 +219,15 @@ type Backend interface {
 	Output(ctx context.Context, sink OutputSink) error
 }
 
+// ScreenRebuildCounter is implemented by a Backend that counts the
+// rebuilds of its PTYs' screen models over its lifetime, PTYs gone since
+// included (PTYInfo.ScreenRebuilds counts one live PTY's). It is
+// optional: for a backend without it, the gRPC server reports the sum
+// over the live PTYs.
+type ScreenRebuildCounter interface {
+	// ScreenRebuilds returns the count, which never decreases.
+	ScreenRebuilds(ctx context.Context) (int64, error)
+}
+
 // NoScrollback as BackendConfig.Scrollback keeps no scrollback.
 const NoScrollback = -1

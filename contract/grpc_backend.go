@@ -20,6 +20,7 @@ type BackendGRPCClient struct {
 }
 
 var _ Backend = (*BackendGRPCClient)(nil)
+var _ ScreenRebuildCounter = (*BackendGRPCClient)(nil)
 
 // NewBackendGRPCClient wraps a generated client.
 func NewBackendGRPCClient(c tetherv1.BackendClient) *BackendGRPCClient {
@@ -173,6 +174,16 @@ func (c *BackendGRPCClient) Resize(ctx context.Context, token string, viewer Tra
 func (c *BackendGRPCClient) Close(ctx context.Context, token string) error {
 	_, err := c.client.Close(ctx, &tetherv1.CloseRequest{Token: token})
 	return FromGRPC(err)
+}
+
+// ScreenRebuilds implements ScreenRebuildCounter: the plugin's count
+// (see BackendGRPCServer.List).
+func (c *BackendGRPCClient) ScreenRebuilds(ctx context.Context) (int64, error) {
+	resp, err := c.client.List(ctx, &tetherv1.Empty{})
+	if err != nil {
+		return 0, FromGRPC(err)
+	}
+	return resp.GetScreenRebuilds(), nil
 }
 
 // List implements Backend.
@@ -367,13 +378,23 @@ func (s *BackendGRPCServer) Close(ctx context.Context, req *tetherv1.CloseReques
 	return &tetherv1.Empty{}, nil
 }
 
-// List implements tetherv1.BackendServer.
+// List implements tetherv1.BackendServer. Its screen_rebuilds is the
+// Impl's ScreenRebuildCounter's, else the sum over the live PTYs.
 func (s *BackendGRPCServer) List(ctx context.Context, _ *tetherv1.Empty) (*tetherv1.PTYList, error) {
 	ptys, err := s.Impl.List(ctx)
 	if err != nil {
 		return nil, ToGRPC(err)
 	}
 	out := &tetherv1.PTYList{}
+	if c, ok := s.Impl.(ScreenRebuildCounter); ok {
+		if out.ScreenRebuilds, err = c.ScreenRebuilds(ctx); err != nil {
+			return nil, ToGRPC(err)
+		}
+	} else {
+		for _, p := range ptys {
+			out.ScreenRebuilds += p.ScreenRebuilds
+		}
+	}
 	for _, p := range ptys {
 		out.Ptys = append(out.Ptys, &tetherv1.PTYInfo{
 			Token:          p.Token,

@@ -183,3 +183,34 @@ func TestBackendFieldsCrossGRPC(t *testing.T) {
 		t.Errorf("List: got %+v, want size 132x43, 3 rebuilds, pid 7", got)
 	}
 }
+
+// countingBackend counts its screen rebuilds beyond its live PTYs'.
+type countingBackend struct {
+	fieldsBackend
+	total int64
+}
+
+func (b *countingBackend) ScreenRebuilds(context.Context) (int64, error) { return b.total, nil }
+
+// TestScreenRebuildsCrossGRPC: the backend's own count crosses the gRPC
+// shims; a backend without one is reported as the sum over its live
+// PTYs.
+func TestScreenRebuildsCrossGRPC(t *testing.T) {
+	live := contract.PTYInfo{Token: "tok", Epoch: "e", ScreenRebuilds: 3}
+	for _, tt := range []struct {
+		name string
+		impl contract.Backend
+		want int64
+	}{
+		{"counted", &countingBackend{fieldsBackend: fieldsBackend{info: live}, total: 10}, 10},
+		{"summed", &fieldsBackend{info: live}, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := backendConn(t, &contract.BackendGRPCServer{Impl: tt.impl})
+			got, err := c.ScreenRebuilds(context.Background())
+			if err != nil || got != tt.want {
+				t.Errorf("ScreenRebuilds: got %d, %v; want %d", got, err, tt.want)
+			}
+		})
+	}
+}

@@ -39,6 +39,8 @@ var ErrReplay = errors.New("invalid pty.replay header")
 // stream that redraws the terminal state at ReplayEndOffset on a fresh
 // Cols×Rows terminal; they do not move the offset, and every byte after
 // them counts from ReplayEndOffset.
+//
+// MarshalJSON lists the fields again: a new one goes there too.
 type Replay struct {
 	Type            string `json:"type"` // ReplayType
 	Epoch           string `json:"epoch"`
@@ -50,6 +52,29 @@ type Replay struct {
 	SnapshotBytes   int64  `json:"snapshot_bytes,omitempty"`
 	Cols            int    `json:"cols,omitempty"`
 	Rows            int    `json:"rows,omitempty"`
+}
+
+// MarshalJSON encodes r with snapshot_bytes present whenever Snapshot is
+// true, 0 included (the empty snapshot of a new PTY), and absent
+// otherwise.
+func (r Replay) MarshalJSON() ([]byte, error) {
+	var n *int64
+	if r.Snapshot || r.SnapshotBytes != 0 {
+		n = &r.SnapshotBytes
+	}
+	// Replay's fields in its order, snapshot_bytes a pointer.
+	return json.Marshal(struct {
+		Type            string `json:"type"`
+		Epoch           string `json:"epoch"`
+		StartOffset     int64  `json:"start_offset"`
+		ReplayEndOffset int64  `json:"replay_end_offset"`
+		Reset           bool   `json:"reset"`
+		Reason          string `json:"reason"`
+		Snapshot        bool   `json:"snapshot,omitempty"`
+		SnapshotBytes   *int64 `json:"snapshot_bytes,omitempty"`
+		Cols            int    `json:"cols,omitempty"`
+		Rows            int    `json:"rows,omitempty"`
+	}{r.Type, r.Epoch, r.StartOffset, r.ReplayEndOffset, r.Reset, r.Reason, r.Snapshot, n, r.Cols, r.Rows})
 }
 
 // Validate checks what a client relies on: the type, offsets with

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -170,6 +171,36 @@ func TestPTYURL(t *testing.T) {
 	}
 	if got := PTYURL(&url.URL{Scheme: "ws", Host: "127.0.0.1:1"}, PTYQuery{}).String(); got != "ws://127.0.0.1:1/api/pty" {
 		t.Errorf("PTYURL of a bare host = %s", got)
+	}
+}
+
+// TestReplaySnapshotBytes: a snapshot's header carries snapshot_bytes,
+// also when it is 0; a raw replay's carries none of the snapshot fields.
+func TestReplaySnapshotBytes(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		r    Replay
+		want string
+	}{
+		{"empty snapshot", Replay{Type: ReplayType, Epoch: "e1", Reset: true, Reason: ReasonInitial, Snapshot: true, Cols: 80, Rows: 24},
+			`{"type":"pty.replay","epoch":"e1","start_offset":0,"replay_end_offset":0,"reset":true,"reason":"initial","snapshot":true,"snapshot_bytes":0,"cols":80,"rows":24}`},
+		{"snapshot", Replay{Type: ReplayType, Epoch: "e1", StartOffset: 9, ReplayEndOffset: 9, Reset: true, Reason: ReasonOffsetAhead, Snapshot: true, SnapshotBytes: 120, Cols: 80, Rows: 24},
+			`{"type":"pty.replay","epoch":"e1","start_offset":9,"replay_end_offset":9,"reset":true,"reason":"offset_ahead","snapshot":true,"snapshot_bytes":120,"cols":80,"rows":24}`},
+		{"raw", Replay{Type: ReplayType, Epoch: "e1", StartOffset: 3, ReplayEndOffset: 10, Reason: ReasonResume},
+			`{"type":"pty.replay","epoch":"e1","start_offset":3,"replay_end_offset":10,"reset":false,"reason":"resume"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tt.want {
+				t.Errorf("json.Marshal(%+v) = %s\nwant %s", tt.r, b, tt.want)
+			}
+			if got, err := DecodeReplay(b); err != nil || got != tt.r {
+				t.Errorf("DecodeReplay(%s) = %+v, %v; want %+v", b, got, err, tt.r)
+			}
+		})
 	}
 }
 

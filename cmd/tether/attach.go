@@ -203,6 +203,8 @@ type attachClient struct {
 	stdout io.Writer // the terminal stream, nothing else
 	stderr io.Writer // status lines
 	raw    bool      // the terminal is in raw mode: status lines need \r\n
+	// term: stdout is a terminal; its modes are put back on the way out.
+	term bool
 
 	// size reports the terminal size; nil, or ok false, sends no resize.
 	size func() (cols, rows int, ok bool)
@@ -235,6 +237,9 @@ type attachClient struct {
 	// a resume (a query split by a drop is still found) and replaced on
 	// a reset.
 	filter *vtquery.Filter
+	// reader: the alternate screen of the local terminal. run reads it
+	// once no reader is left.
+	alt altScreen
 }
 
 func newAttachClient(endpoint *url.URL, token, attach string, view bool) *attachClient {
@@ -298,17 +303,21 @@ func (a *attachClient) run(ctx context.Context) int {
 		step      int       // next backoff step
 		connected bool      // a dial has succeeded once
 	)
+	// end puts the terminal back and says why the attachment is over.
+	end := func(code int, msg string) int {
+		a.leaveTerminal()
+		if msg != "" {
+			a.say("%s", msg)
+		}
+		return code
+	}
 	for attempt := 0; ; attempt++ {
 		res := a.connect(ctx, attempt > 0)
 		if code, msg, final := a.verdict(ctx, res.err); final {
-			if msg != "" {
-				a.say("%s", msg)
-			}
-			return code
+			return end(code, msg)
 		}
 		if !res.dialed && !connected {
-			a.say("tether: cannot attach at %s: %v", a.endpoint.Host, res.err)
-			return 1
+			return end(1, fmt.Sprintf("tether: cannot attach at %s: %v", a.endpoint.Host, res.err))
 		}
 		connected = connected || res.dialed
 		if res.replayed {
@@ -319,18 +328,23 @@ func (a *attachClient) run(ctx context.Context) int {
 			a.say("tether: connection lost, reconnecting…")
 		}
 		if time.Since(lostAt) >= a.retryFor {
-			a.say("tether: gave up reconnecting after %v: %v", a.retryFor, res.err)
-			return 1
+			return end(1, fmt.Sprintf("tether: gave up reconnecting after %v: %v", a.retryFor, res.err))
 		}
 		wait := a.backoff[min(step, len(a.backoff)-1)]
 		step++
 		if err := a.pause(ctx, wait); err != nil {
 			code, msg, _ := a.verdict(ctx, err)
-			if msg != "" {
-				a.say("%s", msg)
-			}
-			return code
+			return end(code, msg)
 		}
+	}
+}
+
+// leaveTerminal puts the local terminal back as a shell expects it, when
+// stdout is one: off the alternate screen and with the modes a program
+// in the PTY may have set reset (see altScreen.leave).
+func (a *attachClient) leaveTerminal() {
+	if a.term {
+		_, _ = io.WriteString(a.stdout, a.alt.leave())
 	}
 }
 
@@ -691,6 +705,7 @@ func runTerminal(ctx context.Context, a *attachClient, in, out *os.File) int {
 	switch {
 	case term.IsTerminal(outFd):
 		a.size = termSize(outFd)
+		a.term = true
 	case term.IsTerminal(inFd):
 		a.size = termSize(inFd)
 	}

@@ -9,27 +9,31 @@ import (
 	"github.com/tether-agent/tether/wire/vtquery"
 )
 
-// clearScreen resets the local terminal (RIS) before a snapshot, which
-// redraws a fresh terminal: modes, scroll region, colours, the screen.
-// A terminal answers nothing to it.
-const clearScreen = "\x1bc"
-
 // readLoop shows the PTY's output on stdout and returns why the
 // connection ended (a *client.CloseError for a close frame). A snapshot
-// (and a reset replay on a reattach) is written to a cleared terminal;
-// replayed bytes, snapshot or raw, go through the query filter; at the
-// end of the replay it announces the attachment; live bytes go through
-// as they are. It signals activity after each write.
+// (and a reset replay on a reattach) is written to a cleared terminal,
+// after the line announcing the attachment, so that the snapshot leaves
+// the screen and cursor exactly as they are in the PTY (the line
+// scrolls into the local scrollback); replayed bytes, snapshot or raw,
+// go through the query filter; a resume is announced at the end of its
+// replay; live bytes go through as they are. It signals activity after
+// each write.
 func (a *attachClient) readLoop(p *client.PTY, reattach bool, activity chan<- struct{}) error {
 	r := p.Replay()
-	w := termWriter{w: a.stdout}
-	lineStart := false // the cursor is known to be at the start of a line
+	w := termWriter{w: a.stdout, alt: &a.alt}
+	announced := false
 	if r.Snapshot || (r.Reset && reattach) {
 		// What is shown no longer continues; a snapshot draws a fresh
 		// terminal. Held bytes belonged to the old screen.
 		a.filter = nil
 		w.write([]byte(clearScreen))
-		lineStart = true
+		if reattach {
+			w.write([]byte(clearScrollback))
+		}
+		if w.err == nil {
+			a.announce(r, true)
+			announced = true
+		}
 	}
 	if a.filter == nil {
 		a.filter = vtquery.New()
@@ -41,10 +45,9 @@ func (a *attachClient) readLoop(p *client.PTY, reattach bool, activity chan<- st
 		replaying = false
 		if held := a.filter.Flush(nil); len(held) > 0 {
 			w.write(held)
-			lineStart = false
 		}
-		if w.err == nil {
-			a.announce(r, lineStart)
+		if w.err == nil && !announced {
+			a.announce(r, false)
 		}
 	}
 	if snapLeft == 0 && p.Offset() >= r.ReplayEndOffset {
@@ -71,7 +74,6 @@ func (a *attachClient) readLoop(p *client.PTY, reattach bool, activity chan<- st
 				filtered = a.filter.Append(filtered[:0], replayed)
 				if len(filtered) > 0 {
 					w.write(filtered)
-					lineStart = false
 				}
 				if snapLeft == 0 && p.Offset() >= r.ReplayEndOffset {
 					endReplay()
@@ -92,20 +94,23 @@ func (a *attachClient) readLoop(p *client.PTY, reattach bool, activity chan<- st
 	return fmt.Errorf("%w: %v", errStdout, w.err)
 }
 
-// termWriter writes to the terminal and keeps the first error.
+// termWriter writes to the terminal, follows its alternate screen and
+// keeps the first error.
 type termWriter struct {
 	w   io.Writer
+	alt *altScreen
 	err error
 }
 
 func (t *termWriter) write(b []byte) {
 	if t.err == nil {
+		t.alt.write(b)
 		_, t.err = t.w.Write(b)
 	}
 }
 
-// announce says on stderr that the attachment is made, once its replay
-// is shown: the first time with the way out (and a fresh token), after
+// announce says on stderr that the attachment is made, before a
+// snapshot or once a resumed replay is shown: the first time with the way out (and a fresh token), after
 // that "reconnected", and how.
 func (a *attachClient) announce(r wire.Replay, lineStart bool) {
 	var lines []string

@@ -76,9 +76,10 @@ func TestAttachAnnounces(t *testing.T) {
 			if code := c.wait(t); code != 0 {
 				t.Errorf("exit status %d, want 0", code)
 			}
-			// The hint (and token) once, after the snapshot; the
-			// reconnected line after the resumed replay, before live output.
-			want := "\x1bcSNAP" + tc.hint + "live1" +
+			// The hint (and token) once, on the cleared terminal before
+			// the snapshot; the reconnected line after the resumed
+			// replay, before live output.
+			want := clearScreen + tc.hint + "SNAP" + "live1" +
 				"tether: connection lost, reconnecting…\n" +
 				"xy" + "tether: reconnected\n" +
 				"tether: session ended (4410)\n"
@@ -111,9 +112,9 @@ func TestAttachReconnectedSaysHow(t *testing.T) {
 			c.stdout.waitFor(t, "live")
 			p.closeWith(4410, "")
 			c.wait(t)
-			want := "\x1bc" + "tether: attached; Enter ~. to detach\n" + "old" +
+			want := clearScreen + "tether: attached; Enter ~. to detach\n" + "old" +
 				"tether: connection lost, reconnecting…\n" +
-				"\x1bcNEW" + tc.line + "live" + "tether: session ended (4410)\n"
+				clearScreen + clearScrollback + tc.line + "NEW" + "live" + "tether: session ended (4410)\n"
 			if got := c.stdout.String(); got != want {
 				t.Errorf("terminal %q\nwant     %q", got, want)
 			}
@@ -138,7 +139,7 @@ func TestAttachRawStatusLines(t *testing.T) {
 	p.replay("e1", 0, 2, false, "resume")
 	p.closeWith(4410, "")
 	c.wait(t)
-	want := "\x1bc" + "tether: attached; Enter ~. to detach\r\n" + "$ " +
+	want := clearScreen + "tether: attached; Enter ~. to detach\r\n" + "$ " +
 		"\r\ntether: connection lost, reconnecting…\r\n" +
 		"\r\ntether: reconnected\r\n" +
 		"\r\ntether: session ended (4410)\r\n"
@@ -174,7 +175,7 @@ func TestAttachReplayQueriesRemoved(t *testing.T) {
 	c.stdout.waitFor(t, "F")
 	p.closeWith(4410, "")
 	c.wait(t)
-	want := "\x1bc\x1b[1mA\x1b[m" + "B" + qCPR + "CDE" + qDA + "F"
+	want := clearScreen + "\x1b[1mA\x1b[m" + "B" + qCPR + "CDE" + qDA + "F"
 	if got := c.stdout.String(); got != want {
 		t.Errorf("stdout %q\nwant   %q", got, want)
 	}
@@ -216,7 +217,7 @@ func TestAttachResetDropsHeldBytes(t *testing.T) {
 	c.stdout.waitFor(t, "live")
 	p.closeWith(4410, "")
 	c.wait(t)
-	if got, want := c.stdout.String(), "ab\x1bcNEWlive"; got != want {
+	if got, want := c.stdout.String(), "ab"+clearScreen+clearScrollback+"NEWlive"; got != want {
 		t.Errorf("stdout %q, want %q", got, want)
 	}
 }
@@ -245,7 +246,7 @@ func TestAttachSnapshotCutShort(t *testing.T) {
 	p.snapshot("e1", 40, "initial", "whole")
 	p.closeWith(4410, "")
 	c.wait(t)
-	if got, want := c.stdout.String(), "\x1bc\x1bchalf\x1bcwhole"; got != want {
+	if got, want := c.stdout.String(), clearScreen+clearScreen+clearScrollback+"half"+clearScreen+clearScrollback+"whole"; got != want {
 		t.Errorf("stdout %q, want %q", got, want)
 	}
 }

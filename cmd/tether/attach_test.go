@@ -405,7 +405,7 @@ func TestAttachReattachReset(t *testing.T) {
 	if code := c.wait(t); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}
-	if got, want := c.stdout.String(), "hello\x1bcnew"; got != want {
+	if got, want := c.stdout.String(), "hello"+clearScreen+clearScrollback+"new"; got != want {
 		t.Errorf("stdout %q, want %q (screen cleared before the new window)", got, want)
 	}
 }

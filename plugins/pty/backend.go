@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -61,6 +62,10 @@ type Backend struct {
 	// models unfed until a snapshot (the benchmarks' baseline).
 	testNoFeed bool
 
+	// rebuilds counts the screen model rebuilds of every PTY, those gone
+	// since included (see ScreenRebuilds).
+	rebuilds atomic.Int64
+
 	// secret is the instance secret the host gave this process (see
 	// SetSecret); constant after it.
 	secret string
@@ -77,19 +82,33 @@ type Backend struct {
 }
 
 var _ contract.Backend = (*Backend)(nil)
+var _ contract.ScreenRebuildCounter = (*Backend)(nil)
 
 // New returns an unstarted Backend that logs to log.
+//
+// With TETHER_PTY_SCREEN_MODEL=off in its environment (for benchmarks
+// only: bench/ measures the data path with the model on and off) the
+// screen models are left unfed until a snapshot, which then rebuilds its
+// model from the ring's tail.
 func New(log zerolog.Logger) *Backend {
-	return &Backend{
-		log:      log,
-		outWake:  make(chan struct{}, 1),
-		reapWake: make(chan struct{}, 1),
-		stopCh:   make(chan struct{}),
-		ptys:     make(map[string]*ptyRec),
-		spawning: make(map[string]chan struct{}),
-		all:      make(map[*ptyRec]struct{}),
+	b := &Backend{
+		log:        log,
+		outWake:    make(chan struct{}, 1),
+		reapWake:   make(chan struct{}, 1),
+		stopCh:     make(chan struct{}),
+		ptys:       make(map[string]*ptyRec),
+		spawning:   make(map[string]chan struct{}),
+		all:        make(map[*ptyRec]struct{}),
+		testNoFeed: os.Getenv(envScreenModel) == "off",
 	}
+	if b.testNoFeed {
+		log.Warn().Msg("pty screen models off (" + envScreenModel + "=off, for benchmarks): snapshots are rebuilt from the ring's tail")
+	}
+	return b
 }
+
+// envScreenModel switches the screen models off when "off" (see New).
+const envScreenModel = "TETHER_PTY_SCREEN_MODEL"
 
 // SetSecret sets the instance secret Start proves to a host's Challenge
 // (contract.Prove). Call it once, before serving.
@@ -454,6 +473,12 @@ func (b *Backend) Close(_ context.Context, token string) error {
 	rec.log.Debug().Msg("pty closed")
 	rec.kill()
 	return nil
+}
+
+// ScreenRebuilds implements contract.ScreenRebuildCounter: the screen
+// model rebuilds of every PTY this process has run.
+func (b *Backend) ScreenRebuilds(context.Context) (int64, error) {
+	return b.rebuilds.Load(), nil
 }
 
 // List implements contract.Backend. It describes the live PTYs, oldest

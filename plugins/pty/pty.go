@@ -90,7 +90,7 @@ func (b *Backend) spawn(cfg contract.BackendConfig, req contract.AttachRequest) 
 		sizes:    []sizeAt{{0, cols, rows}},
 		cols:     cols,
 		rows:     rows,
-		screen:   newScreen(cols, rows, cfg.Scrollback),
+		screen:   newScreen(cols, rows, cfg.Scrollback, &b.rebuilds),
 		viewers:  make(map[contract.TransportID]struct{}),
 		detached: time.Now(),
 	}

@@ -50,6 +50,7 @@ type screen struct {
 	wake       chan struct{} // capacity 1: the drain has appended output
 	stop       chan struct{} // closed by finish: the feeder returns
 	rebuilds   atomic.Int64  // times the model was rebuilt from the ring
+	total      *atomic.Int64 // the backend's count of rebuilds, of every PTY
 
 	mu    sync.Mutex // guards the fields below; taken before rec.mu
 	t     *term      // nil once the PTY is done
@@ -57,9 +58,10 @@ type screen struct {
 	stale bool       // fell out of the ring; waits for a pause or a snapshot
 }
 
-func newScreen(cols, rows, scrollback int) *screen {
+func newScreen(cols, rows, scrollback int, total *atomic.Int64) *screen {
 	return &screen{
 		scrollback: scrollback,
+		total:      total,
 		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		t:          newTerm(cols, rows, scrollback),
@@ -155,6 +157,7 @@ func (rec *ptyRec) step(rebuild, bounded bool, target *int64) bool {
 		m.t = newTerm(size.cols, size.rows, m.scrollback)
 		m.off, m.stale = from, false
 		m.rebuilds.Add(1)
+		m.total.Add(1)
 		return true
 	}
 	if m.off >= *target {

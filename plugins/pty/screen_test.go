@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/wire/vtquery"
 )
@@ -30,6 +32,34 @@ func TestTermQueries(t *testing.T) {
 		t.Errorf("snapshot %q: want it to show %q", snap, "done")
 	}
 	noQueries(t, "snapshot", snap)
+}
+
+// TestSnapshotHoldsNoQuery: each query of the vtquery table, fed between
+// two texts, leaves a snapshot with both texts and no query, on the
+// primary screen and on the alternate one.
+func TestSnapshotHoldsNoQuery(t *testing.T) {
+	for _, q := range vtquery.Examples() {
+		for _, alt := range []bool{false, true} {
+			name := q.Name
+			if alt {
+				name += " alternate screen"
+			}
+			t.Run(name, func(t *testing.T) {
+				tm := newTerm(80, 24, 100)
+				if alt {
+					tm.write([]byte("\x1b[?1049h"))
+				}
+				tm.write([]byte("before" + q.Seq + "after\r\nnext line"))
+				snap := tm.snapshot(nil)
+				for _, want := range []string{"before", "after", "next line"} {
+					if !bytes.Contains(snap, []byte(want)) {
+						t.Errorf("snapshot %q: want it to show %q", snap, want)
+					}
+				}
+				noQueries(t, "snapshot", snap)
+			})
+		}
+	}
 }
 
 // TestSnapshotAlternateScreen: the primary screen and its scrollback come
@@ -78,7 +108,8 @@ func TestCleanTitle(t *testing.T) {
 
 // TestScreenRebuilt: a model that fell further behind than the ring
 // holds is rebuilt from the ring's tail for the snapshot, which counts in
-// PTYInfo.ScreenRebuilds; fed or not, the snapshot shows the last lines.
+// PTYInfo.ScreenRebuilds and in the backend's ScreenRebuilds, which keeps
+// it after the PTY is gone; fed or not, the snapshot shows the last lines.
 func TestScreenRebuilt(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -104,6 +135,11 @@ func TestScreenRebuilt(t *testing.T) {
 				t.Fatal(err)
 			}
 			out.waitExit(t, r.Epoch)
+			// The backend's count keeps the rebuilds of the PTY gone.
+			total, err := b.ScreenRebuilds(context.Background())
+			if err != nil || total < info.ScreenRebuilds || tt.noFeed && total != tt.want {
+				t.Errorf("the backend's ScreenRebuilds after the PTY exited: got %d, %v; want %d", total, err, max(info.ScreenRebuilds, tt.want))
+			}
 		})
 	}
 }
@@ -122,5 +158,21 @@ func TestNoScrollback(t *testing.T) {
 	b, _ := newBackend(t, contract.BackendConfig{Scrollback: contract.NoScrollback})
 	if b.cfg.Scrollback != 0 {
 		t.Fatalf("backend scrollback with NoScrollback = %d, want 0", b.cfg.Scrollback)
+	}
+}
+
+// TestScreenModelSwitch: TETHER_PTY_SCREEN_MODEL=off, for benchmarks,
+// leaves the screen models unfed; anything else keeps them.
+func TestScreenModelSwitch(t *testing.T) {
+	for _, tt := range []struct {
+		value  string
+		noFeed bool
+	}{{"off", true}, {"on", false}, {"", false}} {
+		t.Run(tt.value, func(t *testing.T) {
+			t.Setenv(envScreenModel, tt.value)
+			if got := New(zerolog.Nop()).testNoFeed; got != tt.noFeed {
+				t.Errorf("%s=%q: unfed %v, want %v", envScreenModel, tt.value, got, tt.noFeed)
+			}
+		})
 	}
 }

@@ -43,6 +43,14 @@ func TestLifecyclePluginsCommands(t *testing.T) {
 	if got := s.Metric(t, "tether_ptys"); got != 1 {
 		t.Errorf("tether_ptys: got %v, want 1", got)
 	}
+	// The screen rebuilds are a counter (it keeps the rebuilds of PTYs
+	// gone); this slow counter program's model never falls behind.
+	if _, body := s.AdminGet(t, "/metrics"); !strings.Contains(body, "# TYPE tether_pty_screen_rebuilds counter\n") {
+		t.Errorf("/metrics has no counter tether_pty_screen_rebuilds:\n%s", body)
+	}
+	if got := s.Metric(t, "tether_pty_screen_rebuilds"); got != 0 {
+		t.Errorf("tether_pty_screen_rebuilds: got %v, want 0", got)
+	}
 
 	// The state dir may come from TETHER_STATE_DIR, and "list" is the
 	// default.

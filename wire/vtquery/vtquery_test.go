@@ -18,54 +18,7 @@ func filter(chunks ...[]byte) ([]byte, int) {
 }
 
 // queries are the sequences a terminal answers, each as a program sends it.
-var queries = []struct{ name, seq string }{
-	{"DA1", "\x1b[c"},
-	{"DA1 0", "\x1b[0c"},
-	{"DA1 C1", "\x9bc"},
-	{"DA2", "\x1b[>c"},
-	{"DA2 0", "\x1b[>0c"},
-	{"DA3", "\x1b[=c"},
-	{"DECID", "\x1bZ"},
-	{"DSR status", "\x1b[5n"},
-	{"CPR", "\x1b[6n"},
-	{"DECXCPR", "\x1b[?6n"},
-	{"DSR printer", "\x1b[?15n"},
-	{"DSR colour scheme", "\x1b[?996n"},
-	{"DECRQM ANSI", "\x1b[4$p"},
-	{"DECRQM DEC", "\x1b[?2004$p"},
-	{"DECRQM sync", "\x1b[?2026$p"},
-	{"XTVERSION", "\x1b[>q"},
-	{"XTVERSION 0", "\x1b[>0q"},
-	{"kitty keyboard", "\x1b[?u"},
-	{"XTQMODKEYS", "\x1b[?4m"},
-	{"XTSMGRAPHICS", "\x1b[?1;1;0S"},
-	{"XTWINOPS size px", "\x1b[14t"},
-	{"XTWINOPS cell px", "\x1b[16t"},
-	{"XTWINOPS size chars", "\x1b[18t"},
-	{"XTWINOPS screen chars", "\x1b[19t"},
-	{"XTWINOPS title", "\x1b[21t"},
-	{"XTWINOPS state", "\x1b[11t"},
-	{"DECREQTPARM", "\x1b[x"},
-	{"DECRQPSR", "\x1b[1$w"},
-	{"DECRQTSR", "\x1b[1$u"},
-	{"DECRQCRA", "\x1b[1;1;1;1;24;80*y"},
-	{"XTREPORTSGR", "\x1b[1;1;1;10#|"},
-	{"DECRQSS SGR ST", "\x1bP$qm\x1b\\"},
-	{"DECRQSS DECSCUSR", "\x1bP$q q\x1b\\"},
-	{"DECRQSS C1", "\x90$qr\x9c"},
-	{"XTGETTCAP", "\x1bP+q544e\x1b\\"},
-	{"OSC 10 BEL", "\x1b]10;?\a"},
-	{"OSC 11 ST", "\x1b]11;?\x1b\\"},
-	{"OSC 12", "\x1b]12;?\a"},
-	{"OSC 10 and 11", "\x1b]10;?;?\a"},
-	{"OSC 4", "\x1b]4;1;?\a"},
-	{"OSC 4 second", "\x1b]4;1;red;2;?\a"},
-	{"OSC 5", "\x1b]5;0;?\a"},
-	{"OSC 52", "\x1b]52;c;?\a"},
-	{"OSC C1", "\x9d11;?\x9c"},
-	{"kitty graphics", "\x1b_Gi=31,s=1,v=1,a=q,t=d,f=24;AAAA\x1b\\"},
-	{"ENQ", "\x05"},
-}
+var queries = vtquery.Examples()
 
 // others must pass byte for byte.
 var others = []struct{ name, seq string }{
@@ -107,8 +60,8 @@ var others = []struct{ name, seq string }{
 
 func TestQueriesRemoved(t *testing.T) {
 	for _, q := range queries {
-		t.Run(q.name, func(t *testing.T) {
-			in := []byte("before" + q.seq + "after")
+		t.Run(q.Name, func(t *testing.T) {
+			in := []byte("before" + q.Seq + "after")
 			got, n := filter(in)
 			if string(got) != "beforeafter" || n != 1 {
 				t.Errorf("filter(%q): got %q, %d dropped; want %q, 1", in, got, n, "beforeafter")
@@ -141,7 +94,7 @@ func TestMixed(t *testing.T) {
 			want.WriteString(others[i].seq + "|")
 		}
 		if i < len(queries) {
-			in.WriteString(queries[i].seq)
+			in.WriteString(queries[i].Seq)
 		}
 		in.WriteString("|")
 		want.WriteString("|")
@@ -198,7 +151,7 @@ func checkChunked(t *testing.T, in, want []byte) {
 
 func FuzzFilter(f *testing.F) {
 	for _, q := range queries {
-		f.Add([]byte("a"+q.seq+"b"), uint16(2))
+		f.Add([]byte("a"+q.Seq+"b"), uint16(2))
 	}
 	for _, o := range others {
 		f.Add([]byte(o.seq), uint16(1))

@@ -40,18 +40,24 @@ type config struct {
 	ptyBuffer    string
 	ptyBigRing   bool
 	ptyStreams   int
+	ptyModels    []bool // the PTY plugin's screen models on (true) or off, one pty row each
+	ptyLines     bool   // the pty rows stream coloured shell lines, not letters and digits
 	rpcClients   []int
 	rpcDur       time.Duration
 	reattachN    int
 	reattachRing int64
-	storm        int
-	idle         int
-	idleSettle   time.Duration
-	idleProfile  string
-	out          string
-	waitQuiet    time.Duration
-	repo         string // the tether repository (its testing/acp is the ACP kit)
-	acp          acpOpts
+	// reattachSizes are the terminal sizes of the reattach row; the
+	// first also gets the raw ring replay and the bare socket.
+	reattachSizes      []screenSize
+	reattachScrollback int
+	storm              int
+	idle               int
+	idleSettle         time.Duration
+	idleProfile        string
+	out                string
+	waitQuiet          time.Duration
+	repo               string // the tether repository (its testing/acp is the ACP kit)
+	acp                acpOpts
 }
 
 var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "acp"}
@@ -82,10 +88,14 @@ func run() int {
 		ptyStreams = fs.Int("pty-streams", 1, "concurrent PTY streams per throughput run (aggregate MiB/s)")
 		ptyBigRing = fs.Bool("pty-big-ring", true, "also stream through a tether with a 1 GiB ring (no overrun possible)")
 		ptyBuffer  = fs.String("pty-buffer", "", "tether --pty-buffer for the pty rows (default: tether's own, 1MiB)")
+		ptyModel   = fs.String("pty-model", "on,off", "the PTY plugin's screen models in the pty rows: on, off (TETHER_PTY_SCREEN_MODEL=off), or on,off for a row each")
+		ptyLines   = fs.Bool("pty-lines", false, "the pty rows stream coloured shell-like lines (tty output processing off) instead of letters and digits")
 		rpcClients = fs.String("rpc-clients", "1,16,100", "concurrent JSON-RPC clients, comma-separated")
 		rpcDur     = fs.Duration("rpc-duration", 2*time.Second, "measured time per client count and repetition")
 		reattachN  = fs.Int("reattach", 200, "attaches per repetition of the reattach row")
 		reattachRg = fs.String("reattach-ring", "1MiB", "tether --pty-buffer of the reattach row (filled to the brim)")
+		reattachSz = fs.String("reattach-sizes", "80x24,200x60", "terminal sizes of the reattach row's PTYs, comma-separated (the first also gets the raw ring replay)")
+		reattachSB = fs.Int("reattach-scrollback", 1000, "tether --pty-scrollback of the reattach row")
 		storm      = fs.Int("storm", 256, "sockets resuming one key at once")
 		idle       = fs.Int("idle", 10000, "idle sockets held open")
 		idleProf   = fs.String("idle-heap-profile", "", "save the in-process WS transport's heap profile (10,000 idle sockets) to this file")
@@ -133,6 +143,25 @@ func run() int {
 	}
 	if cfg.reattachRing, err = parseSize(*reattachRg); err != nil {
 		return fail(err)
+	}
+	for _, f := range strings.Split(*reattachSz, ",") {
+		var sz screenSize
+		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%dx%d", &sz.cols, &sz.rows); err != nil || sz.cols < 1 || sz.rows < 1 {
+			return fail(fmt.Errorf("bad -reattach-sizes %q", *reattachSz))
+		}
+		cfg.reattachSizes = append(cfg.reattachSizes, sz)
+	}
+	cfg.reattachScrollback = *reattachSB
+	cfg.ptyLines = *ptyLines
+	for _, f := range strings.Split(*ptyModel, ",") {
+		switch strings.TrimSpace(f) {
+		case "on":
+			cfg.ptyModels = append(cfg.ptyModels, true)
+		case "off":
+			cfg.ptyModels = append(cfg.ptyModels, false)
+		default:
+			return fail(fmt.Errorf("bad -pty-model %q (on, off, or on,off)", *ptyModel))
+		}
 	}
 	for _, f := range strings.Split(*rpcClients, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))

@@ -92,6 +92,7 @@ type tetherOpts struct {
 	stateDir   string // default: a fresh temp dir
 	admin      bool
 	extra      []string
+	env        []string // added to tether's environment (KEY=VALUE)
 }
 
 // startTether runs `tether serve` and waits for its first stdout line.
@@ -123,7 +124,7 @@ func startTether(bin string, o tetherOpts) (*server, error) {
 	args = append(args, o.extra...)
 	s := &server{bin: bin, stderr: &tail{}, stateDir: o.stateDir, exited: make(chan struct{})}
 	s.cmd = exec.Command(bin, args...)
-	s.cmd.Env = cleanEnv()
+	s.cmd.Env = append(cleanEnv(), o.env...)
 	s.cmd.Stderr = s.stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := s.cmd.StdoutPipe()

@@ -25,6 +25,10 @@ import (
 // (exec: the PTY's child exits right after its last byte).
 const ptyScript = `stty -echo; printf R; read f; exec cat "$f"`
 
+// ptyLinesScript is ptyScript for a payload of lines: the tty's output
+// processing is off too (stty -opost), so \n stays \n and the hash holds.
+const ptyLinesScript = `stty -echo -opost; printf R; read f; exec cat "$f"`
+
 // payload is a file the child writes: letters and digits only, so the
 // tty's output processing (\n -> \r\n) changes nothing and what arrives
 // must equal "R" + the file, byte for byte. It is pseudo-random, so a
@@ -229,42 +233,60 @@ func (a *cpuAcc) String() string {
 
 func rowPTY(cfg config, rep *report) error {
 	logf(cfg, "pty: writing payloads (%s, %s)", sizeName(cfg.ptySize), sizeName(cfg.checkSize))
-	big, err := makePayload(cfg.ptySize, 1)
+	script, kind := ptyScript, ""
+	newPayload := makePayload
+	if cfg.ptyLines {
+		script, kind, newPayload = ptyLinesScript, ", shell lines", makeShellLines
+	}
+	big, err := newPayload(cfg.ptySize, 1)
 	if err != nil {
 		return err
 	}
-	check, err := makePayload(cfg.checkSize, 2)
+	check, err := newPayload(cfg.checkSize, 2)
 	if err != nil {
 		return err
 	}
-	direct, err := startHelper("ptydirect", ptyScript)
+	direct, err := startHelper("ptydirect", script)
 	if err != nil {
 		return err
 	}
 	defer direct.stop()
-	if err := ptyRows(cfg, rep, direct, big, check, cfg.ptyBuffer); err != nil {
-		return err
+	for k, model := range cfg.ptyModels {
+		label := kind
+		if len(cfg.ptyModels) > 1 || !model {
+			label += ", screen model " + map[bool]string{true: "on", false: "off"}[model]
+		}
+		if k > 0 {
+			check = nil // one completeness row is enough
+		}
+		if err := ptyRows(cfg, rep, direct, big, check, cfg.ptyBuffer, script, label, model); err != nil {
+			return err
+		}
 	}
 	if cfg.ptyBigRing {
 		// The same stream with a ring that cannot be overrun: what the data
 		// path itself delivers when no byte is dropped for want of flow
 		// control.
-		return ptyRows(cfg, rep, direct, big, nil, "1024MiB")
+		return ptyRows(cfg, rep, direct, big, nil, "1024MiB", script, kind, true)
 	}
 	return nil
 }
 
 // ptyRows runs the throughput row (and the completeness row when check is
-// not nil) against a tether started with --pty-buffer ring ("" = default).
-func ptyRows(cfg config, rep *report, direct *server, big, check *payload, ring string) error {
-	cmdline := fmt.Sprintf("sh -c '%s'", ptyScript)
-	var extra []string
-	label := ""
+// not nil) against a tether started with --pty-buffer ring ("" = default)
+// running script in its PTYs, with the PTY plugin's screen models on or
+// off (TETHER_PTY_SCREEN_MODEL=off); label goes into the row's name.
+func ptyRows(cfg config, rep *report, direct *server, big, check *payload, ring, script, label string, model bool) error {
+	cmdline := fmt.Sprintf("sh -c '%s'", script)
+	var extra, env []string
 	if ring != "" {
 		extra = []string{"--pty-buffer", ring}
-		label = ", ring " + ring
+		label += ", ring " + ring
 	}
-	ts, err := startTether(cfg.bin, tetherOpts{ptyCommand: cmdline, admin: true, extra: extra})
+	if !model {
+		env = []string{"TETHER_PTY_SCREEN_MODEL=off"}
+	}
+	ts, err := startTether(cfg.bin, tetherOpts{ptyCommand: cmdline, admin: true, extra: extra, env: env})
 	if err != nil {
 		return err
 	}

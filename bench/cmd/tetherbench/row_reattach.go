@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -76,16 +81,30 @@ func readReplayHook(ctx context.Context, url string, want int64, mark func(time.
 	return time.Since(t0), rf, nil
 }
 
+// screenSize is a terminal size of the reattach row.
+type screenSize struct{ cols, rows int }
+
+func (s screenSize) String() string { return fmt.Sprintf("%dx%d", s.cols, s.rows) }
+
+// rowReattach measures fresh attaches to a PTY whose screen is full after
+// 2 × the ring of coloured shell-like lines, for each of cfg's terminal
+// sizes: each is a snapshot (reason initial), timed from the dial to its
+// last byte and sized. On the first size it also measures the raw replay
+// of the whole ring (a resume from the ring's start: what a snapshot
+// replaces) and, as the floor, the ring's bytes over a bare socket.
 func rowReattach(cfg config, rep *report) error {
 	ring := cfg.reattachRing
-	fill, err := makePayload(2*ring, 3)
+	fill, err := makeShellLines(max(2*ring, 2<<20), 5)
 	if err != nil {
 		return err
 	}
-	// The child prints 2 MiB (no newlines) and then sleeps: the 1 MiB
-	// ring is full and stays so.
-	cmdline := fmt.Sprintf(`sh -c 'cat %s; exec sleep 3600'`, fill.path)
-	ts, err := startTether(cfg.bin, tetherOpts{ptyCommand: cmdline, extra: []string{"--pty-buffer", sizeName(ring)}})
+	// Each PTY's shell waits for a line, so that it prints for the size
+	// it was given; then it prints the lines and sleeps: the ring stays
+	// full.
+	ts, err := startTether(cfg.bin, tetherOpts{
+		ptyCommand: fmt.Sprintf(`sh -c 'read x; cat %s; exec sleep 3600'`, fill.path),
+		extra:      []string{"--pty-buffer", sizeName(ring), "--pty-scrollback", fmt.Sprint(cfg.reattachScrollback)},
+	})
 	if err != nil {
 		return err
 	}
@@ -95,13 +114,46 @@ func rowReattach(cfg config, rep *report) error {
 		return err
 	}
 	defer direct.stop()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	for k, size := range cfg.reattachSizes {
+		if err := reattachSize(ctx, cfg, rep, ts, direct, fill, size, k == 0); err != nil {
+			return fmt.Errorf("%v: %w", size, err)
+		}
+	}
+	return nil
+}
+
+// reattachSize is rowReattach for one terminal size; raw adds the raw
+// ring replay and the bare socket.
+func reattachSize(ctx context.Context, cfg config, rep *report, ts *server, direct *server, fill *payload, size screenSize, raw bool) error {
+	ring := cfg.reattachRing
 	token := randToken()
 	url := ts.wsURL("/api/pty", "attach="+token)
-	// Fill: wait until the whole 2 MiB went through the ring.
-	deadline := time.Now().Add(30 * time.Second)
+	// start sizes the PTY and types the line its shell waits for, and
+	// stays until output comes: input sent right before a close may be
+	// dropped by the host.
+	start := func() error {
+		p, err := client.AttachPTY(ctx, ts.baseURL(), token, client.PTYOptions{Options: client.Options{Token: ts.token}, ReadTimeout: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		if err := p.Resize(size.cols, size.rows); err != nil {
+			return err
+		}
+		if _, err = p.Write([]byte("\r")); err != nil {
+			return err
+		}
+		_, err = p.Read(make([]byte, 4096)) // the echo, or the lines
+		return err
+	}
+	if err := start(); err != nil {
+		return err
+	}
+	started, starts := time.Now(), 1
+	// Fill: wait until the whole payload went through the ring.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var rf wire.Replay
 		p, err := client.AttachPTY(ctx, ts.baseURL(), token, client.PTYOptions{Options: client.Options{Token: ts.token}})
@@ -109,26 +161,32 @@ func rowReattach(cfg config, rep *report) error {
 			rf = p.Replay()
 			p.Abort()
 		}
-		if err == nil && rf.ReplayEndOffset >= 2*ring {
-			if rf.ReplayEndOffset-rf.StartOffset != ring {
-				return fmt.Errorf("ring holds %d bytes, want %d", rf.ReplayEndOffset-rf.StartOffset, ring)
-			}
+		if err == nil && rf.ReplayEndOffset >= fill.size {
 			break
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("ring not full after 30s: %+v %v; tether stderr:\n%s", rf, err, ts.stderr)
+		if err == nil && rf.ReplayEndOffset == 0 && time.Since(started) > 2*time.Second {
+			// The line typed did not reach the shell: type it again.
+			if err := start(); err != nil {
+				return err
+			}
+			started = time.Now()
+			starts++
 		}
-		time.Sleep(50 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the PTY has not printed %d bytes after 60s: %+v %v; tether stderr:\n%s", fill.size, rf, err, ts.stderr)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the PTY's output
 	}
 
-	var p50, p99, b50, b99, h50, h99 sample
-	var reasons = map[string]int{}
+	var s50, s99, h50, h99, sb, r50, r99, b50, b99 sample
+	reasons := map[string]int{}
 	cs := tetherCPUSet(ts)
 	var cpuBefore, cpuAfter map[string]cpuTime
 	attaches := 0
 	for r := 0; r < cfg.n; r++ {
 		waitQuiet(2 * time.Second)
-		var tl, bl, hl []time.Duration
+		var sl, hl, rl, bl []time.Duration
+		var bytes []float64
 		for i := 0; i < cfg.reattachN; i++ {
 			if r == 0 && i == 0 {
 				cpuBefore = cs.read()
@@ -141,35 +199,134 @@ func rowReattach(cfg config, rep *report) error {
 			if err != nil {
 				return fmt.Errorf("attach %d: %w", i, err)
 			}
-			if rf.ReplayEndOffset-rf.StartOffset != ring {
-				return fmt.Errorf("attach %d: replay of %d bytes, want %d", i, rf.ReplayEndOffset-rf.StartOffset, ring)
+			if !rf.Snapshot || rf.Reason != wire.ReasonInitial || rf.Cols != size.cols || rf.Rows != size.rows {
+				return fmt.Errorf("attach %d: %+v, want a %v snapshot with reason initial", i, rf, size)
 			}
 			reasons[rf.Reason]++
-			tl = append(tl, d)
+			sl = append(sl, d)
 			hl = append(hl, hd)
-			d, _, err = readReplay(ctx, "ws://"+direct.addr+fmt.Sprintf("/replay?n=%d", ring), int64(ring))
+			bytes = append(bytes, float64(rf.SnapshotBytes))
+			first, epoch := rf.ReplayEndOffset-ring, rf.Epoch
+			if !raw {
+				continue
+			}
+			// The raw ring: a resume from its first byte.
+			d, rf, err = readReplay(ctx, url+fmt.Sprintf("&epoch=%s&offset=%d", epoch, first), -1)
+			if err != nil {
+				return fmt.Errorf("raw replay %d: %w", i, err)
+			}
+			if rf.Reset || rf.StartOffset != first || rf.ReplayEndOffset-first != ring {
+				return fmt.Errorf("raw replay %d: %+v, want a resume of the whole %d-byte ring from %d", i, rf, ring, first)
+			}
+			rl = append(rl, d)
+			d, _, err = readReplay(ctx, "ws://"+direct.addr+fmt.Sprintf("/replay?n=%d", ring), ring)
 			if err != nil {
 				return fmt.Errorf("baseline %d: %w", i, err)
 			}
 			bl = append(bl, d)
 		}
-		tms, bms, hms := durationsMS(tl), durationsMS(bl), durationsMS(hl)
+		sms, hms := durationsMS(sl), durationsMS(hl)
+		s50.add(percentile(sms, .5))
+		s99.add(percentile(sms, .99))
 		h50.add(percentile(hms, .5))
 		h99.add(percentile(hms, .99))
-		p50.add(percentile(tms, .5))
-		p99.add(percentile(tms, .99))
-		b50.add(percentile(bms, .5))
-		b99.add(percentile(bms, .99))
-		logf(cfg, "reattach rep %d: p50 %.2fms p99 %.2fms (1 MiB over a bare socket: p50 %.2fms p99 %.2fms)",
-			r, percentile(tms, .5), percentile(tms, .99), percentile(bms, .5), percentile(bms, .99))
+		sb.add(median(bytes))
+		if raw {
+			rms, bms := durationsMS(rl), durationsMS(bl)
+			r50.add(percentile(rms, .5))
+			r99.add(percentile(rms, .99))
+			b50.add(percentile(bms, .5))
+			b99.add(percentile(bms, .99))
+			logf(cfg, "reattach %v rep %d: snapshot p50 %.2fms p99 %.2fms, %.0f bytes (raw %s ring p50 %.2fms p99 %.2fms; bare socket p50 %.2fms p99 %.2fms)",
+				size, r, percentile(sms, .5), percentile(sms, .99), median(bytes), sizeName(ring), percentile(rms, .5), percentile(rms, .99), percentile(bms, .5), percentile(bms, .99))
+		} else {
+			logf(cfg, "reattach %v rep %d: snapshot p50 %.2fms p99 %.2fms, %.0f bytes", size, r, percentile(sms, .5), percentile(sms, .99), median(bytes))
+		}
 	}
-	row := "reattach " + sizeName(ring) + " ring"
-	rep.add(result{row: row, metric: "p50 to pty.replay frame", tether: h50.cell("ms"), n: cfg.n})
-	rep.add(result{row: row, metric: "p99 to pty.replay frame", tether: h99.cell("ms"), n: cfg.n})
-	rep.add(result{row: row, metric: "p50", tether: p50.cell("ms"), baseline: b50.cell("ms"), n: cfg.n})
-	rep.add(result{row: row, metric: "p99", tether: p99.cell("ms"), baseline: b99.cell("ms"), target: "≤ 5 ms",
-		met: yesNo(median(p99.xs) <= 5), n: cfg.n})
-	rep.note("%s: CPU per attach (host, plugins and client; the client also ran the baseline between attaches, the plugins did not): %s", row, cpuPer(cpuBefore, cpuAfter, attaches))
-	rep.note("%s: %d attaches per repetition, dial to last replay byte; baseline = a gobwas/ws server writing 1 MiB on upgrade (the floor); reasons %v", row, cfg.reattachN, reasons)
+	row := fmt.Sprintf("reattach %v, %s ring", size, sizeName(ring))
+	rep.add(result{row: row, metric: "snapshot bytes", tether: sb.cell("B"), n: cfg.n})
+	rep.add(result{row: row, metric: "snapshot p50 to pty.replay frame", tether: h50.cell("ms"), n: cfg.n})
+	rep.add(result{row: row, metric: "snapshot p99 to pty.replay frame", tether: h99.cell("ms"), n: cfg.n})
+	if raw {
+		rep.add(result{row: row, metric: "snapshot p50 (baseline: raw ring)", tether: s50.cell("ms"), baseline: r50.cell("ms"), ratio: ratioCell(s50, r50), n: cfg.n})
+		rep.add(result{row: row, metric: "snapshot p99 (baseline: raw ring)", tether: s99.cell("ms"), baseline: r99.cell("ms"), ratio: ratioCell(s99, r99), target: "≤ 5 ms",
+			met: yesNo(median(s99.xs) <= 5), n: cfg.n})
+		rep.add(result{row: row, metric: "raw ring p50 (baseline: bare socket)", tether: r50.cell("ms"), baseline: b50.cell("ms"), ratio: ratioCell(r50, b50), n: cfg.n})
+		rep.add(result{row: row, metric: "raw ring p99 (baseline: bare socket)", tether: r99.cell("ms"), baseline: b99.cell("ms"), ratio: ratioCell(r99, b99), n: cfg.n})
+	} else {
+		rep.add(result{row: row, metric: "snapshot p50", tether: s50.cell("ms"), n: cfg.n})
+		rep.add(result{row: row, metric: "snapshot p99", tether: s99.cell("ms"), target: "≤ 5 ms", met: yesNo(median(s99.xs) <= 5), n: cfg.n})
+	}
+	what := "fresh attaches"
+	if raw {
+		what = "fresh attaches, raw replays and bare-socket reads (the plugins took no part in the last)"
+	}
+	rep.note("%s: CPU per attach (host, plugins and client; %s): %s", row, what, cpuPer(cpuBefore, cpuAfter, attaches))
+	rep.note("%s: %d attaches per repetition to a PTY that printed %s of coloured shell-like lines (--pty-scrollback %d), dial to last snapshot byte; reasons %v", row, cfg.reattachN, sizeName(fill.size), cfg.reattachScrollback, reasons)
+	if starts > 1 {
+		rep.note("%s: the line that starts the PTY's output was typed %d times: the first was lost", row, starts)
+	}
+	if raw {
+		rep.note("%s: raw ring = the same PTY's whole %s ring as a resume (epoch and offset = its first byte), dial to last byte; bare socket = a gobwas/ws server writing %s on upgrade (the floor)", row, sizeName(ring), sizeName(ring))
+	}
 	return nil
+}
+
+// ratioCell is the median and spread of a/b per repetition.
+func ratioCell(a, b sample) string {
+	var r sample
+	for i := range min(len(a.xs), len(b.xs)) {
+		r.add(a.xs[i] / b.xs[i])
+	}
+	return r.cell("×")
+}
+
+// makeShellLines writes size bytes (a line more at most) of coloured
+// shell-like output — ls -l, compiler, test and git log lines, some
+// longer than 80 columns — to a file, the same for the same seed, with
+// the sha256 of "R" + the file as makePayload.
+func makeShellLines(size int64, seed uint64) (*payload, error) {
+	p := &payload{path: filepath.Join(tmpRoot, fmt.Sprintf("shell-%d-%d", size, seed))}
+	f, err := os.Create(p.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	h.Write([]byte("R"))
+	w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	r := mrand.New(mrand.NewPCG(seed, uint64(size)))
+	word := func() string {
+		const letters = "abcdefghijklmnopqrstuvwxyz"
+		b := make([]byte, 3+r.IntN(9))
+		for i := range b {
+			b[i] = letters[r.IntN(len(letters))]
+		}
+		return string(b)
+	}
+	for n := 0; p.size < size; n++ {
+		var line string
+		switch r.IntN(5) {
+		case 0:
+			line = fmt.Sprintf("-rw-r--r-- 1 dev dev %7d Dec  %d 12:%02d \x1b[01;32m%s.go\x1b[0m", r.IntN(1e6), 1+r.IntN(28), r.IntN(60), word())
+		case 1:
+			line = fmt.Sprintf("drwxr-xr-x 2 dev dev    4096 Nov %2d 09:%02d \x1b[01;34m%s\x1b[0m", 1+r.IntN(30), r.IntN(60), word())
+		case 2:
+			line = fmt.Sprintf("\x1b[1m%s/%s.go:%d:%d:\x1b[0m \x1b[1;31merror:\x1b[0m undefined: %s (%s %s %s %s)", word(), word(), 1+r.IntN(900), 1+r.IntN(80), word(), word(), word(), word(), word())
+		case 3:
+			line = fmt.Sprintf("\x1b[32m--- PASS\x1b[0m: Test%s (%d.%02ds)", word(), r.IntN(3), r.IntN(100))
+		default:
+			line = fmt.Sprintf("\x1b[33m%07x\x1b[m %s %s %s \x1b[2m(%d hours ago)\x1b[m", r.Uint32()>>4, word(), word(), word(), 1+r.IntN(48))
+		}
+		k, err := fmt.Fprintf(w, "%s\n", line)
+		if err != nil {
+			return nil, err
+		}
+		p.size += int64(k)
+	}
+	if err := w.Flush(); err != nil {
+		return nil, err
+	}
+	copy(p.sum[:], h.Sum(nil))
+	return p, nil
 }

@@ -946,10 +946,13 @@ func (x *PTYInfo) GetScreenRebuilds() int64 {
 }
 
 type PTYList struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ptys          []*PTYInfo             `protobuf:"bytes,1,rep,name=ptys,proto3" json:"ptys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ptys  []*PTYInfo             `protobuf:"bytes,1,rep,name=ptys,proto3" json:"ptys,omitempty"`
+	// screen_rebuilds counts the screen model rebuilds of every PTY the
+	// backend has run, those gone since included; it never decreases.
+	ScreenRebuilds int64 `protobuf:"varint,2,opt,name=screen_rebuilds,json=screenRebuilds,proto3" json:"screen_rebuilds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PTYList) Reset() {
@@ -987,6 +990,13 @@ func (x *PTYList) GetPtys() []*PTYInfo {
 		return x.Ptys
 	}
 	return nil
+}
+
+func (x *PTYList) GetScreenRebuilds() int64 {
+	if x != nil {
+		return x.ScreenRebuilds
+	}
+	return 0
 }
 
 type Output struct {
@@ -1203,9 +1213,10 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	" \x01(\x03R\x0edetachedUnixMs\x12\x12\n" +
 	"\x04cols\x18\v \x01(\x05R\x04cols\x12\x12\n" +
 	"\x04rows\x18\f \x01(\x05R\x04rows\x12'\n" +
-	"\x0fscreen_rebuilds\x18\r \x01(\x03R\x0escreenRebuilds\"1\n" +
+	"\x0fscreen_rebuilds\x18\r \x01(\x03R\x0escreenRebuilds\"Z\n" +
 	"\aPTYList\x12&\n" +
-	"\x04ptys\x18\x01 \x03(\v2\x12.tether.v1.PTYInfoR\x04ptys\"\x95\x01\n" +
+	"\x04ptys\x18\x01 \x03(\v2\x12.tether.v1.PTYInfoR\x04ptys\x12'\n" +
+	"\x0fscreen_rebuilds\x18\x02 \x01(\x03R\x0escreenRebuilds\"\x95\x01\n" +
 	"\x06Output\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +

@@ -33,7 +33,7 @@ type Metrics struct {
 	Supersedes       prometheus.Counter
 	BadResizes       prometheus.Counter
 	PTYs             prometheus.GaugeFunc
-	ScreenRebuilds   prometheus.GaugeFunc
+	ScreenRebuilds   prometheus.CounterFunc
 	BuildInfo        *prometheus.GaugeVec
 	TransportRefused *prometheus.CounterVec
 	TransportConns   *prometheus.GaugeVec
@@ -85,7 +85,7 @@ func New() *Metrics {
 	m.PTYs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_ptys", Help: "Live PTYs in the PTY backend (asked at scrape time)."}, func() float64 {
 		return float64(max(m.ptyStats().PTYs, 0))
 	})
-	m.ScreenRebuilds = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_pty_screen_rebuilds", Help: "Times the screen models of the live PTYs fell further behind than their rings and were rebuilt from them (what the ring no longer held is missing from their snapshots), summed over the live PTYs (asked at scrape time)."}, func() float64 {
+	m.ScreenRebuilds = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tether_pty_screen_rebuilds", Help: "Times a PTY's screen model fell too far behind its output and was rebuilt from the ring's tail (what was skipped is missing from its snapshots), over every PTY, exited ones included (asked at scrape time)."}, func() float64 {
 		return float64(m.ptyStats().ScreenRebuilds)
 	})
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
@@ -98,7 +98,8 @@ func New() *Metrics {
 type PTYStats struct {
 	// PTYs is the live PTYs (-1 when the backend cannot tell).
 	PTYs int
-	// ScreenRebuilds sums the live PTYs' screen model rebuilds.
+	// ScreenRebuilds counts the screen model rebuilds of every PTY, exited
+	// ones included; it never decreases.
 	ScreenRebuilds int64
 }
 

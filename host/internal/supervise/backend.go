@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,6 +48,37 @@ type Backend struct {
 
 	// spec is the binary a fresh process runs; guarded by core.mu.
 	spec PluginSpec
+
+	rebuilds rebuildCount
+}
+
+// rebuildCount makes the plugins' screen rebuild counts one count that
+// never decreases: a plugin's count starts at 0 with its process, so the
+// last one seen of each earlier process is kept.
+type rebuildCount struct {
+	mu       sync.Mutex // guards the fields below
+	instance string     // the plugin process the count is of
+	last     int64      // its count as last seen
+	before   int64      // the last counts of the earlier processes
+}
+
+// seen takes plugin instance's count n and returns the total.
+func (c *rebuildCount) seen(instance string, n int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if instance != c.instance {
+		c.before += c.last
+		c.instance, c.last = instance, 0
+	}
+	c.last = max(c.last, n)
+	return c.before + c.last
+}
+
+// total returns the total without a new count.
+func (c *rebuildCount) total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.before + c.last
 }
 
 // bgen is one backend plugin process, started or reattached.
@@ -224,6 +256,11 @@ func (b *Backend) connect(ctx context.Context, rec ReattachRecord) (*bgen, error
 	return g, nil
 }
 
+// envScreenModel is the PTY plugin's switch for its screen models
+// (plugins/pty New; "off" for benchmarks only), passed on from the
+// host's environment.
+const envScreenModel = "TETHER_PTY_SCREEN_MODEL"
+
 // launch starts a fresh plugin process and writes its reattach record.
 func (b *Backend) launch() (*bgen, error) {
 	env := []string{EnvPluginStateDir + "=" + b.stateDir}
@@ -234,6 +271,9 @@ func (b *Backend) launch() (*bgen, error) {
 	}
 	secret := contract.RandomHex(32)
 	env = append(env, contract.EnvPluginSecret+"="+secret)
+	if v, ok := os.LookupEnv(envScreenModel); ok {
+		env = append(env, envScreenModel+"="+v) // a TETHER_ variable: passed on by name
+	}
 	proc, err := startPlugin(b.spec, contract.KindBackend, procOptions{Env: env, Setsid: true, Metrics: b.metrics, BinDir: filepath.Join(b.stateDir, "plugins", "bin")}, b.log)
 	if err != nil {
 		return nil, err
@@ -423,23 +463,24 @@ func (b *Backend) List(ctx context.Context) ([]contract.PTYInfo, error) {
 }
 
 // Stats asks the backend how many PTYs are live (-1 when it cannot
-// tell) and how often their screen models were rebuilt.
+// tell) and how often the screen models of its PTYs, gone ones included,
+// were rebuilt (over every plugin process this host has run).
 func (b *Backend) Stats() metrics.PTYStats {
 	g := b.currentGen()
 	if g == nil {
-		return metrics.PTYStats{}
+		return metrics.PTYStats{ScreenRebuilds: b.rebuilds.total()}
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, time.Second)
 	defer cancel()
 	ptys, err := g.proc.be.List(ctx)
 	if err != nil {
-		return metrics.PTYStats{PTYs: -1}
+		return metrics.PTYStats{PTYs: -1, ScreenRebuilds: b.rebuilds.total()}
 	}
-	st := metrics.PTYStats{PTYs: len(ptys)}
-	for _, p := range ptys {
-		st.ScreenRebuilds += p.ScreenRebuilds
+	n, err := g.proc.be.ScreenRebuilds(ctx)
+	if err != nil {
+		return metrics.PTYStats{PTYs: len(ptys), ScreenRebuilds: b.rebuilds.total()}
 	}
-	return st
+	return metrics.PTYStats{PTYs: len(ptys), ScreenRebuilds: b.rebuilds.seen(g.instance, n)}
 }
 
 // stopRecorded stops the plugin process rec names, after checking (again,
