@@ -196,9 +196,13 @@ func (c *ptyConn) do(f func(context.Context, contract.Backend) error) {
 	}
 }
 
-// onClosed detaches the socket: the backend's detach is a compare-and-swap
-// on this socket's identity, so a superseded socket's late close never
-// detaches the new writer. A legacy socket's PTY is closed with it.
+// OnClosed detaches the socket once the input it sent before it closed
+// has been written (a line typed and the tab closed at once still reaches
+// the shell): the teardown is the last op of the socket's worker. The
+// backend's detach is a compare-and-swap on this socket's identity, so a
+// superseded socket's late close never detaches the new writer (and its
+// input was dropped by the same check). A legacy socket's PTY is closed
+// with it.
 func (c *ptyConn) OnClosed() {
 	c.mu.Lock()
 	if c.closed {
@@ -206,7 +210,18 @@ func (c *ptyConn) OnClosed() {
 		return
 	}
 	c.closed = true
+	if c.working {
+		c.ops = append(c.ops, c.teardown)
+		c.mu.Unlock()
+		return
+	}
 	c.mu.Unlock()
+	c.teardown()
+}
+
+// teardown forgets the socket through the one drop path and detaches it
+// from its PTY (or closes a legacy PTY) on a goroutine of its own.
+func (c *ptyConn) teardown() {
 	r := c.r
 	r.mu.Lock()
 	attached := c.attached && r.conns[c.id] == c

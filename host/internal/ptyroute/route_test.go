@@ -267,3 +267,59 @@ func TestResizeFramesNeverTyped(t *testing.T) {
 		t.Errorf("bad resizes counted %v, want 8", got)
 	}
 }
+
+// orderBackend records writes and detaches in the order they reach it;
+// while hold is open, a write waits for it.
+type orderBackend struct {
+	contract.Backend
+	hold    chan struct{}
+	entered chan struct{} // a write is waiting on hold
+
+	mu  sync.Mutex
+	ops []string
+}
+
+func (b *orderBackend) Write(_ context.Context, _ string, _ contract.TransportID, data []byte) error {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.hold
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ops = append(b.ops, "write "+string(data))
+	return nil
+}
+
+func (b *orderBackend) Detach(context.Context, string, contract.TransportID) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ops = append(b.ops, "detach")
+	return nil
+}
+
+// TestInputBeforeCloseIsWritten: input a socket sent just before it
+// closed (a line typed, then the tab closed) still reaches the PTY, in
+// order, and only then is the socket detached.
+func TestInputBeforeCloseIsWritten(t *testing.T) {
+	r := New(zerolog.Nop(), metrics.New())
+	be := &orderBackend{hold: make(chan struct{}), entered: make(chan struct{}, 1)}
+	r.SetBackend(be)
+	tok := strings.Repeat("t", 16)
+	c := &ptyConn{id: contract.TransportID{Instance: "ws", Conn: 1}, out: &stuckSender{}, r: r, token: tok, attached: true, epoch: "e"}
+	r.conns[c.id] = c
+	c.OnFrame([]byte("ls\r"), false)
+	<-be.entered // the first write is at the backend, held
+	c.OnFrame([]byte("exit\r"), false)
+	c.OnClosed()
+	close(be.hold)
+	r.Wait()
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if got, want := strings.Join(be.ops, ", "), "write ls\r, write exit\r, detach"; got != want {
+		t.Errorf("backend saw %q, want %q", got, want)
+	}
+	if got := r.ConnCount(); got != 0 {
+		t.Errorf("sockets routed after the close: %d, want 0", got)
+	}
+}

@@ -26,9 +26,9 @@ type ptyConn struct {
 	opened time.Time // admitted
 
 	mu      sync.Mutex // guards the fields below
-	ops     []func()   // attach, input, resize: applied in order by one worker
+	ops     []func()   // attach, input, resize, teardown: applied in order by one worker
 	working bool
-	closed  bool
+	closed  bool // no more ops are taken; those queued before still run
 
 	// Guarded by the router's mu.
 	pending  bool // attach in flight: output is buffered
@@ -90,8 +90,7 @@ func (c *ptyConn) work() {
 	defer c.r.wg.Done()
 	for {
 		c.mu.Lock()
-		if len(c.ops) == 0 || c.closed {
-			c.ops = nil
+		if len(c.ops) == 0 {
 			c.working = false
 			c.mu.Unlock()
 			return
