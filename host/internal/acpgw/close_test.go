@@ -120,7 +120,10 @@ func TestPermissionAnswerThenCloseReachesAgent(t *testing.T) {
 	e := newEnv(t, r.factory())
 	for i := range closeRounds {
 		cl := e.connect()
-		cl.answer = func(context.Context, acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+		cl.answer = func(_ context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+			if id, _ := req.Meta[MetaRequestID].(string); id == "" {
+				t.Errorf("round %d: request _meta = %v, want %s", i, req.Meta, MetaRequestID)
+			}
 			return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected("allow")}, nil
 		}
 		cl.closeAfter(`"outcome"`)

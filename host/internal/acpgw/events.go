@@ -196,15 +196,21 @@ func (c *conn) ask(key string, ev event) {
 		defer c.g.wg.Done()
 		defer close(a.done)
 		defer cancel()
+		// It stays in asks until its answer was handed on: a close
+		// (finish) waits for it while it is answered.
+		defer func() {
+			c.mu.Lock()
+			if c.asks[p.RequestID] == a {
+				delete(c.asks, p.RequestID)
+			}
+			c.mu.Unlock()
+		}()
 		resp, err := c.asc.RequestPermission(ctx, acp.RequestPermissionRequest{
 			Meta:      map[string]any{MetaRequestID: p.RequestID},
 			SessionId: acp.SessionId(key), ToolCall: p.ToolCall, Options: p.Options,
 		})
 		c.mu.Lock()
 		open := c.asks[p.RequestID] == a
-		if open {
-			delete(c.asks, p.RequestID)
-		}
 		c.mu.Unlock()
 		if err != nil || !open {
 			return // withdrawn, or the client failed: dropped, never reaching the agent
