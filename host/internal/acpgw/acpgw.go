@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/acp-go-sdk"
 	"github.com/rs/zerolog"
@@ -56,6 +57,10 @@ const (
 // dispatches notifications in order, so when it is handled every message
 // before it was. A client cannot send it (OnFrame refuses it).
 const closedMethod = "_tether/closed"
+
+// startWait bounds how long the reader waits for a request to start
+// before it feeds the next message.
+const startWait = 10 * time.Second
 
 // maxQueued bounds a connection's frames waiting for the protocol
 // reader; a client that floods past it is closed with 1013.
@@ -306,6 +311,16 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 		c.sendError(id, -32600, "invalid request: method must be a string")
 		return
 	}
+	// The rest of what the protocol reader decodes: a message it cannot
+	// read is dropped there without an answer.
+	var envelope struct {
+		JSONRPC string            `json:"jsonrpc"`
+		Error   *acp.RequestError `json:"error"`
+	}
+	if json.Unmarshal(trimmed, &envelope) != nil {
+		c.sendError(id, -32600, "invalid request: jsonrpc must be a string, error an object with a numeric code")
+		return
+	}
 	if method == closedMethod {
 		if id != nil {
 			c.sendError(id, -32601, "Method not found")
@@ -422,8 +437,16 @@ func (c *conn) feed(l inLine) bool {
 	if st == nil {
 		return true
 	}
+	// OnFrame answers what the reader would drop, so every request
+	// starts; startWait only bounds the wait should one not.
+	t := time.NewTimer(startWait)
+	defer t.Stop()
 	select {
 	case <-st.started:
+		return true
+	case <-t.C:
+		c.log.Warn().Str("id", st.id).Msg("acp request neither handled nor answered; reading on")
+		c.started(st.id)
 		return true
 	case <-c.asc.Done():
 		return false

@@ -547,6 +547,12 @@ func TestBadFrames(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":7}`, false, -32600},
 		{`{"jsonrpc":"2.0","id":8,"method":3}`, false, -32600},
 		{`{}`, true, -32600},
+		// Messages the library would drop without an answer.
+		{`{"jsonrpc":2,"id":9,"method":"session/list","params":{}}`, false, -32600},
+		{`{"jsonrpc":"2.0","id":10,"method":"session/list","params":{},"error":"x"}`, false, -32600},
+		{`{"jsonrpc":"2.0","id":11,"error":{"code":"x"}}`, false, -32600},
+		// tether's own end-of-input marker is not the client's to send.
+		{`{"jsonrpc":"2.0","id":12,"method":"_tether/closed"}`, false, -32601},
 	} {
 		n := len(cl.out.sent())
 		cl.conn.OnFrame([]byte(tc.frame), tc.binary)
