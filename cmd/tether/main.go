@@ -5,6 +5,7 @@
 //	tether sessions         list live and stored sessions of a running host
 //	tether attach           join a PTY of a running host from this terminal
 //	tether ptys             list the live PTYs of a running host
+//	tether acp              the host's /acp endpoint on stdio, for editors
 //	tether plugin ws        the built-in WebSocket transport plugin (run by the host)
 //
 // Every flag can also be set as TETHER_<NAME> (upper case, dashes as
@@ -37,6 +38,8 @@ func run(args []string) int {
 		return sessions(args[1:])
 	case "attach":
 		return attach(args[1:])
+	case "acp":
+		return acpBridge(args[1:])
 	case "ptys":
 		return ptysCmd(args[1:])
 	case "plugin":
@@ -67,6 +70,7 @@ commands:
   sessions   list the live and stored sessions of a running host
   attach     join a PTY of a running host from this terminal (ATTACH_TOKEN or --new)
   ptys       list the live PTYs of a running host (attach tokens: join one with attach)
+  acp        the host's /acp endpoint on stdin/stdout: an editor's ACP agent command
   plugins    list, reload or stop the plugins of a running host (control socket)
   doctor     check the state dir, database, plugins, disk, port and token file
   version    print the version

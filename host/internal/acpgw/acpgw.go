@@ -18,7 +18,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/acp-go-sdk"
 	"github.com/rs/zerolog"
@@ -45,7 +47,20 @@ const (
 	// MetaTruncated, true in a load's or resume's response _meta, says
 	// the replay left out updates the journal no longer holds.
 	MetaTruncated = "tether/truncated"
+	// MetaRequestID, in a session/request_permission's _meta, is the
+	// request's id (the request_id native clients see).
+	MetaRequestID = "tether/request_id"
 )
+
+// closedMethod is the extension notification the connection feeds its
+// protocol reader after a closed client's last message: the library
+// dispatches notifications in order, so when it is handled every message
+// before it was. A client cannot send it (OnFrame refuses it).
+const closedMethod = "_tether/closed"
+
+// startWait bounds how long the reader waits for a request to start
+// before it feeds the next message.
+const startWait = 10 * time.Second
 
 // maxQueued bounds a connection's frames waiting for the protocol
 // reader; a client that floods past it is closed with 1013.
@@ -94,8 +109,11 @@ func (g *Gateway) Open(id contract.TransportID, transport string, _ *contract.Ev
 		transport:  transport,
 		out:        out,
 		log:        g.cfg.Log.With().Str("transport_id", id.String()).Str("endpoint", wire.PathACP).Logger(),
-		in:         make(chan []byte, maxQueued),
+		in:         make(chan inLine, maxQueued),
+		lines:      make(chan []byte),
 		events:     make(chan json.RawMessage, 4096),
+		closing:    make(chan struct{}),
+		drained:    make(chan struct{}),
 		stop:       make(chan struct{}),
 		bindings:   make(map[string]session.Binding),
 		byID:       make(map[string]string),
@@ -104,12 +122,12 @@ func (g *Gateway) Open(id contract.TransportID, transport string, _ *contract.Ev
 		ended:      make(map[string]runEnd),
 		prompts:    make(map[string]int),
 		promptText: make(map[string]string),
-		asks:       make(map[string]context.CancelFunc),
+		asks:       make(map[string]*askState),
 	}
-	pr, pw := io.Pipe()
-	c.pw = pw
-	c.asc = acp.NewAgentSideConnection(&acpAgent{c: c}, &frameWriter{c: c}, pr)
-	c.asc.SetLogger(slog.New(slog.DiscardHandler))
+	c.asc = acp.NewAgentSideConnection(&acpAgent{c: c}, &frameWriter{c: c}, &lineReader{lines: c.lines})
+	// The library's own complaints (a notification it could not
+	// handle, a connection it closed on overflow) are tether's warnings.
+	c.asc.SetLogger(slog.New(slog.NewTextHandler(warnWriter{c.log}, &slog.HandlerOptions{Level: slog.LevelError})))
 	g.wg.Add(2)
 	go c.pumpIn()
 	go c.pumpEvents()
@@ -125,11 +143,14 @@ type conn struct {
 	out       link.Sender
 	log       zerolog.Logger
 	asc       *acp.AgentSideConnection
-	pw        *io.PipeWriter
-	in        chan []byte          // client frames for the protocol reader
+	in        chan inLine          // client frames for the protocol reader
+	lines     chan []byte          // what the protocol reader reads; closed at the end
 	events    chan json.RawMessage // table events for the event worker
-	stop      chan struct{}        // closed when the connection ends
-	stopOnce  sync.Once
+	closing   chan struct{}        // closed by OnClosed
+	closeOnce sync.Once
+	drained   chan struct{} // closed when the protocol reader handled closedMethod
+	drainOnce sync.Once
+	stop      chan struct{} // closed when the connection has ended
 
 	mu sync.Mutex // guards the fields below
 	// bindings by stored key (the ACP sessionId), and the stored key of
@@ -153,8 +174,42 @@ type conn struct {
 	promptText map[string]string
 	// asks are this connection's open permission requests to its client,
 	// by request id: cancelled (withdrawn) when another answer wins.
-	asks   map[string]context.CancelFunc
+	asks map[string]*askState
+	// starting is the client request just fed to the protocol reader,
+	// until its handler starts or it is answered; busy counts handlers
+	// whose work on the connection's bindings is not done, and idle is
+	// closed when busy drops to 0.
+	starting *startingRequest
+	busy     int
+	idle     chan struct{}
+	// closed: the connection has ended (or is ending): no binding is
+	// kept and no request asked.
 	closed bool
+}
+
+// askState is one permission request open at the client.
+type askState struct {
+	cancel context.CancelFunc // withdraws it
+	done   chan struct{}      // closed when its goroutine is done
+	// rpcID is the JSON-RPC id the client sees (compact), and answered
+	// says the client's answer to it was fed to the protocol reader.
+	rpcID    string
+	answered bool
+}
+
+// startingRequest is a client request fed to the protocol reader whose
+// handler has not started yet.
+type startingRequest struct {
+	id      string        // its JSON-RPC id, compact
+	started chan struct{} // closed when its handler starts or it is answered
+}
+
+// inLine is one client message for the protocol reader.
+type inLine struct {
+	data []byte
+	// request is the id of a request, response the id of a response
+	// (compact), or "".
+	request, response string
 }
 
 var (
@@ -237,31 +292,69 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 		return
 	}
 	var probe struct {
-		ID     json.RawMessage `json:"id"`
-		Method json.RawMessage `json:"method"`
-		Result json.RawMessage `json:"result"`
-		Error  json.RawMessage `json:"error"`
+		ID     *json.RawMessage `json:"id"` // nil when absent or null, as the library reads it
+		Method json.RawMessage  `json:"method"`
+		Result json.RawMessage  `json:"result"`
+		Error  json.RawMessage  `json:"error"`
 	}
-	if err := json.Unmarshal(trimmed, &probe); err != nil || (len(probe.Method) == 0 && probe.Result == nil && probe.Error == nil) {
-		c.sendError(probe.ID, -32600, "invalid request: no method")
+	err := json.Unmarshal(trimmed, &probe)
+	var id json.RawMessage
+	if probe.ID != nil {
+		id = *probe.ID
+	}
+	if err != nil || (len(probe.Method) == 0 && probe.Result == nil && probe.Error == nil) {
+		c.sendError(id, -32600, "invalid request: no method")
 		return
 	}
-	if len(probe.Method) > 0 && probe.Method[0] != '"' {
-		c.sendError(probe.ID, -32600, "invalid request: method must be a string")
+	var method string
+	if len(probe.Method) > 0 && json.Unmarshal(probe.Method, &method) != nil {
+		c.sendError(id, -32600, "invalid request: method must be a string")
+		return
+	}
+	// The rest of what the protocol reader decodes: a message it cannot
+	// read is dropped there without an answer.
+	var envelope struct {
+		JSONRPC string            `json:"jsonrpc"`
+		Error   *acp.RequestError `json:"error"`
+	}
+	if json.Unmarshal(trimmed, &envelope) != nil {
+		c.sendError(id, -32600, "invalid request: jsonrpc must be a string, error an object with a numeric code")
+		return
+	}
+	if method == closedMethod {
+		if id != nil {
+			c.sendError(id, -32601, "Method not found")
+		}
 		return
 	}
 	// A JSON message holds newlines only as white space: one line.
-	line := bytes.Map(func(r rune) rune {
+	l := inLine{data: bytes.Map(func(r rune) rune {
 		if r == '\n' || r == '\r' {
 			return ' '
 		}
 		return r
-	}, trimmed)
+	}, trimmed)}
+	l.data = append(l.data, '\n')
+	switch {
+	case id != nil && method != "":
+		l.request = compactID(id)
+	case id != nil:
+		l.response = compactID(id)
+	}
 	select {
-	case c.in <- append(line, '\n'):
+	case c.in <- l:
 	default:
 		c.closeWith(contract.CloseTryAgainLater, "too many messages waiting")
 	}
+}
+
+// compactID is a JSON-RPC id as compact JSON, to compare ids.
+func compactID(id json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, id) != nil {
+		return string(id)
+	}
+	return b.String()
 }
 
 // sendError answers a message the protocol reader does not see.
@@ -279,45 +372,209 @@ func (c *conn) sendFrame(b []byte) {
 	c.out.Send(contract.Command{Kind: contract.CommandSend, Conn: c.id.Conn, Data: b})
 }
 
-// pumpIn feeds the client's frames to the protocol reader.
+// pumpIn feeds the client's messages to the protocol reader, in order.
+// A request is fed once the one before it has started (its handler runs,
+// or the library answered it), so a close knows which handlers to wait
+// for. When the client has closed, it feeds what is left, then
+// closedMethod, and ends the connection once that was handled (finish).
 func (c *conn) pumpIn() {
 	defer c.g.wg.Done()
+	alive := true // the protocol reader still reads
 	for {
 		select {
-		case line := <-c.in:
-			if _, err := c.pw.Write(line); err != nil {
-				return
+		case l := <-c.in:
+			alive = alive && c.feed(l)
+		case <-c.closing:
+		drain:
+			for alive {
+				select {
+				case l := <-c.in:
+					alive = c.feed(l)
+				default:
+					break drain
+				}
 			}
-		case <-c.stop:
-			_ = c.pw.Close()
+			if alive && c.feed(inLine{data: []byte(`{"jsonrpc":"2.0","method":"` + closedMethod + `"}` + "\n")}) {
+				select {
+				case <-c.drained:
+				case <-c.asc.Done():
+				case <-c.g.ctx.Done():
+				}
+			}
+			c.finish(true)
 			return
 		case <-c.g.ctx.Done():
-			_ = c.pw.Close()
+			c.finish(false)
 			return
 		}
 	}
 }
 
-// OnClosed implements link.Conn: the connection leaves every session it
-// bound through the table's funnel; runs it started go on.
-func (c *conn) OnClosed() {
+// feed hands one message to the protocol reader; a request, until its
+// handler started. It reports whether the reader still reads.
+func (c *conn) feed(l inLine) bool {
+	var st *startingRequest
 	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
+	if l.request != "" {
+		st = &startingRequest{id: l.request, started: make(chan struct{})}
+		c.starting = st
 	}
+	if l.response != "" {
+		for _, a := range c.asks {
+			if a.rpcID == l.response {
+				a.answered = true
+			}
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case c.lines <- l.data:
+	case <-c.asc.Done():
+		return false
+	case <-c.g.ctx.Done():
+		return false
+	}
+	if st == nil {
+		return true
+	}
+	// OnFrame answers what the reader would drop, so every request
+	// starts; startWait only bounds the wait should one not.
+	t := time.NewTimer(startWait)
+	defer t.Stop()
+	select {
+	case <-st.started:
+		return true
+	case <-t.C:
+		c.log.Warn().Str("id", st.id).Msg("acp request neither handled nor answered; reading on")
+		c.started(st.id)
+		return true
+	case <-c.asc.Done():
+		return false
+	case <-c.g.ctx.Done():
+		return false
+	}
+}
+
+// started marks the starting request started: its handler runs (id "")
+// or the response with id was sent.
+func (c *conn) started(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.starting; st != nil && (id == "" || id == st.id) {
+		c.starting = nil
+		close(st.started)
+	}
+}
+
+// enter is called first by every request handler: the request started,
+// and the connection's bindings stay until the returned leave is called
+// (idempotent), once the handler's work on them is done.
+func (c *conn) enter() (leave func()) {
+	c.mu.Lock()
+	c.busy++
+	c.mu.Unlock()
+	c.started("")
+	return sync.OnceFunc(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.busy--; c.busy == 0 && c.idle != nil {
+			close(c.idle)
+			c.idle = nil
+		}
+	})
+}
+
+// waitIdle waits until no handler is busy, or shutdown.
+func (c *conn) waitIdle() {
+	for {
+		c.mu.Lock()
+		if c.busy == 0 {
+			c.mu.Unlock()
+			return
+		}
+		if c.idle == nil {
+			c.idle = make(chan struct{})
+		}
+		idle := c.idle
+		c.mu.Unlock()
+		select {
+		case <-idle:
+		case <-c.g.ctx.Done():
+			return
+		}
+	}
+}
+
+// finish ends the connection. After a client's close (drained), every
+// message it sent was handled first: its permission answers reach their
+// session and its requests' handlers are done with the bindings. Then
+// the connection leaves every session it bound through the table's
+// funnel (runs it started go on) and its protocol reader ends.
+func (c *conn) finish(drained bool) {
+	c.mu.Lock()
 	c.closed = true
+	var answered []chan struct{}
+	for _, a := range c.asks {
+		if drained && a.answered {
+			answered = append(answered, a.done)
+		} else {
+			a.cancel()
+		}
+	}
+	c.mu.Unlock()
+	if drained {
+		for _, done := range answered {
+			select {
+			case <-done:
+			case <-c.g.ctx.Done():
+			}
+		}
+		c.waitIdle()
+	}
+	c.mu.Lock()
 	bs := make([]session.Binding, 0, len(c.bindings))
 	for _, b := range c.bindings {
 		bs = append(bs, b)
 	}
 	c.bindings = nil
-	for _, cancel := range c.asks {
-		cancel()
-	}
 	c.mu.Unlock()
-	c.stopOnce.Do(func() { close(c.stop) })
+	close(c.stop)
+	close(c.lines)
 	c.g.cfg.Table.Detach(c.id, bs)
+}
+
+// OnClosed implements link.Conn: the connection ends once the messages
+// the client sent before closing were handled (pumpIn, finish).
+func (c *conn) OnClosed() {
+	c.closeOnce.Do(func() { close(c.closing) })
+}
+
+// lineReader is the protocol reader's input: the lines pumpIn feeds, EOF
+// once lines is closed. Only the library's reader goroutine reads it.
+type lineReader struct {
+	lines <-chan []byte
+	cur   []byte
+}
+
+func (r *lineReader) Read(p []byte) (int, error) {
+	if len(r.cur) == 0 {
+		l, ok := <-r.lines
+		if !ok {
+			return 0, io.EOF
+		}
+		r.cur = l
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// warnWriter logs each line written to it at warn level.
+type warnWriter struct{ log zerolog.Logger }
+
+func (w warnWriter) Write(p []byte) (int, error) {
+	w.log.Warn().Str("from", "acp-go-sdk").Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // frameWriter turns the protocol writer's lines into text frames.
@@ -337,9 +594,45 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 			break
 		}
 		if line := bytes.TrimSpace(w.buf[:i]); len(line) > 0 {
+			w.c.sent(line)
 			w.c.sendFrame(bytes.Clone(line))
 		}
 		w.buf = w.buf[i+1:]
 	}
 	return len(p), nil
+}
+
+// rpcPrefix starts every message the library writes with an id: its
+// responses and its requests (notifications have none).
+var rpcPrefix = []byte(`{"jsonrpc":"2.0","id":`)
+
+// sent notes a message to the client before it goes out: a response
+// starts the request it answers (pumpIn waits for that); a permission
+// request gets the JSON-RPC id its answer will carry.
+func (c *conn) sent(line []byte) {
+	if !bytes.HasPrefix(line, rpcPrefix) {
+		return
+	}
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Meta struct {
+				RequestID string `json:"tether/request_id"`
+			} `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(line, &m) != nil {
+		return
+	}
+	switch m.Method {
+	case "":
+		c.started(compactID(m.ID))
+	case acp.ClientMethodSessionRequestPermission:
+		c.mu.Lock()
+		if a := c.asks[m.Params.Meta.RequestID]; a != nil {
+			a.rpcID = compactID(m.ID)
+		}
+		c.mu.Unlock()
+	}
 }

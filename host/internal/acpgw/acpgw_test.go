@@ -115,6 +115,7 @@ type client struct {
 	t    *testing.T
 	conn *conn
 	out  *wireSender
+	lw   *lineWriter
 	cs   *acp.ClientSideConnection
 
 	mu      sync.Mutex
@@ -126,9 +127,10 @@ type client struct {
 
 // lineWriter hands each line the client writes to the endpoint as a frame.
 type lineWriter struct {
-	mu  sync.Mutex
-	c   *conn
-	buf []byte
+	mu    sync.Mutex
+	c     *conn
+	buf   []byte
+	after func(line []byte) // called after each line was handed over
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
@@ -140,7 +142,11 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			return len(p), nil
 		}
-		w.c.OnFrame(bytes.Clone(w.buf[:i]), false)
+		line := bytes.Clone(w.buf[:i])
+		w.c.OnFrame(line, false)
+		if w.after != nil {
+			w.after(line)
+		}
 		w.buf = w.buf[i+1:]
 	}
 }
@@ -152,7 +158,8 @@ func (e *env) connect() *client {
 	out := newWireSender(pw)
 	c := e.gw.Open(contract.TransportID{Instance: "t", Conn: uint64(e.conns)}, "ws", nil, out).(*conn)
 	cl := &client{t: e.t, conn: c, out: out, asked: make(chan acp.RequestPermissionRequest, 16), changed: make(chan struct{}, 1)}
-	cl.cs = acp.NewClientSideConnection(cl, &lineWriter{c: c}, pr)
+	cl.lw = &lineWriter{c: c}
+	cl.cs = acp.NewClientSideConnection(cl, cl.lw, pr)
 	cl.cs.SetLogger(slog.New(slog.DiscardHandler))
 	e.t.Cleanup(func() { cl.close() })
 	return cl
@@ -540,6 +547,12 @@ func TestBadFrames(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":7}`, false, -32600},
 		{`{"jsonrpc":"2.0","id":8,"method":3}`, false, -32600},
 		{`{}`, true, -32600},
+		// Messages the library would drop without an answer.
+		{`{"jsonrpc":2,"id":9,"method":"session/list","params":{}}`, false, -32600},
+		{`{"jsonrpc":"2.0","id":10,"method":"session/list","params":{},"error":"x"}`, false, -32600},
+		{`{"jsonrpc":"2.0","id":11,"error":{"code":"x"}}`, false, -32600},
+		// tether's own end-of-input marker is not the client's to send.
+		{`{"jsonrpc":"2.0","id":12,"method":"_tether/closed"}`, false, -32601},
 	} {
 		n := len(cl.out.sent())
 		cl.conn.OnFrame([]byte(tc.frame), tc.binary)

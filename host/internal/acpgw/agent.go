@@ -22,8 +22,9 @@ import (
 type acpAgent struct{ c *conn }
 
 var (
-	_ acp.Agent       = (*acpAgent)(nil)
-	_ acp.AgentLoader = (*acpAgent)(nil)
+	_ acp.Agent                  = (*acpAgent)(nil)
+	_ acp.AgentLoader            = (*acpAgent)(nil)
+	_ acp.ExtensionMethodHandler = (*acpAgent)(nil)
 )
 
 // tableError is a table error as a JSON-RPC error, with tether's code.
@@ -42,6 +43,7 @@ type agentState struct {
 // be loaded, resumed and listed, and the configured agent's prompt
 // capabilities.
 func (a *acpAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
+	a.c.enter()()
 	// Prompts reach tether's sessions as text: images, audio and
 	// embedded resources are not offered, whatever the agent takes.
 	caps := acp.AgentCapabilities{}
@@ -61,6 +63,7 @@ func (a *acpAgent) Initialize(context.Context, acp.InitializeRequest) (acp.Initi
 // Authenticate implements acp.Agent: access was decided when the socket
 // opened (the token), so there is nothing to authenticate.
 func (a *acpAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
+	a.c.enter()()
 	return acp.AuthenticateResponse{}, nil
 }
 
@@ -68,12 +71,14 @@ func (a *acpAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.A
 // configured agent, bound to this connection; its sessionId is the stored
 // key.
 func (a *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
+	leave := a.c.enter()
+	defer leave()
 	cwd := p.Cwd
 	if !filepath.IsAbs(cwd) {
 		return acp.NewSessionResponse{}, acp.NewInvalidParams(map[string]any{"cwd": "must be an absolute path"})
 	}
 	state, _ := json.Marshal(agentState{Cwd: filepath.Clean(cwd)})
-	snap, _, err := a.c.bind(ctx, "", nil, &session.CreateOptions{ForkCount: -1, AgentState: state})
+	snap, _, err := a.c.bind(ctx, "", nil, &session.CreateOptions{ForkCount: -1, AgentState: state}, leave)
 	if err != nil {
 		return acp.NewSessionResponse{}, tableError(err)
 	}
@@ -83,11 +88,13 @@ func (a *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp
 // LoadSession implements acp.AgentLoader: bind, replay the whole history,
 // then answer.
 func (a *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
+	leave := a.c.enter()
+	defer leave()
 	if err := checkKey(p.SessionId); err != nil {
 		return acp.LoadSessionResponse{}, err
 	}
 	var from uint64
-	_, truncated, err := a.c.bind(ctx, string(p.SessionId), &from, nil)
+	_, truncated, err := a.c.bind(ctx, string(p.SessionId), &from, nil, leave)
 	if err != nil {
 		return acp.LoadSessionResponse{}, tableError(err)
 	}
@@ -97,6 +104,8 @@ func (a *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (a
 // ResumeSession implements acp.Agent: bind, send exactly the updates after
 // _meta["tether/after"] (none without it), then answer.
 func (a *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	leave := a.c.enter()
+	defer leave()
 	if err := checkKey(p.SessionId); err != nil {
 		return acp.ResumeSessionResponse{}, err
 	}
@@ -108,7 +117,7 @@ func (a *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest
 		}
 		after = &n
 	}
-	_, truncated, err := a.c.bind(ctx, string(p.SessionId), after, nil)
+	_, truncated, err := a.c.bind(ctx, string(p.SessionId), after, nil, leave)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, tableError(err)
 	}
@@ -151,6 +160,7 @@ func seqOf(v any) (uint64, bool) {
 // ListSessions implements acp.Agent: the stored sessions, newest first,
 // with the cwd each was made with (only those under p.Cwd when given).
 func (a *acpAgent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
+	a.c.enter()()
 	stored, err := a.c.g.cfg.Store.List(ctx, 0)
 	if err != nil {
 		return acp.ListSessionsResponse{}, tableError(fmt.Errorf("list: %v: %w", err, session.ErrStorageUnavailable))
@@ -182,6 +192,8 @@ func (a *acpAgent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) 
 // interrupted, error 5001 when it failed.
 func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
 	c := a.c
+	leave := c.enter()
+	defer leave()
 	key := string(p.SessionId)
 	s := c.session(key)
 	if s == nil {
@@ -217,6 +229,7 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 		delete(c.promptText, sid)
 	}
 	c.mu.Unlock()
+	leave()
 	if err != nil {
 		return acp.PromptResponse{}, tableError(err)
 	}
@@ -273,16 +286,30 @@ func (a *acpAgent) Cancel(_ context.Context, p acp.CancelNotification) error {
 
 // CloseSession implements acp.Agent; tether does not advertise it.
 func (a *acpAgent) CloseSession(context.Context, acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
+	a.c.enter()()
 	return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
 }
 
 // SetSessionMode implements acp.Agent; tether's sessions have no modes.
 func (a *acpAgent) SetSessionMode(context.Context, acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
+	a.c.enter()()
 	return acp.SetSessionModeResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetMode)
 }
 
 // SetSessionConfigOption implements acp.Agent; tether's sessions have no
 // config options.
 func (a *acpAgent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
+	a.c.enter()()
 	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetConfigOption)
+}
+
+// HandleExtensionMethod implements acp.ExtensionMethodHandler: the
+// connection's own closedMethod says every message before it was
+// handled; every other extension method is unknown.
+func (a *acpAgent) HandleExtensionMethod(_ context.Context, method string, _ json.RawMessage) (any, error) {
+	if method == closedMethod {
+		a.c.drainOnce.Do(func() { close(a.c.drained) })
+		return nil, nil
+	}
+	return nil, acp.NewMethodNotFound(method)
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	"github.com/coder/acp-go-sdk"
+
+	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/wire"
 )
@@ -21,10 +23,22 @@ type event struct {
 }
 
 // pumpEvents turns the bound sessions' events into ACP messages, in order.
+// It also closes the socket when the protocol library ended the
+// connection by itself.
 func (c *conn) pumpEvents() {
 	defer c.g.wg.Done()
+	ended := c.asc.Done()
 	for {
 		select {
+		case <-ended:
+			ended = nil
+			select {
+			case <-c.stop:
+				return // finish ended it
+			default:
+			}
+			c.log.Warn().Msg("the acp library ended the connection; closing it")
+			c.closeWith(contract.CloseInternalError, "acp connection ended")
 		case frame := <-c.events:
 			if bytes.HasPrefix(frame, []byte(barrierPrefix)) {
 				c.passBarrier(string(frame[len(barrierPrefix):]))
@@ -123,11 +137,11 @@ func (c *conn) deliver(key string, ev event, replay bool) {
 		}
 		_ = json.Unmarshal(ev.Payload, &p)
 		c.mu.Lock()
-		cancel := c.asks[p.RequestID]
+		a := c.asks[p.RequestID]
 		delete(c.asks, p.RequestID)
 		c.mu.Unlock()
-		if cancel != nil {
-			cancel() // withdrawn from this client: $/cancel_request
+		if a != nil {
+			a.cancel() // withdrawn from this client: $/cancel_request
 		}
 	}
 }
@@ -169,22 +183,35 @@ func (c *conn) ask(key string, ev event) {
 		return
 	}
 	ctx, cancel := context.WithCancel(c.g.ctx)
+	a := &askState{cancel: cancel, done: make(chan struct{})}
 	c.mu.Lock()
 	if _, asked := c.asks[p.RequestID]; c.closed || asked {
 		c.mu.Unlock()
 		cancel()
 		return
 	}
-	c.asks[p.RequestID] = cancel
+	c.asks[p.RequestID] = a
 	c.mu.Unlock()
 	c.g.wg.Add(1)
 	go func() {
 		defer c.g.wg.Done()
+		defer close(a.done)
 		defer cancel()
-		resp, err := c.asc.RequestPermission(ctx, acp.RequestPermissionRequest{SessionId: acp.SessionId(key), ToolCall: p.ToolCall, Options: p.Options})
+		// It stays in asks until its answer was handed on: a close
+		// (finish) waits for it while it is answered.
+		defer func() {
+			c.mu.Lock()
+			if c.asks[p.RequestID] == a {
+				delete(c.asks, p.RequestID)
+			}
+			c.mu.Unlock()
+		}()
+		resp, err := c.asc.RequestPermission(ctx, acp.RequestPermissionRequest{
+			Meta:      map[string]any{MetaRequestID: p.RequestID},
+			SessionId: acp.SessionId(key), ToolCall: p.ToolCall, Options: p.Options,
+		})
 		c.mu.Lock()
-		_, open := c.asks[p.RequestID]
-		delete(c.asks, p.RequestID)
+		open := c.asks[p.RequestID] == a
 		c.mu.Unlock()
 		if err != nil || !open {
 			return // withdrawn, or the client failed: dropped, never reaching the agent
@@ -217,10 +244,11 @@ func (c *conn) session(key string) *session.Session {
 // bind binds the connection to key's live session (Resume) holding its
 // live events, then replays the events from after (exclusive) up to the
 // snapshot's latest seq, then lets the held live events go. It returns
-// the snapshot.
+// the snapshot. It calls leave once the binding is recorded (or
+// refused).
 // truncated reports that the replay had to leave out events the journal
 // no longer holds (pruned by retention, or lost with an earlier host).
-func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create *session.CreateOptions) (snapshot session.Snapshot, truncated bool, err error) {
+func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create *session.CreateOptions, leave func()) (snapshot session.Snapshot, truncated bool, err error) {
 	ls := &loadState{stored: make(chan struct{})}
 	var snap session.Snapshot
 	var bound session.Binding
@@ -243,6 +271,7 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 	} else {
 		err = c.g.cfg.Table.Resume(ctx, c, key, reply)
 	}
+	leave()
 	if err != nil {
 		return session.Snapshot{}, false, err
 	}
