@@ -34,14 +34,14 @@ func (o *testOwners) setFault(err error) {
 }
 
 // now returns the fault and the hooks as they are set.
-func (o *testOwners) now() (fault error, onCreate, onDelete func()) {
+func (o *testOwners) now() (onCreate, onDelete func(), fault error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.fault, o.onCreate, o.onDelete
+	return o.onCreate, o.onDelete, o.fault
 }
 
 func (o *testOwners) Create(ctx context.Context, key string, ow Owner) (uint64, error) {
-	fault, hook, _ := o.now()
+	hook, _, fault := o.now()
 	if hook != nil {
 		hook()
 	}
@@ -52,21 +52,21 @@ func (o *testOwners) Create(ctx context.Context, key string, ow Owner) (uint64, 
 }
 
 func (o *testOwners) Get(ctx context.Context, key string) (Owner, uint64, error) {
-	if fault, _, _ := o.now(); fault != nil {
+	if _, _, fault := o.now(); fault != nil {
 		return Owner{}, 0, fmt.Errorf("get %s: %w", key, fault)
 	}
 	return o.MemOwners.Get(ctx, key)
 }
 
 func (o *testOwners) Update(ctx context.Context, key string, ow Owner, rev uint64) (uint64, error) {
-	if fault, _, _ := o.now(); fault != nil {
+	if _, _, fault := o.now(); fault != nil {
 		return 0, fmt.Errorf("update %s: %w", key, fault)
 	}
 	return o.MemOwners.Update(ctx, key, ow, rev)
 }
 
 func (o *testOwners) Delete(ctx context.Context, key string, rev uint64) error {
-	fault, _, hook := o.now()
+	_, hook, fault := o.now()
 	if hook != nil {
 		hook()
 	}
