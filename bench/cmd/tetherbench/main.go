@@ -103,7 +103,7 @@ func run() int {
 		acpProf    = fs.String("acp-cpu-profile", "", "after the acp row, profile the host's CPU for 3 s of a throughput phase into this file")
 		rcClients  = fs.String("reconnect-clients", "1000", "clients of the reconnect-storm row, comma-separated: one storm on a fresh host each")
 		rcWords    = fs.Int("reconnect-words", 60, "words per prompt of the reconnect-storm row (one message.delta each)")
-		rcDelay    = fs.Duration("reconnect-delay", 500*time.Millisecond, "tether --echo-delay of the reconnect-storm row")
+		rcDelay    = fs.Duration("reconnect-delay", time.Second, "tether --echo-delay of the reconnect-storm row")
 		rcKill     = fs.Duration("reconnect-kill-after", time.Second, "how long after every run streams the WS plugin is killed")
 		rcBackoff  = fs.Duration("reconnect-backoff", 100*time.Millisecond, "first backoff bound of a reconnect (full jitter, doubling)")
 		rcBackMax  = fs.Duration("reconnect-backoff-max", 2*time.Second, "largest backoff bound of a reconnect")
