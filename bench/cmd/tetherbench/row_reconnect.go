@@ -66,6 +66,14 @@ type rcClient struct {
 	resumedAt   time.Time // first resume answered
 	caughtUpAt  time.Time // first events.since answered
 	completeAtK bool      // message.complete arrived before the kill
+	// pushed counts the events pushed on the current socket; early the
+	// events pushed on a resumed socket before its events.since answer
+	// and past that answer's latest_seq (a client that rebuilds its
+	// state from the answer and ignores what came before it loses
+	// them); earlyComplete: message.complete was one of them.
+	pushed        []uint64
+	early         int
+	earlyComplete bool
 }
 
 func newRCClient(i int, words int) *rcClient {
@@ -90,6 +98,7 @@ func (c *rcClient) onLive(e client.Event) {
 		c.dupLive++
 	}
 	c.live[e.Seq]++
+	c.pushed = append(c.pushed, e.Seq)
 	if c.snapLatest > 0 && e.Seq <= c.snapLatest {
 		c.stale++
 	}
@@ -213,6 +222,9 @@ func (c *rcClient) recover(ctx context.Context, ts *server, o reconnectOpts, old
 // resumeOn resumes c's key on conn and asks for the events since what c
 // has; it reports whether both answered.
 func (c *rcClient) resumeOn(ctx context.Context, conn *client.Conn) bool {
+	c.mu.Lock()
+	c.pushed = c.pushed[:0] // from now on: what this socket pushed
+	c.mu.Unlock()
 	snap, err := conn.Resume(ctx, wire.ResumeParams{SessionID: c.key})
 	if err != nil {
 		c.mu.Lock()
@@ -246,6 +258,14 @@ func (c *rcClient) resumeOn(ctx context.Context, conn *client.Conn) bool {
 	defer c.mu.Unlock()
 	if r.Truncated {
 		c.truncated = true
+	}
+	for _, p := range c.pushed {
+		if p > r.LatestSeq {
+			c.early++
+			if p == c.complete {
+				c.earlyComplete = true
+			}
+		}
 	}
 	seen := map[uint64]bool{}
 	for _, e := range r.Events {
@@ -486,7 +506,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 	var examples []string
 	var resumed, closedLat, dialLat, resumeLat, sinceLat, completeLat, firstLiveLat []float64
 	var dropCodes = map[string]int{}
-	stale, overlap, dialFails, extraResumes := 0, 0, 0, 0
+	stale, overlap, dialFails, extraResumes, early, earlyClients, earlyComplete := 0, 0, 0, 0, 0, 0, 0
 	recovered := 0
 	for _, c := range cs {
 		v := c.verdict()
@@ -505,6 +525,13 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 			}
 		}
 		stale += c.stale
+		early += c.early
+		if c.early > 0 {
+			earlyClients++
+		}
+		if c.earlyComplete {
+			earlyComplete++
+		}
 		overlap += c.overlap
 		dialFails += c.dialFails
 		extraResumes += max(c.resumes-1, 0)
@@ -565,6 +592,8 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 	rep.note("%s: failures by class: %s", row, orNone(strings.Join(cl, ", ")))
 	rep.note("%s: failed dials %d; sockets dropped after a resume %d (%s); resumes beyond the first %d; stale live events (seq ≤ latest_seq, dropped) %d; events both in events.since and pushed (dropped by seq) %d",
 		row, dialFails, len(dc), orNone(strings.Join(dc, ", ")), extraResumes, stale, overlap)
+	rep.note("%s: events pushed on a resumed socket before its events.since answer with seq past that answer's latest_seq: %d, at %d clients; message.complete among them at %d clients (a client that drops what arrives before the answer, or resets to the answer's latest_seq, loses exactly these)",
+		row, early, earlyClients, earlyComplete)
 	for _, e := range examples {
 		rep.note("%s: %s", row, e)
 	}
