@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -74,6 +76,53 @@ type rcClient struct {
 	pushed        []uint64
 	early         int
 	earlyComplete bool
+	sinceN        int              // events.since requests sent
+	sinceAns      chan sinceAnswer // their answers, from the reader goroutine
+}
+
+// sinceAnswer is the answer to an events.since request sent raw, taken
+// on the connection's reader goroutine in order with the events.
+type sinceAnswer struct {
+	id  string
+	res wire.EventsSince
+	err error
+}
+
+// onUnmatched takes the answer of a raw events.since request. It runs on
+// the reader goroutine, so c.pushed holds exactly what the socket pushed
+// before the answer.
+func (c *rcClient) onUnmatched(frame []byte, _ bool) {
+	m, err := wire.DecodeEnvelope(frame)
+	if err != nil || !m.IsResponse() {
+		return
+	}
+	var id string
+	if json.Unmarshal(m.ID, &id) != nil || !strings.HasPrefix(id, "since-") {
+		return
+	}
+	a := sinceAnswer{id: id}
+	switch {
+	case m.Error != nil:
+		a.err = fmt.Errorf("events.since: rpc error %d: %s", m.Error.Code, m.Error.Message)
+	default:
+		a.err = json.Unmarshal(m.Result, &a.res)
+	}
+	if a.err == nil {
+		c.mu.Lock()
+		for _, p := range c.pushed {
+			if p > a.res.LatestSeq {
+				c.early++
+				if p == c.complete {
+					c.earlyComplete = true
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	select {
+	case c.sinceAns <- a:
+	default:
+	}
 }
 
 func newRCClient(i int, words int) *rcClient {
@@ -84,7 +133,7 @@ func newRCClient(i int, words int) *rcClient {
 		}
 		fmt.Fprintf(&b, "c%dw%d", i, w)
 	}
-	return &rcClient{idx: i, prompt: b.String(), notify: make(chan struct{}, 1),
+	return &rcClient{idx: i, prompt: b.String(), notify: make(chan struct{}, 1), sinceAns: make(chan sinceAnswer, 1),
 		ev: map[uint64]wire.Event{}, live: map[uint64]int{}, since: map[uint64]int{}, resumeErrs: map[int]int{}}
 }
 
@@ -176,7 +225,7 @@ func (c *rcClient) recover(ctx context.Context, ts *server, o reconnectOpts, old
 			return
 		}
 		attempt++
-		conn, err := client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token, OnEvent: c.onLive, DialTimeout: o.dialWait})
+		conn, err := client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token, OnEvent: c.onLive, OnUnmatched: c.onUnmatched, DialTimeout: o.dialWait})
 		if err != nil {
 			c.mu.Lock()
 			c.dialFails++
@@ -247,25 +296,38 @@ func (c *rcClient) resumeOn(ctx context.Context, conn *client.Conn) bool {
 	c.snapLatest = max(snap.LatestSeq, 1)
 	last := c.contiguousLocked()
 	c.mu.Unlock()
-	r, err := conn.EventsSince(ctx, snap.SessionID, last)
-	if err != nil {
+	// Sent raw with a string id, so that its answer comes to onUnmatched
+	// on the reader goroutine, in order with the events.
+	c.mu.Lock()
+	c.sinceN++
+	id := fmt.Sprintf("since-%d", c.sinceN)
+	c.mu.Unlock()
+	req := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%q,"method":%q,"params":{"session_id":%q,"last_seen":%d}}`, id, wire.MethodEventsSince, snap.SessionID, last)
+	var a sinceAnswer
+	if err := conn.WriteRaw(ctx, req, false); err != nil {
+		a.err = err
+	} else {
+		for a.id != id && a.err == nil {
+			select {
+			case a = <-c.sinceAns:
+			case <-conn.Done():
+				a.err = fmt.Errorf("events.since: %w", conn.Err())
+			case <-ctx.Done():
+				a.err = fmt.Errorf("events.since: %w", ctx.Err())
+			}
+		}
+	}
+	if a.err != nil {
 		c.mu.Lock()
-		c.sinceErrs = append(c.sinceErrs, err.Error())
+		c.sinceErrs = append(c.sinceErrs, a.err.Error())
 		c.mu.Unlock()
 		return false
 	}
+	r := a.res
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r.Truncated {
 		c.truncated = true
-	}
-	for _, p := range c.pushed {
-		if p > r.LatestSeq {
-			c.early++
-			if p == c.complete {
-				c.earlyComplete = true
-			}
-		}
 	}
 	seen := map[uint64]bool{}
 	for _, e := range r.Events {
@@ -366,6 +428,9 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 		return err
 	}
 	defer ts.stop()
+	if f := os.Getenv("TETHERBENCH_STDERR"); f != "" {
+		defer func() { _ = os.WriteFile(f, []byte(ts.stderr.all()), 0o644) }()
+	}
 	runFor := time.Duration(o.words) * o.delay
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -473,6 +538,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 	rctx, rcancel := context.WithTimeout(ctx, o.deadline)
 	defer rcancel()
 	killAt := time.Now()
+	logf(cfg, "killing the WS plugin (pid %d) at %s", pid, killAt.UTC().Format("15:04:05.000"))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		abortAll()
 		return err
