@@ -76,6 +76,10 @@ type rcClient struct {
 	pushed        []uint64
 	early         int
 	earlyComplete bool
+	// completeSince: message.complete came in an events.since answer
+	// and at or below the resume's latest_seq: the run ended while the
+	// client was away, so no socket will ever push it.
+	completeSince bool
 	sinceN        int              // events.since requests sent
 	sinceAns      chan sinceAnswer // their answers, from the reader goroutine
 }
@@ -336,6 +340,9 @@ func (c *rcClient) resumeOn(ctx context.Context, conn *client.Conn) bool {
 		}
 		seen[e.Seq] = true
 		c.since[e.Seq]++
+		if e.Type == wire.EventMessageComplete && e.Seq <= c.snapLatest && c.live[e.Seq] == 0 {
+			c.completeSince = true
+		}
 		if c.live[e.Seq] > 0 {
 			c.overlap++
 		}
@@ -572,7 +579,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 	var examples []string
 	var resumed, closedLat, dialLat, resumeLat, sinceLat, completeLat, firstLiveLat []float64
 	var dropCodes = map[string]int{}
-	stale, overlap, dialFails, extraResumes, early, earlyClients, earlyComplete := 0, 0, 0, 0, 0, 0, 0
+	stale, overlap, dialFails, extraResumes, early, earlyClients, earlyComplete, completeSince := 0, 0, 0, 0, 0, 0, 0, 0
 	recovered := 0
 	for _, c := range cs {
 		v := c.verdict()
@@ -594,6 +601,9 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 		early += c.early
 		if c.early > 0 {
 			earlyClients++
+		}
+		if c.completeSince {
+			completeSince++
 		}
 		if c.earlyComplete {
 			earlyComplete++
@@ -660,6 +670,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 		row, dialFails, len(dc), orNone(strings.Join(dc, ", ")), extraResumes, stale, overlap)
 	rep.note("%s: events pushed on a resumed socket before its events.since answer with seq past that answer's latest_seq: %d, at %d clients; message.complete among them at %d clients (a client that drops what arrives before the answer, or resets to the answer's latest_seq, loses exactly these)",
 		row, early, earlyClients, earlyComplete)
+	rep.note("%s: runs that ended while their client was away (message.complete only in the events.since answer, seq ≤ the resume's latest_seq; a client that waits for it to be pushed waits forever): %d", row, completeSince)
 	for _, e := range examples {
 		rep.note("%s: %s", row, e)
 	}
