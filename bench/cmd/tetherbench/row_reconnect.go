@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -544,6 +545,21 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 	}
 	rctx, rcancel := context.WithTimeout(ctx, o.deadline)
 	defer rcancel()
+	// TETHERBENCH_RECONNECT_PERF=FILE: perf record -a -g of the 8 s from
+	// the kill, for where the time goes.
+	var perf *exec.Cmd
+	if f := os.Getenv("TETHERBENCH_RECONNECT_PERF"); f != "" {
+		perf = exec.Command("perf", "record", "-a", "-g", "-q", "-o", f, "--", "sleep", "8")
+		if err := perf.Start(); err != nil {
+			perf = nil
+			logf(cfg, "perf: %v", err)
+		}
+		defer func() {
+			if perf != nil {
+				_ = perf.Wait()
+			}
+		}()
+	}
 	killAt := time.Now()
 	logf(cfg, "killing the WS plugin (pid %d) at %s", pid, killAt.UTC().Format("15:04:05.000"))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
