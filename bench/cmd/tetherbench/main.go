@@ -1,7 +1,9 @@
 // Command tetherbench measures tether against direct baselines (issue 6):
 // PTY stream throughput and completeness, JSON-RPC round trips, PTY
-// reattach, a resume storm, idle-socket memory and recovery times; and
-// the ACP gateway against a bare relay (issue 15).
+// reattach, a resume storm, idle-socket memory and recovery times; the
+// ACP gateway against a bare relay (issue 15); and a reconnect storm after
+// kill -9 of the WS plugin, checking every event of every client (issue
+// 17).
 //
 //	cd bench && go run ./cmd/tetherbench            # every row, recorded sizes
 //	cd bench && go run ./cmd/tetherbench -quick     # every row in < 2 minutes

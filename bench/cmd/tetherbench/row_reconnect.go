@@ -207,7 +207,7 @@ func jitter(base, maxB time.Duration, attempt int) time.Duration {
 
 // recover reconnects c after the kill until its run's message.complete
 // and every event before it have arrived, or the deadline.
-func (c *rcClient) recover(ctx context.Context, ts *server, o reconnectOpts, old *client.Conn, killAt time.Time) {
+func (c *rcClient) recover(ctx context.Context, ts *server, o reconnectOpts, old *client.Conn) {
 	select {
 	case <-old.Done():
 	case <-ctx.Done():
@@ -584,7 +584,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.recover(rctx, ts, o, conns[i], killAt)
+			c.recover(rctx, ts, o, conns[i])
 		}()
 	}
 	wg.Wait()
