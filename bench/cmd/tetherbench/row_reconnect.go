@@ -663,7 +663,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 		}
 		return fmt.Sprintf("p50 %s, p99 %s, max %s ms (%d)", num(percentile(xs, .5)), num(percentile(xs, .99)), num(percentile(xs, 1)), len(xs))
 	}
-	rep.add(result{row: row, metric: "recovered (every seq once, echo text) / runs in flight", tether: fmt.Sprintf("%d/%d", recovered, inFlight), target: "100 %", met: yesNo(recovered == inFlight && inFlight == n), n: 1})
+	rep.add(result{row: row, metric: "recovered (every seq once, echo text) / runs in flight", tether: fmt.Sprintf("%d/%d", recovered, inFlight), target: "100 %", met: yesNo(recovered == inFlight), n: 1})
 	p99 := percentile(resumed, .99)
 	rep.add(result{row: row, metric: "kill → resumed p99", tether: fmt.Sprintf("%s ms", num(p99)), target: "≤ 2000 ms", met: yesNo(len(resumed) == inFlight && p99 <= 2000), n: 1})
 	rep.add(result{row: row, metric: "kill → resumed", tether: pct(resumeLat), n: 1})
@@ -690,6 +690,9 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 	rep.note("%s: set-up: dial and create %v, then submit %v; %d words × %v per run (%v); %d runs in flight (their end not pushed on the old socket); deadline %v after the kill, all done after %v",
 		row, created.Round(time.Millisecond), (setup - created).Round(time.Millisecond), o.words, o.delay, runFor, inFlight, o.deadline, total.Round(time.Millisecond))
 	rep.note("%s: failures by class: %s", row, orNone(strings.Join(cl, ", ")))
+	if inFlight < n {
+		rep.note("%s: only %d of %d runs were in flight: the set-up took longer than a run (lengthen -reconnect-words or -reconnect-delay to test them all)", row, inFlight, n)
+	}
 	rep.note("%s: failed dials %d; sockets dropped after a resume %d (%s); resumes beyond the first %d; stale live events (seq ≤ latest_seq, dropped) %d; events both in events.since and pushed (dropped by seq) %d",
 		row, dialFails, len(dc), orNone(strings.Join(dc, ", ")), extraResumes, stale, overlap)
 	rep.note("%s: events pushed on a resumed socket before its events.since answer with seq past that answer's latest_seq: %d, at %d clients; message.complete among them at %d clients (a client that drops what arrives before the answer, or resets to the answer's latest_seq, loses exactly these)",
