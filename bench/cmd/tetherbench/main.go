@@ -1,7 +1,9 @@
 // Command tetherbench measures tether against direct baselines (issue 6):
 // PTY stream throughput and completeness, JSON-RPC round trips, PTY
-// reattach, a resume storm, idle-socket memory and recovery times; and
-// the ACP gateway against a bare relay (issue 15).
+// reattach, a resume storm, idle-socket memory and recovery times; the
+// ACP gateway against a bare relay (issue 15); and a reconnect storm after
+// kill -9 of the WS plugin, checking every event of every client (issue
+// 17).
 //
 //	cd bench && go run ./cmd/tetherbench            # every row, recorded sizes
 //	cd bench && go run ./cmd/tetherbench -quick     # every row in < 2 minutes
@@ -58,9 +60,10 @@ type config struct {
 	waitQuiet          time.Duration
 	repo               string // the tether repository (its testing/acp is the ACP kit)
 	acp                acpOpts
+	reconnect          reconnectOpts
 }
 
-var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "acp"}
+var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "reconnect-storm", "acp"}
 
 // tmpRoot holds every state dir and payload of this run.
 var tmpRoot string
@@ -110,6 +113,14 @@ func run() int {
 		acpSingle  = fs.Int("acp-single", 10000, "updates of the acp row's last check, one unpaced prompt (0: skip it)")
 		acpJournal = fs.Int("acp-journal-per-session", -1, "tether --journal-per-session in the acp row (-1: 4 × -acp-updates + 10000, so the loaded session is whole; 0: tether's default)")
 		acpProf    = fs.String("acp-cpu-profile", "", "after the acp row, profile the host's CPU for 3 s of a throughput phase into this file")
+		rcClients  = fs.String("reconnect-clients", "1000", "clients of the reconnect-storm row, comma-separated: one storm on a fresh host each")
+		rcWords    = fs.Int("reconnect-words", 60, "words per prompt of the reconnect-storm row (one message.delta each)")
+		rcDelay    = fs.Duration("reconnect-delay", time.Second, "tether --echo-delay of the reconnect-storm row")
+		rcKill     = fs.Duration("reconnect-kill-after", time.Second, "how long after every run streams the WS plugin is killed")
+		rcBackoff  = fs.Duration("reconnect-backoff", 100*time.Millisecond, "first backoff bound of a reconnect (full jitter, doubling)")
+		rcBackMax  = fs.Duration("reconnect-backoff-max", 2*time.Second, "largest backoff bound of a reconnect")
+		rcDeadline = fs.Duration("reconnect-deadline", 0, "after the kill, every client must have its run's message.complete by then (0: the run's length + 30s)")
+		rcDial     = fs.Duration("reconnect-dial-timeout", 5*time.Second, "dial timeout of a reconnect (connect, upgrade, gateway.ready)")
 	)
 	_ = fs.Parse(os.Args[1:])
 	set := map[string]bool{}
@@ -130,6 +141,9 @@ func run() int {
 		quickDefault("acp-updates", func() { *acpUpd = 2000 })
 		quickDefault("acp-paced", func() { *acpPaced = 100 })
 		quickDefault("acp-single", func() { *acpSingle = 0 })
+		quickDefault("reconnect-clients", func() { *rcClients = "200" })
+		quickDefault("reconnect-words", func() { *rcWords = 20 })
+		quickDefault("reconnect-delay", func() { *rcDelay = 250 * time.Millisecond })
 	}
 	cfg := config{n: *n, quick: *quick, verbose: *verbose, checkRuns: *checkRuns, ptyBuffer: *ptyBuffer, ptyBigRing: *ptyBigRing, ptyStreams: *ptyStreams, rpcDur: *rpcDur,
 		reattachN: *reattachN, storm: *storm, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
@@ -184,6 +198,20 @@ func run() int {
 		}
 		cfg.rows[r] = true
 	}
+	cfg.reconnect = reconnectOpts{words: *rcWords, delay: *rcDelay, killAfter: *rcKill, backoff: *rcBackoff, backoffMax: *rcBackMax, deadline: *rcDeadline, dialWait: *rcDial}
+	for _, f := range strings.Split(*rcClients, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k <= 0 {
+			return fail(fmt.Errorf("bad -reconnect-clients %q", *rcClients))
+		}
+		cfg.reconnect.clients = append(cfg.reconnect.clients, k)
+	}
+	if cfg.reconnect.words < 2 || cfg.reconnect.delay <= 0 || cfg.reconnect.backoff <= 0 || cfg.reconnect.backoffMax < cfg.reconnect.backoff {
+		return fail(fmt.Errorf("-reconnect-words must be ≥ 2, -reconnect-delay and -reconnect-backoff > 0, -reconnect-backoff-max ≥ -reconnect-backoff"))
+	}
+	if cfg.reconnect.deadline == 0 {
+		cfg.reconnect.deadline = time.Duration(cfg.reconnect.words)*cfg.reconnect.delay + 30*time.Second
+	}
 	if cfg.n < 1 {
 		return fail(fmt.Errorf("-n must be at least 1"))
 	}
@@ -227,6 +255,7 @@ func run() int {
 		{"storm", rowStorm},
 		{"idle", rowIdle},
 		{"recovery", rowRecovery},
+		{"reconnect-storm", rowReconnect},
 		{"acp", rowACP},
 	}
 	failed := false

@@ -402,3 +402,68 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TestEventsSinceFromTheJournalHidesUncommitted: an events.since that
+// reaches back past the ring (so it reads the journal, then the ring)
+// answers only the events the journal has committed, as the ring-only
+// answer does: an event still withheld (its commit failing) is neither
+// in the answer nor counted in latest_seq, so a client is never shown a
+// seq that a crash could lose.
+func TestEventsSinceFromTheJournalHidesUncommitted(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := &faultTable{st: st, agent: &steppedAgent{step: make(chan stepMsg)}, m: metrics.New()}
+	ft.tbl = NewTable(Config{
+		Store:    st,
+		Agents:   agent.FactoryFunc(func(context.Context, string, json.RawMessage) (agent.Agent, error) { return ft.agent, nil }),
+		RingSize: 3,
+		Log:      zerolog.Nop(),
+		Metrics:  ft.m,
+	})
+	defer ft.stop(t)
+	v := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}}
+	var snap Snapshot
+	if err := ft.tbl.Create(ctx, v, CreateOptions{ForkCount: -1}, capture(v, &snap)); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := ft.tbl.Lookup(snap.SessionID)
+	if _, err := s.Submit("hello"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		ft.say("w ")
+	}
+	if err := ft.flush(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Seqs 1-6 are stored; 7 and 8 are withheld, and the ring (3) holds
+	// 6-8.
+	ft.st.SetWriteFault(func() error { return errDiskFull })
+	ft.say("x ")
+	ft.say("y ")
+	res, err := s.EventsSince(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, raw := range res.Events {
+		var e struct{ Seq uint64 }
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, e.Seq)
+	}
+	if res.LatestSeq != 6 || len(seqs) != 6 || seqs[len(seqs)-1] != 6 || res.Truncated {
+		t.Errorf("events.since 0 from the journal while 7-8 are withheld: latest_seq %d, seqs %v, truncated %v; want latest_seq 6 and seqs 1-6",
+			res.LatestSeq, seqs, res.Truncated)
+	}
+	ft.st.SetWriteFault(nil)
+	close(ft.agent.step)
+	ft.tbl.wg.Wait()
+	if err := ft.flush(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

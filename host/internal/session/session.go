@@ -392,8 +392,10 @@ func (s *Session) EventsSince(ctx context.Context, lastSeen uint64) (EventsResul
 			break
 		}
 	}
+	// The ring's copy runs past latest when events are still waiting for
+	// their commit: those are not shown, as in eventsSinceLocked.
 	for _, e := range ring {
-		if e.seq >= next {
+		if e.seq >= next && e.seq <= latest {
 			if e.seq != next {
 				r.Truncated = true
 			}

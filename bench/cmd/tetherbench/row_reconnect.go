@@ -1,0 +1,725 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
+)
+
+// reconnectOpts configure the reconnect-storm row (issue 17, goal 4).
+type reconnectOpts struct {
+	clients    []int         // clients per storm, one fresh host each
+	words      int           // words per prompt (one message.delta each)
+	delay      time.Duration // tether --echo-delay: the pause before each word
+	killAfter  time.Duration // after every run is streaming, before the kill
+	backoff    time.Duration // first backoff bound (full jitter)
+	backoffMax time.Duration // backoff bound cap
+	deadline   time.Duration // after the kill: every run's message.complete by then
+	dialWait   time.Duration // client.Options.DialTimeout of a reconnect
+}
+
+// rcClient is one client of the storm: its stored key, its prompt, and
+// every event it received, by where it came from.
+type rcClient struct {
+	idx    int
+	key    string
+	prompt string
+	notify chan struct{} // poked on every live event
+
+	mu sync.Mutex
+	// ev is the first copy received of each seq; live counts the copies
+	// of a seq pushed on any socket, since those in events.since replies.
+	ev    map[uint64]wire.Event
+	live  map[uint64]int
+	since map[uint64]int
+	// snapLatest is the latest_seq of the current socket's resume (0
+	// before the kill); stale counts live events at or below it on that
+	// socket (the protocol lets them come; they are dropped by seq).
+	snapLatest  uint64
+	stale       int
+	overlap     int // in a since reply and pushed live too (expected)
+	dupLive     int // one seq pushed live twice
+	dupSince    int // a since reply held a seq ≤ last_seen, or twice
+	complete    uint64
+	completeAt  time.Time
+	firstLive   time.Time // first live event on a resumed socket
+	truncated   bool
+	sinceErrs   []string
+	resumeErrs  map[int]int
+	otherErrs   []string
+	dialFails   int
+	drops       []string // sockets that ended after a successful resume
+	resumes     int
+	oldClosedAt time.Time // the pre-kill socket ended
+	dialedAt    time.Time // first socket opened after the kill
+	resumedAt   time.Time // first resume answered
+	caughtUpAt  time.Time // first events.since answered
+	completeAtK bool      // message.complete arrived before the kill
+	// pushed counts the events pushed on the current socket; early the
+	// events pushed on a resumed socket before its events.since answer
+	// and past that answer's latest_seq (a client that rebuilds its
+	// state from the answer and ignores what came before it loses
+	// them); earlyComplete: message.complete was one of them.
+	pushed        []uint64
+	early         int
+	earlyComplete bool
+	// completeSince: message.complete came in an events.since answer
+	// and at or below the resume's latest_seq: the run ended while the
+	// client was away, so no socket will ever push it.
+	completeSince bool
+	sinceN        int              // events.since requests sent
+	sinceAns      chan sinceAnswer // their answers, from the reader goroutine
+}
+
+// sinceAnswer is the answer to an events.since request sent raw, taken
+// on the connection's reader goroutine in order with the events.
+type sinceAnswer struct {
+	id  string
+	res wire.EventsSince
+	err error
+}
+
+// onUnmatched takes the answer of a raw events.since request. It runs on
+// the reader goroutine, so c.pushed holds exactly what the socket pushed
+// before the answer.
+func (c *rcClient) onUnmatched(frame []byte, _ bool) {
+	m, err := wire.DecodeEnvelope(frame)
+	if err != nil || !m.IsResponse() {
+		return
+	}
+	var id string
+	if json.Unmarshal(m.ID, &id) != nil || !strings.HasPrefix(id, "since-") {
+		return
+	}
+	a := sinceAnswer{id: id}
+	switch {
+	case m.Error != nil:
+		a.err = fmt.Errorf("events.since: rpc error %d: %s", m.Error.Code, m.Error.Message)
+	default:
+		a.err = json.Unmarshal(m.Result, &a.res)
+	}
+	if a.err == nil {
+		c.mu.Lock()
+		for _, p := range c.pushed {
+			if p > a.res.LatestSeq {
+				c.early++
+				if p == c.complete {
+					c.earlyComplete = true
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	select {
+	case c.sinceAns <- a:
+	default:
+	}
+}
+
+func newRCClient(i int, words int) *rcClient {
+	var b strings.Builder
+	for w := 0; w < words; w++ {
+		if w > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "c%dw%d", i, w)
+	}
+	return &rcClient{idx: i, prompt: b.String(), notify: make(chan struct{}, 1), sinceAns: make(chan sinceAnswer, 1),
+		ev: map[uint64]wire.Event{}, live: map[uint64]int{}, since: map[uint64]int{}, resumeErrs: map[int]int{}}
+}
+
+// onLive records an event pushed on a socket.
+func (c *rcClient) onLive(e client.Event) {
+	if e.Seq == 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.live[e.Seq] > 0 {
+		c.dupLive++
+	}
+	c.live[e.Seq]++
+	c.pushed = append(c.pushed, e.Seq)
+	if c.snapLatest > 0 && e.Seq <= c.snapLatest {
+		c.stale++
+	}
+	if c.firstLive.IsZero() && c.snapLatest > 0 {
+		c.firstLive = time.Now()
+	}
+	c.recordLocked(e.Event)
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (c *rcClient) recordLocked(e wire.Event) {
+	if _, ok := c.ev[e.Seq]; ok {
+		return
+	}
+	c.ev[e.Seq] = e
+	if e.Type == wire.EventMessageComplete && c.complete == 0 {
+		c.complete = e.Seq
+		c.completeAt = time.Now()
+	}
+}
+
+// contiguousLocked is the highest seq n such that every seq 1..n was
+// received: what a client sends as last_seen.
+func (c *rcClient) contiguousLocked() uint64 {
+	n := uint64(0)
+	for {
+		if _, ok := c.ev[n+1]; !ok {
+			return n
+		}
+		n++
+	}
+}
+
+// doneLocked: message.complete and everything before it received.
+func (c *rcClient) doneLocked() bool {
+	return c.complete > 0 && c.contiguousLocked() >= c.complete
+}
+
+// jitter is full-jitter exponential backoff: uniform in [0, min(max,
+// base·2^attempt)).
+func jitter(base, maxB time.Duration, attempt int) time.Duration {
+	b := base << min(attempt, 20)
+	if b > maxB || b <= 0 {
+		b = maxB
+	}
+	return time.Duration(rand.Int64N(int64(b)) + 1)
+}
+
+// recover reconnects c after the kill until its run's message.complete
+// and every event before it have arrived, or the deadline.
+func (c *rcClient) recover(ctx context.Context, ts *server, o reconnectOpts, old *client.Conn) {
+	select {
+	case <-old.Done():
+	case <-ctx.Done():
+		return
+	}
+	c.mu.Lock()
+	c.oldClosedAt = time.Now()
+	done := c.doneLocked()
+	if done {
+		// The old socket pushed the run's end before it died: nothing
+		// to recover.
+		c.completeAtK = true
+	}
+	c.mu.Unlock()
+	if done {
+		return
+	}
+	attempt := 0
+	for ctx.Err() == nil {
+		t := time.NewTimer(jitter(o.backoff, o.backoffMax, attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		attempt++
+		conn, err := client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token, OnEvent: c.onLive, OnUnmatched: c.onUnmatched, DialTimeout: o.dialWait})
+		if err != nil {
+			c.mu.Lock()
+			c.dialFails++
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Lock()
+		if c.dialedAt.IsZero() {
+			c.dialedAt = time.Now()
+		}
+		c.mu.Unlock()
+		ok := c.resumeOn(ctx, conn)
+		if !ok {
+			conn.Abort()
+			continue
+		}
+		// Resumed and caught up: read live events until the end.
+		for {
+			c.mu.Lock()
+			done := c.doneLocked()
+			c.mu.Unlock()
+			if done {
+				conn.Abort()
+				return
+			}
+			select {
+			case <-c.notify:
+				continue
+			case <-conn.Done():
+			case <-ctx.Done():
+				conn.Abort()
+				return
+			}
+			break
+		}
+		c.mu.Lock()
+		c.drops = append(c.drops, fmt.Sprint(conn.Err()))
+		c.mu.Unlock()
+		attempt = 0 // dropped after a resume: start the backoff again
+	}
+}
+
+// resumeOn resumes c's key on conn and asks for the events since what c
+// has; it reports whether both answered.
+func (c *rcClient) resumeOn(ctx context.Context, conn *client.Conn) bool {
+	c.mu.Lock()
+	c.pushed = c.pushed[:0] // from now on: what this socket pushed
+	c.mu.Unlock()
+	snap, err := conn.Resume(ctx, wire.ResumeParams{SessionID: c.key})
+	if err != nil {
+		c.mu.Lock()
+		if code := client.ErrorCode(err); code != 0 {
+			c.resumeErrs[code]++
+		} else {
+			c.otherErrs = append(c.otherErrs, "resume: "+err.Error())
+		}
+		c.mu.Unlock()
+		return false
+	}
+	c.mu.Lock()
+	c.resumes++
+	if c.resumedAt.IsZero() {
+		c.resumedAt = time.Now()
+	}
+	// Events pushed on this socket from now on are compared with it; one
+	// pushed before this line (between the resume's answer and here)
+	// has seq > latest_seq anyway.
+	c.snapLatest = max(snap.LatestSeq, 1)
+	last := c.contiguousLocked()
+	c.mu.Unlock()
+	// Sent raw with a string id, so that its answer comes to onUnmatched
+	// on the reader goroutine, in order with the events.
+	c.mu.Lock()
+	c.sinceN++
+	id := fmt.Sprintf("since-%d", c.sinceN)
+	c.mu.Unlock()
+	req := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%q,"method":%q,"params":{"session_id":%q,"last_seen":%d}}`, id, wire.MethodEventsSince, snap.SessionID, last)
+	var a sinceAnswer
+	if err := conn.WriteRaw(ctx, req, false); err != nil {
+		a.err = err
+	} else {
+		for a.id != id && a.err == nil {
+			select {
+			case a = <-c.sinceAns:
+			case <-conn.Done():
+				a.err = fmt.Errorf("events.since: %w", conn.Err())
+			case <-ctx.Done():
+				a.err = fmt.Errorf("events.since: %w", ctx.Err())
+			}
+		}
+	}
+	if a.err != nil {
+		c.mu.Lock()
+		c.sinceErrs = append(c.sinceErrs, a.err.Error())
+		c.mu.Unlock()
+		return false
+	}
+	r := a.res
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.Truncated {
+		c.truncated = true
+	}
+	seen := map[uint64]bool{}
+	for _, e := range r.Events {
+		if e.Seq <= last || seen[e.Seq] {
+			c.dupSince++
+		}
+		seen[e.Seq] = true
+		c.since[e.Seq]++
+		if e.Type == wire.EventMessageComplete && e.Seq <= c.snapLatest && c.live[e.Seq] == 0 {
+			c.completeSince = true
+		}
+		if c.live[e.Seq] > 0 {
+			c.overlap++
+		}
+		c.recordLocked(e)
+	}
+	if c.caughtUpAt.IsZero() {
+		c.caughtUpAt = time.Now()
+	}
+	return true
+}
+
+// verdict classifies c once the storm is over: "" when it recovered
+// with every event exactly once and the echo's text.
+func (c *rcClient) verdict() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.completeAtK && c.resumes == 0:
+		return "run ended before the old socket died"
+	case c.resumes == 0 && len(c.resumeErrs) > 0:
+		codes := make([]string, 0, len(c.resumeErrs))
+		for code := range c.resumeErrs {
+			codes = append(codes, fmt.Sprint(code))
+		}
+		sort.Strings(codes)
+		return "resume error " + strings.Join(codes, "+")
+	case c.resumes == 0:
+		return "never reconnected"
+	case len(c.sinceErrs) > 0 && c.caughtUpAt.IsZero():
+		return "events.since error"
+	case c.complete == 0:
+		if c.contiguousLocked() < maxSeq(c.ev) {
+			return "gap (no complete)"
+		}
+		return "no complete within deadline"
+	}
+	for s := uint64(1); s <= c.complete; s++ {
+		if _, ok := c.ev[s]; !ok {
+			return "gap"
+		}
+	}
+	if c.dupLive > 0 || c.dupSince > 0 {
+		return "duplicate"
+	}
+	if c.truncated {
+		return "truncated"
+	}
+	// The run's text: the deltas after its message.start, in seq order,
+	// and the complete's own text.
+	var text strings.Builder
+	started := false
+	for s := uint64(1); s <= c.complete; s++ {
+		e := c.ev[s]
+		switch e.Type {
+		case wire.EventMessageStart:
+			started = true
+			text.Reset()
+		case wire.EventMessageDelta:
+			var d struct{ Text string }
+			_ = e.Decode(&d)
+			text.WriteString(d.Text)
+		}
+	}
+	var done struct{ Text, Status string }
+	_ = c.ev[c.complete].Decode(&done)
+	switch {
+	case !started || text.String() != c.prompt:
+		return "text of the deltas differs"
+	case done.Text != c.prompt:
+		return "text of message.complete differs"
+	case done.Status != "complete":
+		return "status " + done.Status
+	}
+	return ""
+}
+
+func maxSeq(m map[uint64]wire.Event) uint64 {
+	var n uint64
+	for s := range m {
+		n = max(n, s)
+	}
+	return n
+}
+
+// reconnectStorm runs one storm of n clients on a fresh host and reports
+// it.
+func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
+	ts, err := startTether(cfg.bin, tetherOpts{extra: []string{"--echo-delay", o.delay.String()}})
+	if err != nil {
+		return err
+	}
+	defer ts.stop()
+	if f := os.Getenv("TETHERBENCH_STDERR"); f != "" {
+		defer func() { _ = os.WriteFile(f, []byte(ts.stderr.all()), 0o644) }()
+	}
+	runFor := time.Duration(o.words) * o.delay
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	// Set-up: n sockets, each creates its session and submits its prompt.
+	cs := make([]*rcClient, n)
+	for i := range cs {
+		cs[i] = newRCClient(i, o.words)
+	}
+	conns := make([]*client.Conn, n)
+	var (
+		wg      sync.WaitGroup
+		errMu   sync.Mutex
+		firstEr error
+		sem     = make(chan struct{}, 64)
+	)
+	// Two phases, so that every run starts within the second one: dial
+	// and session.create, then prompt.submit.
+	t0 := time.Now()
+	phase := func(what string, fn func(i int, c *rcClient) error) error {
+		for i := range cs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := fn(i, cs[i]); err != nil {
+					errMu.Lock()
+					if firstEr == nil {
+						firstEr = fmt.Errorf("client %d %s: %w", i, what, err)
+					}
+					errMu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return firstEr
+	}
+	abortAll := func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Abort()
+			}
+		}
+	}
+	sids := make([]string, n)
+	err = phase("create", func(i int, c *rcClient) error {
+		conn, err := client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token, OnEvent: c.onLive})
+		if err != nil {
+			return err
+		}
+		conns[i] = conn
+		snap, err := conn.Create(ctx, wire.CreateParams{Title: fmt.Sprintf("storm-%d", i)})
+		c.key, sids[i] = snap.SessionKey, snap.SessionID
+		return err
+	})
+	created := time.Since(t0)
+	if err == nil {
+		err = phase("submit", func(i int, c *rcClient) error {
+			_, err := conns[i].Submit(ctx, sids[i], c.prompt)
+			return err
+		})
+	}
+	if err != nil {
+		abortAll()
+		return err
+	}
+	setup := time.Since(t0)
+	// Every run streaming (its start and one delta received), then a
+	// little more, then the kill.
+	for {
+		streaming := 0
+		for _, c := range cs {
+			c.mu.Lock()
+			if len(c.ev) >= 2 {
+				streaming++
+			}
+			c.mu.Unlock()
+		}
+		if streaming == n {
+			break
+		}
+		if time.Since(t0) > 2*time.Minute {
+			abortAll()
+			return fmt.Errorf("only %d of %d runs streaming 2 min after the set-up began", streaming, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(o.killAfter)
+	pid, err := pluginPID(ts.pid(), "ws")
+	if err != nil {
+		abortAll()
+		return err
+	}
+	for _, c := range cs {
+		c.mu.Lock()
+		c.completeAtK = c.complete > 0
+		c.mu.Unlock()
+	}
+	rctx, rcancel := context.WithTimeout(ctx, o.deadline)
+	defer rcancel()
+	// TETHERBENCH_RECONNECT_PERF=FILE: perf record -a -g of the 8 s from
+	// the kill, for where the time goes.
+	var perf *exec.Cmd
+	if f := os.Getenv("TETHERBENCH_RECONNECT_PERF"); f != "" {
+		perf = exec.Command("perf", "record", "-a", "-g", "-q", "-o", f, "--", "sleep", "8")
+		if err := perf.Start(); err != nil {
+			perf = nil
+			logf(cfg, "perf: %v", err)
+		}
+		defer func() {
+			if perf != nil {
+				_ = perf.Wait()
+			}
+		}()
+	}
+	killAt := time.Now()
+	logf(cfg, "killing the WS plugin (pid %d) at %s", pid, killAt.UTC().Format("15:04:05.000"))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		abortAll()
+		return err
+	}
+	// The transport's own way back: /healthz polled every pollEvery.
+	var healthAt atomic.Int64
+	go func() {
+		hc := &http.Client{Timeout: 200 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+		for rctx.Err() == nil {
+			if _, err := pluginPID(ts.pid(), "ws"); err == nil && healthy(hc, ts.addr) {
+				if p, _ := pluginPID(ts.pid(), "ws"); p != pid {
+					healthAt.Store(int64(time.Since(killAt)))
+					return
+				}
+			}
+			time.Sleep(pollEvery)
+		}
+	}()
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.recover(rctx, ts, o, conns[i])
+		}()
+	}
+	wg.Wait()
+	total := time.Since(killAt)
+	inFlight := 0 // runs whose end the old socket did not push
+	for _, c := range cs {
+		c.mu.Lock()
+		if !c.completeAtK {
+			inFlight++
+		}
+		c.mu.Unlock()
+	}
+
+	// Tally.
+	classes := map[string]int{}
+	var examples []string
+	var resumed, closedLat, dialLat, resumeLat, sinceLat, completeLat, firstLiveLat []float64
+	var dropCodes = map[string]int{}
+	stale, overlap, dialFails, extraResumes, early, earlyClients, earlyComplete, completeSince := 0, 0, 0, 0, 0, 0, 0, 0
+	recovered := 0
+	for _, c := range cs {
+		v := c.verdict()
+		c.mu.Lock()
+		switch v {
+		case "":
+			recovered++
+		case "run ended before the old socket died":
+			classes[v]++
+		default:
+			classes[v]++
+			if len(examples) < 10 {
+				have := c.contiguousLocked()
+				examples = append(examples, fmt.Sprintf("client %d key %s: %s; contiguous to %d, highest %d, complete seq %d, resumes %d, snapshot latest_seq %d, drops %v, resume errors %v, since errors %v, other %v",
+					c.idx, c.key, v, have, maxSeq(c.ev), c.complete, c.resumes, c.snapLatest, c.drops, c.resumeErrs, c.sinceErrs, c.otherErrs))
+			}
+		}
+		stale += c.stale
+		early += c.early
+		if c.early > 0 {
+			earlyClients++
+		}
+		if c.completeSince {
+			completeSince++
+		}
+		if c.earlyComplete {
+			earlyComplete++
+		}
+		overlap += c.overlap
+		dialFails += c.dialFails
+		extraResumes += max(c.resumes-1, 0)
+		for _, d := range c.drops {
+			dropCodes[d]++
+		}
+		since := func(t time.Time, into *[]float64) {
+			if !t.IsZero() {
+				*into = append(*into, ms(t.Sub(killAt)))
+			}
+		}
+		since(c.oldClosedAt, &closedLat)
+		since(c.dialedAt, &dialLat)
+		since(c.resumedAt, &resumeLat)
+		since(c.caughtUpAt, &sinceLat)
+		since(c.firstLive, &firstLiveLat)
+		if !c.completeAtK {
+			since(c.completeAt, &completeLat)
+		}
+		if !c.resumedAt.IsZero() {
+			resumed = append(resumed, ms(c.resumedAt.Sub(killAt)))
+		}
+		c.mu.Unlock()
+	}
+	row := fmt.Sprintf("reconnect storm ×%d", n)
+	pct := func(xs []float64) string {
+		if len(xs) == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("p50 %s, p99 %s, max %s ms (%d)", num(percentile(xs, .5)), num(percentile(xs, .99)), num(percentile(xs, 1)), len(xs))
+	}
+	rep.add(result{row: row, metric: "recovered (every seq once, echo text) / runs in flight", tether: fmt.Sprintf("%d/%d", recovered, inFlight), target: "100 %", met: yesNo(recovered == inFlight), n: 1})
+	p99 := percentile(resumed, .99)
+	rep.add(result{row: row, metric: "kill → resumed p99", tether: fmt.Sprintf("%s ms", num(p99)), target: "≤ 2000 ms", met: yesNo(len(resumed) == inFlight && p99 <= 2000), n: 1})
+	rep.add(result{row: row, metric: "kill → resumed", tether: pct(resumeLat), n: 1})
+	rep.add(result{row: row, metric: "kill → events.since answered", tether: pct(sinceLat), n: 1})
+	rep.add(result{row: row, metric: "kill → message.complete", tether: pct(completeLat), n: 1})
+	rep.add(result{row: row, metric: "kill → old socket ended", tether: pct(closedLat), n: 1})
+	rep.add(result{row: row, metric: "kill → first socket open", tether: pct(dialLat), n: 1})
+	rep.add(result{row: row, metric: "kill → first live event after resume", tether: pct(firstLiveLat), n: 1})
+	h := "never"
+	if v := healthAt.Load(); v > 0 {
+		h = fmt.Sprintf("%s ms", num(ms(time.Duration(v))))
+	}
+	rep.add(result{row: row, metric: "kill → new plugin's /healthz 200", tether: h, n: 1})
+	var cl []string
+	for k, v := range classes {
+		cl = append(cl, fmt.Sprintf("%s: %d", k, v))
+	}
+	sort.Strings(cl)
+	var dc []string
+	for k, v := range dropCodes {
+		dc = append(dc, fmt.Sprintf("%q ×%d", k, v))
+	}
+	sort.Strings(dc)
+	rep.note("%s: set-up: dial and create %v, then submit %v; %d words × %v per run (%v); %d runs in flight (their end not pushed on the old socket); deadline %v after the kill, all done after %v",
+		row, created.Round(time.Millisecond), (setup - created).Round(time.Millisecond), o.words, o.delay, runFor, inFlight, o.deadline, total.Round(time.Millisecond))
+	rep.note("%s: failures by class: %s", row, orNone(strings.Join(cl, ", ")))
+	if inFlight < n {
+		rep.note("%s: only %d of %d runs were in flight: the set-up took longer than a run (lengthen -reconnect-words or -reconnect-delay to test them all)", row, inFlight, n)
+	}
+	rep.note("%s: failed dials %d; sockets dropped after a resume %d (%s); resumes beyond the first %d; stale live events (seq ≤ latest_seq, dropped) %d; events both in events.since and pushed (dropped by seq) %d",
+		row, dialFails, len(dc), orNone(strings.Join(dc, ", ")), extraResumes, stale, overlap)
+	rep.note("%s: events pushed on a resumed socket before its events.since answer with seq past that answer's latest_seq: %d, at %d clients; message.complete among them at %d clients (a client that drops what arrives before the answer, or resets to the answer's latest_seq, loses exactly these)",
+		row, early, earlyClients, earlyComplete)
+	rep.note("%s: runs that ended while their client was away (message.complete only in the events.since answer, seq ≤ the resume's latest_seq; a client that waits for it to be pushed waits forever): %d", row, completeSince)
+	for _, e := range examples {
+		rep.note("%s: %s", row, e)
+	}
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func rowReconnect(cfg config, rep *report) error {
+	var errs []error
+	for _, n := range cfg.reconnect.clients {
+		logf(cfg, "reconnect storm ×%d ...", n)
+		if err := reconnectStorm(cfg, cfg.reconnect, n, rep); err != nil {
+			errs = append(errs, fmt.Errorf("×%d: %w", n, err))
+		}
+		waitQuiet(cfg.waitQuiet)
+	}
+	rep.note("reconnect storm: each client its own session and run (tether --echo-delay %v), kill -9 of the WS plugin mid-run; each reconnects after full-jitter exponential backoff (%v doubling to %v), session.resume by its key, session.events.since(last contiguous seq), then reads live events; events are merged by seq", cfg.reconnect.delay, cfg.reconnect.backoff, cfg.reconnect.backoffMax)
+	return errors.Join(errs...)
+}
