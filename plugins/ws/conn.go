@@ -102,7 +102,7 @@ func (c *conn) send(binary bool, data []byte) {
 	n := int64(len(data))
 	if c.queued+c.inflight+int64(len(c.partial))+n > c.cfg.sendQueue {
 		c.s.log.Debug().Uint64("conn", c.id).Int64("queued", c.queued+c.inflight).Msg("send queue full")
-		c.closeLocked(contract.CloseTryAgainLater, "send queue full", false, time.Now().Add(c.cfg.closeGrace))
+		c.closeLocked(contract.CloseTryAgainLater, "send queue full", false, time.Now().Add(c.cfg.slowGrace))
 		return
 	}
 	c.queue = append(c.queue, outMsg{op: op, data: data})

@@ -40,6 +40,12 @@ const (
 // maxCloseGrace bounds how long a close handshake may take once started.
 const maxCloseGrace = time.Second
 
+// maxSlowCloseGrace bounds the close handshake of a connection cut for
+// being too slow (1013): its close frame waits behind what the kernel
+// already holds for it (megabytes), which a slow reader takes longer than
+// maxCloseGrace to read. A shutdown still ends it within closeGrace.
+const maxSlowCloseGrace = 10 * time.Second
+
 // maxLingerIdle bounds how long a connection's reader goroutine waits for
 // the peer's next message before a smaller waiter goroutine takes over.
 const maxLingerIdle = time.Second
@@ -49,6 +55,7 @@ type config struct {
 	pingInterval time.Duration
 	peerTimeout  time.Duration
 	closeGrace   time.Duration
+	slowGrace    time.Duration // the close handshake of a 1013 "send queue full"
 	lingerIdle   time.Duration // how long a reader waits for the next message before a waiter takes over
 	maxMessage   int64
 	sendQueue    int64
@@ -265,6 +272,7 @@ func newConfig(req contract.StartRequest) (*config, error) {
 		return nil, fmt.Errorf("start: a TLS certificate file needs a key file and the other way round: %w", contract.ErrInvalidArgument)
 	}
 	cfg.closeGrace = min(maxCloseGrace, cfg.peerTimeout)
+	cfg.slowGrace = min(maxSlowCloseGrace, cfg.peerTimeout)
 	cfg.lingerIdle = min(maxLingerIdle, cfg.peerTimeout/4)
 	cfg.refuseGrace = min(maxRefuseGrace, cfg.headerTO)
 	return cfg, nil
