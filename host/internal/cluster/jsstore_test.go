@@ -1,0 +1,166 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/host/store/storetest"
+)
+
+// openStore opens a JSStore on its own bucket and streams of js.
+func openStore(tb testing.TB, js jetstream.JetStream, prefix string) *JSStore {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	s, err := OpenJSStore(ctx, js, StoreConfig{Prefix: prefix, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		tb.Fatalf("open store: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestJSStoreConformance runs the store conformance suite on the
+// JetStream store, each check on its own bucket and streams of one
+// embedded server.
+func TestJSStoreConformance(t *testing.T) {
+	e := startServer(t)
+	_, js := connect(t, e.ClientURL())
+	storetest.Run(t, func(t *testing.T) storetest.Store { return openStore(t, js, newBucket()) })
+}
+
+// TestJSStoreTwoHosts: two stores on one bucket and streams, each on its
+// own connection (two hosts), see each other's writes; racing creates of
+// one key have one winner; racing journal appends of the same events
+// journal each seq once, in order; racing appends of display rows keep
+// every call's rows.
+func TestJSStoreTwoHosts(t *testing.T) {
+	ctx := context.Background()
+	e := startServer(t)
+	_, jsA := connect(t, e.ClientURL())
+	_, jsB := connect(t, e.ClientURL())
+	prefix := newBucket()
+	a, b := openStore(t, jsA, prefix), openStore(t, jsB, prefix)
+
+	key := storetest.Key(1)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, s := range []*JSStore{a, b} {
+		wg.Go(func() {
+			errs[i] = s.CreateSession(ctx, store.Session{Key: key, Title: string(rune('a' + i)), StartedAt: storetest.T0})
+		})
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) || !errors.Is(errors.Join(errs...), store.ErrExists) {
+		t.Fatalf("racing creates: got %v; want one nil, one ErrExists", errs)
+	}
+
+	errs = make([]error, 2)
+	const n = 60
+	evs := make([]store.Event, n)
+	for i := range evs {
+		evs[i] = store.Event{Key: key, Seq: uint64(i + 1), Params: []byte(`{}`)}
+	}
+	for i, s := range []*JSStore{a, b} {
+		wg.Go(func() {
+			// Both hosts journal the same events, a few at a time.
+			for from := 0; from < n && errs[i] == nil; from += 7 {
+				errs[i] = s.AppendEvents(ctx, evs[from:min(from+7, n)], store.Retention{})
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("racing journal appends: %v", err)
+	}
+	got, first, last, err := b.EventsSince(ctx, key, 0, 0)
+	if err != nil || first != 1 || last != n || len(got) != n {
+		t.Fatalf("journal after racing appends: %d events %d..%d, %v; want %d, 1..%d", len(got), first, last, err, n, n)
+	}
+	for i, e := range got {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("journal after racing appends: event %d has seq %d", i, e.Seq)
+		}
+	}
+	if info, err := a.events.Info(ctx); err != nil || info.State.Msgs != n {
+		t.Errorf("events stream: %v messages, %v; want exactly %d (no seq twice)", info.State.Msgs, err, n)
+	}
+	// A gap in a journal is refused.
+	if err := a.AppendEvents(ctx, []store.Event{{Key: key, Seq: n + 2, Params: []byte(`{}`)}}, store.Retention{}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("append of seq %d after %d: got %v, want ErrInvalid", n+2, n, err)
+	}
+
+	errs = make([]error, 2)
+	for i, s := range []*JSStore{a, b} {
+		wg.Go(func() {
+			for r := 0; r < 10 && errs[i] == nil; r++ {
+				errs[i] = s.AppendMessages(ctx, key, agent.Message{Role: agent.RoleUser, Text: "q"}, agent.Message{Role: agent.RoleAssistant, Text: "a"})
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("racing message appends: %v", err)
+	}
+	msgs, err := a.Messages(ctx, key)
+	if err != nil || len(msgs) != 40 {
+		t.Fatalf("messages after racing appends: %d, %v; want 40", len(msgs), err)
+	}
+	for i := 0; i < len(msgs); i += 2 {
+		if msgs[i].Text != "q" || msgs[i+1].Text != "a" {
+			t.Fatalf("rows %d, %d: %q %q, want a call's q and a together", i, i+1, msgs[i].Text, msgs[i+1].Text)
+		}
+	}
+
+	// Row updates from both hosts all land (compare-and-swap, read again
+	// on a lost race).
+	for i, s := range []*JSStore{a, b} {
+		wg.Go(func() {
+			for r := 0; r < 10 && errs[i] == nil; r++ {
+				errs[i] = s.StartRun(ctx, key, store.Run{ID: string(rune('a'+i)) + string(rune('0'+r)), Status: "running"})
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("racing run starts: %v", err)
+	}
+	if runs, err := b.Runs(ctx, key); err != nil || len(runs) != 20 {
+		t.Errorf("runs after racing starts: %d, %v; want 20", len(runs), err)
+	}
+}
+
+// TestJSStoreUnavailable: with the server gone, reads and writes fail
+// with store.ErrUnavailable (the table's 5003), and the fault hook hears
+// of the writes.
+func TestJSStoreUnavailable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	e := startServer(t)
+	nc, js := connect(t, e.ClientURL())
+	s := openStore(t, js, newBucket())
+	if err := s.CreateSession(ctx, store.Session{Key: storetest.Key(1), StartedAt: storetest.T0}); err != nil {
+		t.Fatal(err)
+	}
+	var reported int
+	s.OnWriteFault(func(error) { reported++ })
+	nc.Close()
+	if err := s.SetTitle(ctx, storetest.Key(1), "x"); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("SetTitle with no connection: got %v, want ErrUnavailable", err)
+	}
+	if _, err := s.GetSession(ctx, storetest.Key(1)); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("GetSession with no connection: got %v, want ErrUnavailable", err)
+	}
+	if err := s.QuickCheck(ctx); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("QuickCheck with no connection: got %v, want ErrUnavailable", err)
+	}
+	if reported != 1 {
+		t.Errorf("fault hook: got %d reports, want 1", reported)
+	}
+}
