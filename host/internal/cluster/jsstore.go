@@ -69,6 +69,12 @@ type JSStore struct {
 	// this process does not spin; the expected-last-subject-sequence
 	// check still decides between hosts.
 	keyLocks sync.Map // key → *sync.Mutex
+
+	// tops caches the last event this process journaled or read per
+	// session, saving a read before each append. A stale entry (another
+	// host journaled since) costs one refused publish and a read: the
+	// server's expected-last-subject-sequence check decides, never it.
+	tops sync.Map // key → journalTop
 }
 
 var _ interface {
@@ -799,6 +805,23 @@ func lastOf(ctx context.Context, st jetstream.Stream, subj string) (journalTop, 
 	return journalTop{streamSeq: m.Sequence, seq: seq}, m, nil
 }
 
+// journalTop is key's last journaled event: from the cache unless
+// reread, else from the stream leader (fresh).
+func (s *JSStore) journalTop(ctx context.Context, key string, reread bool) (top journalTop, fresh bool, err error) {
+	if !reread {
+		if t, ok := s.tops.Load(key); ok {
+			return t.(journalTop), false, nil
+		}
+	}
+	top, _, err = lastOf(ctx, s.events, s.evSubj+key)
+	if err != nil {
+		s.tops.Delete(key)
+		return journalTop{}, false, err
+	}
+	s.tops.Store(key, top)
+	return top, true, nil
+}
+
 // maxJournalRaces bounds how often appendEvents reads a journal's last
 // event again after another writer appended to it.
 const maxJournalRaces = 100
@@ -824,7 +847,7 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 		evs := byKey[key]
 		slices.SortStableFunc(evs, func(a, b store.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 		subj := s.evSubj + key
-		top, _, err := lastOf(ctx, s.events, subj)
+		top, fresh, err := s.journalTop(ctx, key, false)
 		if err != nil {
 			return fmt.Errorf("append events of %s: %w", key, err)
 		}
@@ -836,6 +859,13 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 				continue
 			}
 			if top.seq > 0 && e.Seq != top.seq+1 {
+				if !fresh {
+					// The cache may be behind another host's appends.
+					if top, fresh, err = s.journalTop(ctx, key, true); err != nil {
+						return fmt.Errorf("append events of %s: %w", key, err)
+					}
+					continue
+				}
 				return fmt.Errorf("append event %s/%d after %d: %w: %w", key, e.Seq, top.seq, errGap, store.ErrInvalid)
 			}
 			msg := nats.NewMsg(subj)
@@ -849,15 +879,17 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 			if wrongLastSequence(err) && !busy(err) && races < maxJournalRaces {
 				// Another writer journaled meanwhile: read its last.
 				races++
-				if top, _, err = lastOf(ctx, s.events, subj); err != nil {
+				if top, fresh, err = s.journalTop(ctx, key, true); err != nil {
 					return fmt.Errorf("append events of %s: %w", key, err)
 				}
 				continue
 			}
 			if err != nil {
+				s.tops.Delete(key)
 				return fmt.Errorf("append event %s/%d: %w", key, e.Seq, err)
 			}
 			top = journalTop{streamSeq: ack.Sequence, seq: e.Seq}
+			s.tops.Store(key, top)
 			lastStreamSeq = max(lastStreamSeq, ack.Sequence)
 			wrote = true
 			i++
@@ -894,39 +926,48 @@ func withDefaults(r store.Retention) store.Retention {
 // could only be missing if pruned meanwhile).
 const fetchWait = 5 * time.Second
 
-// readSubject calls fn with every message of subj in st from stream
-// sequence from on, until fn returns false or want messages were read.
-// The subject must hold at least want messages from there: an ordered
-// consumer fetches exactly as many as asked, so no fetch waits for
+// readSubject calls fn with the messages of subj in st from stream
+// sequence from on, while fn asks for more. known is how many the subject
+// holds from there, at least; fn returns the same after the message it
+// was given (0 when it wants no more). A fetch asks for no more than
+// that, so it returns as soon as it has them instead of waiting for
 // messages that do not exist.
-func (s *JSStore) readSubject(ctx context.Context, st jetstream.Stream, subj string, from uint64, want int, fn func(m jetstream.Msg) (bool, error)) error {
-	if want <= 0 {
+func (s *JSStore) readSubject(ctx context.Context, st jetstream.Stream, subj string, from uint64, known int, fn func(m jetstream.Msg) (int, error)) error {
+	if known <= 0 {
 		return nil
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{subj},
+	// A consumer of this read only: not acknowledged, in memory, on one
+	// server, deleted when the read is done (and by the server after
+	// a while if that delete is lost).
+	cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubject:     subj,
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       max(from, 1),
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		Replicas:          1,
 		InactiveThreshold: 30 * time.Second,
 	})
 	if err != nil {
 		return err
 	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchWait)
+		defer cancel()
+		_ = st.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
 	ctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
-	for want > 0 {
-		batch, err := cons.Fetch(min(want, 1000), jetstream.FetchContext(ctx))
+	for known > 0 {
+		batch, err := cons.Fetch(min(known, 1000), jetstream.FetchContext(ctx))
 		if err != nil {
 			return err
 		}
 		n := 0
-		more := true
 		for m := range batch.Messages() {
 			n++
-			if more {
-				if more, err = fn(m); err != nil {
-					more = false
-				}
+			if known > 0 && err == nil {
+				known, err = fn(m)
 			}
 		}
 		if berr := batch.Error(); berr != nil && err == nil {
@@ -935,13 +976,9 @@ func (s *JSStore) readSubject(ctx context.Context, st jetstream.Stream, subj str
 		if err != nil {
 			return err
 		}
-		if n == 0 {
-			return fmt.Errorf("%s: expected %d more messages, got none", subj, want)
+		if n == 0 && known > 0 {
+			return fmt.Errorf("%s: expected %d more messages, got none", subj, known)
 		}
-		if !more {
-			return nil
-		}
-		want -= n
 	}
 	return nil
 }
@@ -956,10 +993,8 @@ func seqOf(m jetstream.Msg) (uint64, error) {
 }
 
 // EventsSince is store.Store.EventsSince: the bounds come from the
-// subject's first and last messages; the events from an ordered consumer
-// on the subject, started at the lowest stream sequence the first wanted
-// event can have (the journal has no gaps, so event first+k is at least
-// k messages after the first).
+// subject's first and last messages; the events from a consumer of the
+// subject started where seek found the first one wanted.
 func (s *JSStore) EventsSince(ctx context.Context, key string, after uint64, limit int) (events []store.Event, first, last uint64, err error) {
 	if limit <= 0 {
 		limit = 10000
@@ -990,25 +1025,69 @@ func (s *JSStore) EventsSince(ctx context.Context, key string, after uint64, lim
 			return nil
 		}
 		end := min(last, start+uint64(limit)-1)
-		from := fm.Sequence + (start - first)
+		from, err := s.seek(ctx, subj, start, journalTop{streamSeq: fm.Sequence, seq: first}, top)
+		if err != nil {
+			return err
+		}
 		events = make([]store.Event, 0, end-start+1)
-		// From there, the subject holds at least end-start+1 messages,
-		// perhaps some below start first.
-		return s.readSubject(ctx, s.events, subj, from, int(last-start+1), func(m jetstream.Msg) (bool, error) {
+		return s.readSubject(ctx, s.events, subj, from.streamSeq, int(last-from.seq+1), func(m jetstream.Msg) (int, error) {
 			seq, err := seqOf(m)
 			if err != nil {
-				return false, err
+				return 0, err
 			}
 			if seq >= start {
 				events = append(events, store.Event{Key: key, Seq: seq, Params: append(json.RawMessage(nil), m.Data()...)})
 			}
-			return seq < end, nil
+			if seq >= end {
+				return 0, nil
+			}
+			return int(last - seq), nil
 		})
 	})
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("events of %s since %d: %w", key, after, err)
 	}
 	return events, first, last, nil
+}
+
+// maxSeeks bounds the reads seek makes.
+const maxSeeks = 8
+
+// seek returns a message of subj at or before the event start, as close
+// to it as a few reads find, given two messages around it (lo.seq <=
+// start <= hi.seq). A journal has no gaps, so event start is at least
+// start-lo.seq stream messages after lo and hi.seq-start before hi; seek
+// guesses its place between them in proportion (other sessions'
+// messages are spread evenly, roughly) and reads the subject's first
+// message from the guess on, which narrows one side. A journal alone in
+// the stream is found by the first guess.
+func (s *JSStore) seek(ctx context.Context, subj string, start uint64, lo, hi journalTop) (journalTop, error) {
+	for range maxSeeks {
+		if lo.seq >= start || hi.seq <= lo.seq {
+			break
+		}
+		guess := lo.streamSeq + (hi.streamSeq-lo.streamSeq)*(start-lo.seq)/(hi.seq-lo.seq)
+		guess = max(guess, lo.streamSeq+(start-lo.seq))
+		guess = min(guess, hi.streamSeq-(hi.seq-start))
+		m, err := s.events.GetMsg(ctx, guess, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break // pruned meanwhile: read from lo
+		}
+		if err != nil {
+			return journalTop{}, err
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(hdrSeq), 10, 64)
+		if err != nil {
+			return journalTop{}, fmt.Errorf("%s: message %d has no seq: %w", subj, m.Sequence, store.ErrDamaged)
+		}
+		at := journalTop{streamSeq: m.Sequence, seq: seq}
+		if seq <= start {
+			lo = at
+		} else {
+			hi = at
+		}
+	}
+	return lo, nil
 }
 
 // keyLock is the mutex of key's messages writers in this process.
@@ -1113,10 +1192,12 @@ func (s *JSStore) ownMessages(ctx context.Context, key string, limit int) ([]age
 	}
 	// Each stream message holds at least one row: the first limit of
 	// them hold the rows wanted.
-	err = s.readSubject(ctx, s.messages, s.msgSubj+key, 1, min(limit, c.parts), func(m jetstream.Msg) (bool, error) {
+	read := 0
+	err = s.readSubject(ctx, s.messages, s.msgSubj+key, 1, c.parts, func(m jetstream.Msg) (int, error) {
+		read++
 		var rows []storedRow
 		if err := json.Unmarshal(m.Data(), &rows); err != nil {
-			return false, fmt.Errorf("%s: not display rows: %v: %w", m.Subject(), err, store.ErrDamaged)
+			return 0, fmt.Errorf("%s: not display rows: %v: %w", m.Subject(), err, store.ErrDamaged)
 		}
 		for _, r := range rows {
 			if len(out) == limit {
@@ -1124,7 +1205,10 @@ func (s *JSStore) ownMessages(ctx context.Context, key string, limit int) ([]age
 			}
 			out = append(out, agent.Message{Role: agent.Role(r.Role), Text: r.Text})
 		}
-		return len(out) < limit, nil
+		if len(out) == limit {
+			return 0, nil
+		}
+		return c.parts - read, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session %s: messages: %w", key, err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -162,5 +163,52 @@ func TestJSStoreUnavailable(t *testing.T) {
 	}
 	if reported != 1 {
 		t.Errorf("fault hook: got %d reports, want 1", reported)
+	}
+}
+
+// TestJSStoreInterleavedJournals: sessions journaling into the one
+// stream at once each read back their own events, whole or from any
+// point, and are pruned alone.
+func TestJSStoreInterleavedJournals(t *testing.T) {
+	ctx := context.Background()
+	e := startServer(t)
+	_, js := connect(t, e.ClientURL())
+	s := openStore(t, js, newBucket())
+	keys := []string{storetest.Key(1), storetest.Key(2), storetest.Key(3)}
+	const n = 300
+	keep := store.Retention{PerSession: 250}
+	for seq := uint64(1); seq <= n; seq++ {
+		var evs []store.Event
+		for i, k := range keys {
+			if i == 2 && seq > n/2 {
+				continue // the third stops half way
+			}
+			evs = append(evs, store.Event{Key: k, Seq: seq, Params: []byte(fmt.Sprintf(`{"k":%d,"seq":%d}`, i, seq))})
+		}
+		if err := s.AppendEvents(ctx, evs, keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, k := range keys {
+		wantFirst, wantLast := uint64(n-250+1), uint64(n)
+		if i == 2 {
+			wantFirst, wantLast = 1, n/2
+		}
+		for _, after := range []uint64{0, wantFirst, wantLast - 7, wantLast} {
+			got, first, last, err := s.EventsSince(ctx, k, after, 5)
+			if err != nil || first != wantFirst || last != wantLast {
+				t.Fatalf("session %d since %d: bounds %d..%d, %v; want %d..%d", i, after, first, last, err, wantFirst, wantLast)
+			}
+			from := max(after+1, wantFirst)
+			want := int(min(5, wantLast+1-from))
+			if len(got) != want {
+				t.Fatalf("session %d since %d: got %d events, want %d", i, after, len(got), want)
+			}
+			for j, e := range got {
+				if wantParams := fmt.Sprintf(`{"k":%d,"seq":%d}`, i, from+uint64(j)); e.Seq != from+uint64(j) || string(e.Params) != wantParams {
+					t.Errorf("session %d since %d: event %d is %d %s, want %d %s", i, after, j, e.Seq, e.Params, from+uint64(j), wantParams)
+				}
+			}
+		}
 	}
 }
