@@ -52,8 +52,8 @@ type streamJournal struct {
 	subj string
 }
 
-func newStreamJournal(ctx context.Context, js jetstream.JetStream, name string) (*streamJournal, error) {
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench." + name}, Storage: jetstream.FileStorage})
+func newStreamJournal(ctx context.Context, js jetstream.JetStream, name string, replicas int) (*streamJournal, error) {
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench." + name}, Storage: jetstream.FileStorage, Replicas: replicas})
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +75,14 @@ func (j *streamJournal) since(ctx context.Context, after uint64, limit int) (int
 		return 0, nil
 	}
 	want := int(min(last-after, uint64(limit)))
-	cons, err := j.st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1})
+	cons, err := j.st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
+		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, InactiveThreshold: 30 * time.Second,
+	})
 	if err != nil {
 		return 0, err
 	}
+	defer func() { _ = j.st.DeleteConsumer(ctx, cons.CachedInfo().Name) }()
 	n := 0
 	for n < want {
 		batch, err := cons.Fetch(min(want-n, 1000), jetstream.FetchMaxWait(5*time.Second))
@@ -135,8 +139,9 @@ const journalEvents = 10000
 // call (appends/s), "since" reads a whole journal of 10,000 events
 // (EventsSince(0, 10000)), "since-tail" its last 100; "subjects-shared"
 // is JSStore's layout with another session's 10,000 events interleaved
-// in the stream, as a shared stream has them. sqlite is host/store, for
-// scale.
+// in the stream, as a shared stream has them; stream-per-session/create
+// is the cost of that layout's stream per session. sqlite is host/store,
+// for scale.
 func BenchmarkJournalLayouts(b *testing.B) {
 	ctx := context.Background()
 	srv := startServer(b)
@@ -170,11 +175,11 @@ func BenchmarkJournalLayouts(b *testing.B) {
 		}},
 		{"stream-per-session", func(b *testing.B) (journal, journal) {
 			n++
-			main, err := newStreamJournal(ctx, js, fmt.Sprint("J", n, "a"))
+			main, err := newStreamJournal(ctx, js, fmt.Sprint("J", n, "a"), 1)
 			if err != nil {
 				b.Fatal(err)
 			}
-			other, err := newStreamJournal(ctx, js, fmt.Sprint("J", n, "b"))
+			other, err := newStreamJournal(ctx, js, fmt.Sprint("J", n, "b"), 1)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -198,6 +203,41 @@ func BenchmarkJournalLayouts(b *testing.B) {
 			}
 		}
 	}
+	// What the stream-per-session layout adds to each session's life:
+	// its stream, created before its first event.
+	b.Run("stream-per-session/create", func(b *testing.B) {
+		for b.Loop() {
+			n++
+			if _, err := newStreamJournal(ctx, js, fmt.Sprint("J", n, "c"), 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("stream-per-session/create-3-node", func(b *testing.B) {
+		nodes := startCluster(b, 3)
+		_, js3 := connect(b, nodes[0].ClientURL())
+		// Creating a replicated stream can fail while the servers are
+		// still learning of each other: the first is asked again.
+		wctx, cancel := context.WithTimeout(ctx, testTimeout)
+		defer cancel()
+		for {
+			n++
+			_, err := newStreamJournal(wctx, js3, fmt.Sprint("J", n, "r"), 3)
+			if err == nil {
+				break
+			}
+			if wctx.Err() != nil {
+				b.Fatal(err)
+			}
+			retry(wctx)
+		}
+		for b.Loop() {
+			n++
+			if _, err := newStreamJournal(ctx, js3, fmt.Sprint("J", n, "r"), 3); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	for _, l := range layouts {
 		b.Run(l.name+"/append", func(b *testing.B) {
 			j, _ := l.make(b)
