@@ -212,3 +212,82 @@ func TestJSStoreInterleavedJournals(t *testing.T) {
 		}
 	}
 }
+
+// TestJSStoreRebuildOnAnotherHost: what one host stored of a session
+// (display rows, a run in flight, journal, cursor) another host reads
+// back whole, as the table rebuilds a session, and continues: its next
+// seq follows the journal, and the first host, whose cache of the
+// journal is now stale, can neither journal that seq twice nor leave a
+// gap.
+func TestJSStoreRebuildOnAnotherHost(t *testing.T) {
+	ctx := context.Background()
+	e := startServer(t)
+	_, jsA := connect(t, e.ClientURL())
+	_, jsB := connect(t, e.ClientURL())
+	prefix := newBucket()
+	a, b := openStore(t, jsA, prefix), openStore(t, jsB, prefix)
+	parent, key := storetest.Key(1), storetest.Key(2)
+	if err := a.CreateSession(ctx, store.Session{Key: parent, StartedAt: storetest.T0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AppendMessages(ctx, parent, agent.Message{Role: agent.RoleUser, Text: "p1"}, agent.Message{Role: agent.RoleAssistant, Text: "p2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CreateSession(ctx, store.Session{Key: key, Parent: parent, ForkCount: 1, StartedAt: storetest.T0, Epoch: "e1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.StartTurn(ctx, key, agent.Message{Role: agent.RoleUser, Text: "q"}, store.Run{ID: "r1", Status: "running", StartedAt: storetest.T0, StartSeq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var evs []store.Event
+	for seq := uint64(1); seq <= 5; seq++ {
+		evs = append(evs, store.Event{Key: key, Seq: seq, Params: []byte(fmt.Sprintf(`{"seq":%d}`, seq))})
+	}
+	if err := a.Commit(ctx, store.Batch{Events: evs, Cursors: []store.Cursor{{Key: key, Epoch: "e1", LastSeq: 5}}}, store.Retention{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Host B rebuilds it.
+	sess, err := b.GetSession(ctx, key)
+	if err != nil || sess.Epoch != "e1" || sess.LastSeq != 5 || sess.MessageCount != 1 || sess.Parent != parent {
+		t.Fatalf("B: GetSession: %+v, %v; want epoch e1, last seq 5, 1 message, parent %s", sess, err, parent)
+	}
+	if _, first, last, err := b.EventsSince(ctx, key, 1<<62, 1); err != nil || first != 1 || last != 5 {
+		t.Fatalf("B: journal bounds %d..%d, %v; want 1..5", first, last, err)
+	}
+	display, err := b.DisplayMessages(ctx, key)
+	if err != nil || len(display) != 2 || display[0].Text != "p1" || display[1].Text != "q" {
+		t.Fatalf("B: DisplayMessages: %v, %v; want [p1 q]", display, err)
+	}
+	runs, err := b.Runs(ctx, key)
+	if err != nil || len(runs) != 1 || runs[0].Status != "running" || runs[0].StartSeq != 1 {
+		t.Fatalf("B: Runs: %+v, %v; want r1 running from seq 1", runs, err)
+	}
+	// B recovers the run as after a kill, and goes on at seq 6.
+	if err := b.Commit(ctx, store.Batch{
+		Messages: []store.Message{{Key: key, Message: agent.Message{Role: agent.RoleAssistant, Text: "partial"}}},
+		RunEnds:  []store.RunEnd{{Key: key, RunID: "r1", Status: "interrupted", At: storetest.T0}},
+		Events:   []store.Event{{Key: key, Seq: 6, Params: []byte(`{"seq":6}`)}},
+		Cursors:  []store.Cursor{{Key: key, Epoch: "e1", LastSeq: 6}},
+	}, store.Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	// A, its cache still at seq 5: seq 6 again is skipped, 8 is a gap,
+	// 7 follows.
+	if err := a.AppendEvents(ctx, []store.Event{{Key: key, Seq: 6, Params: []byte(`{"from":"a"}`)}}, store.Retention{}); err != nil {
+		t.Fatalf("A: seq 6 again: got %v, want nil (skipped)", err)
+	}
+	if err := a.AppendEvents(ctx, []store.Event{{Key: key, Seq: 8, Params: []byte(`{}`)}}, store.Retention{}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("A: seq 8 after 6: got %v, want ErrInvalid", err)
+	}
+	if err := a.AppendEvents(ctx, []store.Event{{Key: key, Seq: 7, Params: []byte(`{"seq":7}`)}}, store.Retention{}); err != nil {
+		t.Fatalf("A: seq 7: got %v, want nil", err)
+	}
+	got, _, last, err := a.EventsSince(ctx, key, 5, 0)
+	if err != nil || last != 7 || len(got) != 2 || string(got[0].Params) != `{"seq":6}` || got[1].Seq != 7 {
+		t.Fatalf("A: events since 5: %v to %d, %v; want B's seq 6, then 7", got, last, err)
+	}
+	if msgs, err := a.Messages(ctx, key); err != nil || len(msgs) != 2 || msgs[1].Text != "partial" {
+		t.Errorf("A: Messages: %v, %v; want [q partial]", msgs, err)
+	}
+}
