@@ -132,11 +132,15 @@
 //   - A write of several parts is not one transaction. Commit writes, per
 //     session, its events, then its display rows, then its row; StartTurn
 //     the prompt row, then the run. A fault stops it with
-//     store.ErrUnavailable and leaves the parts already written: a
-//     retried Commit journals no event twice, but stores its display rows
-//     again. (JetStream's atomic batch publish, AllowAtomicPublish, spans
-//     one stream and has no client API in nats.go's jetstream package
-//     yet.)
+//     store.ErrUnavailable and leaves the parts already written. A
+//     Commit tried again as the table's journal does (the same entries
+//     first) journals no event twice, and does not store a session's
+//     display rows twice when the session has events in it (each
+//     Commit's rows carry the lowest seq of the session's events in it;
+//     TestJSStoreCommitRetried). A StartTurn that failed after its prompt
+//     row leaves that row. (JetStream's atomic batch publish,
+//     AllowAtomicPublish, spans one stream and has no client API in
+//     nats.go's jetstream package yet.)
 //   - FindByTitle and List read every row (the bucket has no index), and
 //     List reads each listed session's last display message for its
 //     count.

@@ -44,6 +44,9 @@ const (
 	// hdrPart is the index (from 1) of a messages message among its
 	// subject's.
 	hdrPart = "Tether-Part"
+	// hdrBatch is, on a messages message a Commit wrote, the lowest seq
+	// of the session's events in that Commit.
+	hdrBatch = "Tether-Batch"
 )
 
 // JSStore is host/store's *Store on JetStream: the same methods, errors
@@ -673,7 +676,7 @@ func (s *JSStore) StartTurn(ctx context.Context, key string, prompt agent.Messag
 				return fmt.Errorf("start turn of %s: run %s: %w", key, r.ID, store.ErrExists)
 			}
 		}
-		if err := s.appendMessages(ctx, key, []agent.Message{prompt}); err != nil {
+		if err := s.appendMessages(ctx, key, []agent.Message{prompt}, 0); err != nil {
 			return fmt.Errorf("start turn: %w", err)
 		}
 		if err := s.updateRow(ctx, key, func(rw *row) (bool, error) { return true, addRun(rw, r) }); err != nil {
@@ -689,7 +692,10 @@ func (s *JSStore) StartTurn(ctx context.Context, key string, prompt agent.Messag
 // twice), its display rows (one stream message), then its row (run seqs,
 // run ends, the last cursor, the end) by one compare-and-swap. Unlike the
 // SQLite transaction it is not all or nothing: a fault stops it with
-// store.ErrUnavailable and leaves what was written before the fault.
+// store.ErrUnavailable and leaves what was written before the fault. The
+// table's journal tries a failed Commit again with the same entries
+// first: that stores no event twice, nor, for a session that has events
+// in it, the display rows already stored (see appendMessages).
 func (s *JSStore) Commit(ctx context.Context, b store.Batch, keep store.Retention) error {
 	if b.Empty() {
 		return nil
@@ -704,6 +710,12 @@ func (s *JSStore) Commit(ctx context.Context, b store.Batch, keep store.Retentio
 			}
 		}
 		msgs := map[string][]agent.Message{}
+		firstEvent := map[string]uint64{}
+		for _, e := range b.Events {
+			if f, ok := firstEvent[e.Key]; !ok || e.Seq < f {
+				firstEvent[e.Key] = e.Seq
+			}
+		}
 		for _, m := range b.Messages {
 			note(m.Key)
 			msgs[m.Key] = append(msgs[m.Key], m.Message)
@@ -725,7 +737,7 @@ func (s *JSStore) Commit(ctx context.Context, b store.Batch, keep store.Retentio
 		}
 		for _, key := range order {
 			if len(msgs[key]) > 0 {
-				if err := s.appendMessages(ctx, key, msgs[key]); err != nil {
+				if err := s.appendMessages(ctx, key, msgs[key], firstEvent[key]); err != nil {
 					return fmt.Errorf("commit: %w", err)
 				}
 			}
@@ -1105,7 +1117,7 @@ func (s *JSStore) AppendMessages(ctx context.Context, key string, msgs ...agent.
 		if _, _, err := s.getRow(ctx, key); err != nil {
 			return fmt.Errorf("append messages: %w", err)
 		}
-		return s.appendMessages(ctx, key, msgs)
+		return s.appendMessages(ctx, key, msgs, 0)
 	})
 }
 
@@ -1115,17 +1127,16 @@ type storedRow struct {
 	Text string `json:"text"`
 }
 
-func (s *JSStore) appendMessages(ctx context.Context, key string, msgs []agent.Message) error {
+// appendMessages appends msgs to key's display rows as one message. A
+// Commit gives batch, the lowest seq of the session's events it holds
+// (0: none, and for other writers): when the session's last messages
+// message was written by a Commit with the same batch, that Commit
+// failed after storing it, and this is the table's journal trying it
+// again with the same queued entries first (and perhaps more behind):
+// the rows it stored are the first of msgs, and are not stored twice.
+func (s *JSStore) appendMessages(ctx context.Context, key string, msgs []agent.Message, batch uint64) error {
 	if len(msgs) == 0 {
 		return nil
-	}
-	rows := make([]storedRow, len(msgs))
-	for i, m := range msgs {
-		rows[i] = storedRow{Role: string(m.Role), Text: m.Text}
-	}
-	data, err := json.Marshal(rows)
-	if err != nil {
-		return err
 	}
 	mu := s.keyLock(key)
 	mu.Lock()
@@ -1136,7 +1147,25 @@ func (s *JSStore) appendMessages(ctx context.Context, key string, msgs []agent.M
 		if err != nil {
 			return fmt.Errorf("append messages to %s: %w", key, err)
 		}
+		todo := msgs
+		if batch != 0 && c.batch == batch {
+			todo = msgs[min(c.lastRows, len(msgs)):]
+			if len(todo) == 0 {
+				return nil
+			}
+		}
+		rows := make([]storedRow, len(todo))
+		for i, m := range todo {
+			rows[i] = storedRow{Role: string(m.Role), Text: m.Text}
+		}
+		data, err := json.Marshal(rows)
+		if err != nil {
+			return err
+		}
 		msg := nats.NewMsg(subj)
+		if batch != 0 {
+			msg.Header.Set(hdrBatch, strconv.FormatUint(batch, 10))
+		}
 		msg.Header.Set(hdrSeq, strconv.Itoa(c.rows+1))
 		msg.Header.Set(hdrCount, strconv.Itoa(len(rows)))
 		msg.Header.Set(hdrPart, strconv.Itoa(c.parts+1))
@@ -1163,6 +1192,10 @@ func (s *JSStore) appendMessages(ctx context.Context, key string, msgs []agent.M
 type rowCount struct {
 	rows, parts int
 	streamSeq   uint64
+	// lastRows and batch are the last message's row count and Commit
+	// batch (0 when not written by a Commit).
+	lastRows int
+	batch    uint64
 }
 
 // messageCount reads key's rowCount from its subject's last message.
@@ -1176,7 +1209,8 @@ func (s *JSStore) messageCount(ctx context.Context, key string) (rowCount, error
 	if err := errors.Join(err1, err2); err != nil {
 		return rowCount{}, fmt.Errorf("%s: message %d has no row count: %v: %w", m.Subject, m.Sequence, err, store.ErrDamaged)
 	}
-	return rowCount{rows: int(top.seq) + n - 1, parts: parts, streamSeq: top.streamSeq}, nil
+	batch, _ := strconv.ParseUint(m.Header.Get(hdrBatch), 10, 64)
+	return rowCount{rows: int(top.seq) + n - 1, parts: parts, streamSeq: top.streamSeq, lastRows: n, batch: batch}, nil
 }
 
 // ownMessages returns the first limit own rows of key (all when limit <

@@ -291,3 +291,52 @@ func TestJSStoreRebuildOnAnotherHost(t *testing.T) {
 		t.Errorf("A: Messages: %v, %v; want [q partial]", msgs, err)
 	}
 }
+
+// TestJSStoreCommitRetried: a Commit that failed after storing a
+// session's display rows, tried again as the table's journal does (the
+// same entries first, more behind), stores none of them twice; a later
+// Commit with the same texts stores them again.
+func TestJSStoreCommitRetried(t *testing.T) {
+	ctx := context.Background()
+	e := startServer(t)
+	_, js := connect(t, e.ClientURL())
+	s := openStore(t, js, newBucket())
+	key := storetest.Key(1)
+	if err := s.CreateSession(ctx, store.Session{Key: key, StartedAt: storetest.T0}); err != nil {
+		t.Fatal(err)
+	}
+	row := func(text string) store.Message {
+		return store.Message{Key: key, Message: agent.Message{Role: agent.RoleAssistant, Text: text}}
+	}
+	ev := func(seq uint64) store.Event { return store.Event{Key: key, Seq: seq, Params: []byte(`{}`)} }
+	// The first attempt got as far as the events and the rows.
+	first := store.Batch{Messages: []store.Message{row("a"), row("b")}, Events: []store.Event{ev(1), ev(2)}}
+	if err := s.AppendEvents(ctx, first.Events, store.Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.appendMessages(ctx, key, []agent.Message{row("a").Message, row("b").Message}, 1); err != nil {
+		t.Fatal(err)
+	}
+	retried := store.Batch{
+		Messages: []store.Message{row("a"), row("b"), row("c")},
+		Events:   []store.Event{ev(1), ev(2), ev(3)},
+		Cursors:  []store.Cursor{{Key: key, Epoch: "e", LastSeq: 3}},
+	}
+	if err := s.Commit(ctx, retried, store.Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, store.Batch{Messages: []store.Message{row("a")}, Events: []store.Event{ev(4)}}, store.Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := s.Messages(ctx, key)
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.Text)
+	}
+	if err != nil || fmt.Sprint(got) != "[a b c a]" {
+		t.Errorf("Messages: got %v, %v; want [a b c a]", got, err)
+	}
+	if evs, _, last, err := s.EventsSince(ctx, key, 0, 0); err != nil || len(evs) != 4 || last != 4 {
+		t.Errorf("journal: %d events to %d, %v; want 4 to 4", len(evs), last, err)
+	}
+}
