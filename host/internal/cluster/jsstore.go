@@ -970,6 +970,7 @@ func (s *JSStore) readSubject(ctx context.Context, st jetstream.Stream, subj str
 	}()
 	ctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
+	wait := time.Millisecond
 	for known > 0 {
 		batch, err := cons.Fetch(min(known, 1000), jetstream.FetchContext(ctx))
 		if err != nil {
@@ -982,7 +983,21 @@ func (s *JSStore) readSubject(ctx context.Context, st jetstream.Stream, subj str
 				known, err = fn(m)
 			}
 		}
-		if berr := batch.Error(); berr != nil && err == nil {
+		berr := batch.Error()
+		if n == 0 && errors.Is(berr, nats.ErrNoResponders) && err == nil {
+			// On a cluster, the new consumer's server may not yet be
+			// known to the one this connection is on: ask again.
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("%w (asked again until: %w)", berr, ctx.Err())
+			case <-t.C:
+			}
+			wait = min(2*wait, 50*time.Millisecond)
+			continue
+		}
+		if berr != nil && err == nil {
 			err = berr
 		}
 		if err != nil {

@@ -340,3 +340,37 @@ func TestJSStoreCommitRetried(t *testing.T) {
 		t.Errorf("journal: %d events to %d, %v; want 4 to 4", len(evs), last, err)
 	}
 }
+
+// TestJSStoreConformanceCluster runs the conformance suite on a bucket
+// and streams of 3 replicas on a 3-node cluster, each store on a
+// connection to another node: the leader decides every expected-last
+// check, and the busy answers of a replicated stream are asked again.
+func TestJSStoreConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	nodes := startCluster(t, 3)
+	var js []jetstream.JetStream
+	for _, n := range nodes {
+		_, j := connect(t, n.ClientURL())
+		js = append(js, j)
+	}
+	var i int
+	storetest.Run(t, func(t *testing.T) storetest.Store {
+		i++
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		for {
+			s, err := OpenJSStore(ctx, js[i%len(js)], StoreConfig{Prefix: newBucket(), Replicas: 3})
+			if err == nil {
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("open store: %v", err)
+			}
+			// The servers may still be learning of each other.
+			retry(ctx)
+		}
+	})
+}
