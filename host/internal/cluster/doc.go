@@ -119,6 +119,14 @@
 //     together or not at all and stay adjacent, and the last message
 //     gives the session's message count in one read.
 //
+// Tests: the suite on one server (TestJSStoreConformance) and on three
+// routed ones with 3 replicas, each store on another node
+// (TestJSStoreConformanceCluster: there a read's new consumer may not be
+// known yet to the connection's server, and the fetch is asked again);
+// two hosts racing on one session (TestJSStoreTwoHosts); a session
+// continued by another host (TestJSStoreRebuildOnAnotherHost); journals
+// interleaved in the stream (TestJSStoreInterleavedJournals).
+//
 // One stream with a subject per session rather than a stream per
 // session: a stream per session would make the stream sequence the
 // session seq and each append a plain expected-last-sequence publish,
