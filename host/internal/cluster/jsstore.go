@@ -20,7 +20,8 @@ import (
 )
 
 // StoreConfig configures the JetStream objects a JSStore keeps its data
-// in, created when they do not exist yet.
+// in, created when they do not exist yet; existing ones are used as they
+// are.
 type StoreConfig struct {
 	// Prefix names them: bucket <Prefix>_store, streams <PREFIX>_EVENTS
 	// and <PREFIX>_MESSAGES on subjects <Prefix>.journal.<key> and
@@ -123,16 +124,26 @@ func OpenJSStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (
 		{&s.events, s.evName, s.evSubj, "tether event journals: one subject per session, one message per event"},
 		{&s.messages, upper(cfg.Prefix) + "_MESSAGES", s.msgSubj, "tether display rows: one subject per session, one message per append"},
 	} {
-		// Direct gets off: a read of a subject's last message is answered
-		// by the stream leader, so it sees every acknowledged write.
-		*st.dst, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        st.name,
-			Description: st.desc,
-			Subjects:    []string{st.subj + "*"},
-			Storage:     cfg.Storage,
-			Replicas:    cfg.Replicas,
-			Discard:     jetstream.DiscardOld,
-		})
+		// An existing stream is used as it is (QuickCheck tells if it
+		// was changed to drop messages).
+		*st.dst, err = js.Stream(ctx, st.name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Direct gets off: a read of a subject's last message is
+			// answered by the stream leader, so it sees every
+			// acknowledged write.
+			*st.dst, err = js.CreateStream(ctx, jetstream.StreamConfig{
+				Name:        st.name,
+				Description: st.desc,
+				Subjects:    []string{st.subj + "*"},
+				Storage:     cfg.Storage,
+				Replicas:    cfg.Replicas,
+				Discard:     jetstream.DiscardOld,
+			})
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				// Another host created it meanwhile.
+				*st.dst, err = js.Stream(ctx, st.name)
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open store: stream %s: %v: %w", st.name, err, store.ErrUnavailable)
 		}

@@ -374,3 +374,32 @@ func TestJSStoreConformanceCluster(t *testing.T) {
 		}
 	})
 }
+
+// TestJSStoreQuickCheck: a stream deleted, or changed to drop messages,
+// is damage; a store opened on existing objects uses them as they are.
+func TestJSStoreQuickCheck(t *testing.T) {
+	ctx := context.Background()
+	e := startServer(t)
+	_, js := connect(t, e.ClientURL())
+	prefix := newBucket()
+	s := openStore(t, js, prefix)
+	if err := s.QuickCheck(ctx); err != nil {
+		t.Fatalf("QuickCheck: got %v, want nil", err)
+	}
+	cfg := s.messages.CachedInfo().Config
+	cfg.MaxMsgsPerSubject = 10
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Opening again keeps the change (and so does not hide it).
+	again := openStore(t, js, prefix)
+	if err := again.QuickCheck(ctx); !errors.Is(err, store.ErrDamaged) {
+		t.Errorf("QuickCheck with a per-subject limit: got %v, want ErrDamaged", err)
+	}
+	if err := js.DeleteStream(ctx, s.evName); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.QuickCheck(ctx); !errors.Is(err, store.ErrDamaged) {
+		t.Errorf("QuickCheck with the journal stream gone: got %v, want ErrDamaged", err)
+	}
+}
