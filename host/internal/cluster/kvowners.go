@@ -59,15 +59,27 @@ func NewKVOwners(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
+	kv, err := openLeaderKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "tether session ownership: one entry per live stored session",
+		History:     1,
+		Replicas:    cfg.Replicas,
+		Storage:     cfg.Storage,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &KVOwners{kv: kv, bucket: cfg.Bucket}, nil
+}
+
+// openLeaderKV opens the bucket cfg names, creating it with cfg if it
+// does not exist, and switches off its direct gets, so that every Get on
+// the handle it returns is answered by the stream leader. It refuses a
+// bucket that is a mirror.
+func openLeaderKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      cfg.Bucket,
-			Description: "tether session ownership: one entry per live stored session",
-			History:     1,
-			Replicas:    cfg.Replicas,
-			Storage:     cfg.Storage,
-		})
+		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			// Another host created it meanwhile.
 			kv, err = js.KeyValue(ctx, cfg.Bucket)
@@ -108,7 +120,7 @@ func NewKVOwners(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV
 			return nil, fmt.Errorf("bucket %s: switch direct gets off: %w", cfg.Bucket, err)
 		}
 	}
-	return &KVOwners{kv: kv, bucket: cfg.Bucket}, nil
+	return kv, nil
 }
 
 // Create implements ownership.Store: a KV create, which also takes a key
@@ -242,6 +254,12 @@ const busyBudget = 5 * time.Second
 // 50 ms), until ctx ends. It returns write's last error, joined with
 // ctx's when that ended the retries.
 func (k *KVOwners) retryBusy(ctx context.Context, write func() error) error {
+	return retryBusy(ctx, &k.busyRetries, write)
+}
+
+// retryBusy is KVOwners.retryBusy for any writer, counting the writes
+// asked again in retries.
+func retryBusy(ctx context.Context, retries *atomic.Uint64, write func() error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, busyBudget)
@@ -260,7 +278,7 @@ func (k *KVOwners) retryBusy(ctx context.Context, write func() error) error {
 			return fmt.Errorf("%w (asked again until: %w)", err, ctx.Err())
 		case <-t.C:
 		}
-		k.busyRetries.Add(1)
+		retries.Add(1)
 		wait = min(2*wait, 50*time.Millisecond)
 	}
 }

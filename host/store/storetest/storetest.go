@@ -1,0 +1,749 @@
+// Package storetest is a conformance suite for stores of tether's stored
+// sessions: host/store's SQLite *store.Store and the cluster's JetStream
+// store both pass it, so that the session table can run on either with
+// the same results.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) storetest.Store { return open(t) })
+//	}
+//
+// Each check is a subtest with its own store from open, which must close
+// it when the test ends. The checks are host/store's own behaviours:
+// errors, orders, the end reason that wins, the display prefix of a fork,
+// the journal's duplicates and retention, runs, turns, commits and
+// injected write faults. What stores may differ in (a seq gap in a
+// journal, concurrency across processes, durability) is left to each
+// store's own tests.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/store"
+)
+
+// Store is the method set of host/store's *store.Store that the session
+// table uses, with its semantics.
+type Store interface {
+	CreateSession(ctx context.Context, sess store.Session) error
+	GetSession(ctx context.Context, key string) (store.Session, error)
+	FindByTitle(ctx context.Context, title string) (store.Session, error)
+	List(ctx context.Context, limit int) ([]store.Session, error)
+	End(ctx context.Context, key, reason string, at time.Time) error
+	Reopen(ctx context.Context, key string) error
+	SetCursor(ctx context.Context, key, epoch string, lastSeq uint64) error
+	SetAgentState(ctx context.Context, key, state string) error
+	SetTitle(ctx context.Context, key, title string) error
+
+	AppendMessages(ctx context.Context, key string, msgs ...agent.Message) error
+	Messages(ctx context.Context, key string) ([]agent.Message, error)
+	DisplayMessages(ctx context.Context, key string) ([]agent.Message, error)
+	DisplayCount(ctx context.Context, key string) (int, error)
+
+	StartTurn(ctx context.Context, key string, prompt agent.Message, r store.Run) error
+	StartRun(ctx context.Context, key string, r store.Run) error
+	EndRun(ctx context.Context, key, runID, status string, at time.Time) error
+	Runs(ctx context.Context, key string) ([]store.Run, error)
+
+	AppendEvents(ctx context.Context, events []store.Event, keep store.Retention) error
+	EventsSince(ctx context.Context, key string, after uint64, limit int) (events []store.Event, first, last uint64, err error)
+	Commit(ctx context.Context, b store.Batch, keep store.Retention) error
+
+	QuickCheck(ctx context.Context) error
+	SetWriteFault(f func() error)
+	OnWriteFault(f func(error))
+	Close() error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Run runs every check against stores made by open.
+func Run(t *testing.T, open func(t *testing.T) Store) {
+	checks := []struct {
+		name string
+		fn   func(t *testing.T, s Store)
+	}{
+		{"CreateAndGet", testCreateAndGet},
+		{"UpdatesOnUnknownSession", testUpdatesOnUnknownSession},
+		{"EndFirstReasonWins", testEndFirstReasonWins},
+		{"SetCursorTitleAgentState", testSetCursorTitleAgentState},
+		{"MessagesInOrder", testMessagesInOrder},
+		{"DisplayLineage", testDisplayLineage},
+		{"FindByTitle", testFindByTitle},
+		{"List", testList},
+		{"ConcurrentAppend", testConcurrentAppend},
+		{"JournalAppendAndSince", testJournalAppendAndSince},
+		{"JournalRetention", nil},
+		{"JournalPage", testJournalPage},
+		{"Runs", testRuns},
+		{"StartTurn", testStartTurn},
+		{"Commit", testCommit},
+		{"WriteFault", testWriteFault},
+		{"QuickCheck", func(t *testing.T, s Store) {
+			if err := s.QuickCheck(context.Background()); err != nil {
+				t.Errorf("QuickCheck of a new store: got %v, want nil", err)
+			}
+		}},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if c.fn == nil {
+				testJournalRetention(t, open)
+				return
+			}
+			c.fn(t, open(t))
+		})
+	}
+}
+
+// T0 is the start time of the checks' sessions.
+var T0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// Key is the stored key of the checks' i-th session.
+func Key(i int) string { return fmt.Sprintf("20250102_030405_%06x", i) }
+
+func mustCreate(tb testing.TB, s Store, sess store.Session) {
+	tb.Helper()
+	if err := s.CreateSession(context.Background(), sess); err != nil {
+		tb.Fatalf("CreateSession(%s): got error %v, want nil", sess.Key, err)
+	}
+}
+
+// mustAppend appends one message per text, alternating user and
+// assistant, in one call.
+func mustAppend(tb testing.TB, s Store, key string, texts ...string) {
+	tb.Helper()
+	msgs := make([]agent.Message, len(texts))
+	for i, text := range texts {
+		role := agent.RoleUser
+		if i%2 == 1 {
+			role = agent.RoleAssistant
+		}
+		msgs[i] = agent.Message{Role: role, Text: text}
+	}
+	if err := s.AppendMessages(context.Background(), key, msgs...); err != nil {
+		tb.Fatalf("AppendMessages(%s): got error %v, want nil", key, err)
+	}
+}
+
+func texts(msgs []agent.Message) []string {
+	out := []string{}
+	for _, m := range msgs {
+		out = append(out, m.Text)
+	}
+	return out
+}
+
+// events returns the events from..to of key, params {"seq":N}.
+func events(key string, from, to uint64) []store.Event {
+	var out []store.Event
+	for seq := from; seq <= to; seq++ {
+		out = append(out, store.Event{Key: key, Seq: seq, Params: json.RawMessage(fmt.Sprintf(`{"seq":%d}`, seq))})
+	}
+	return out
+}
+
+func testCreateAndGet(t *testing.T, s Store) {
+	ctx := context.Background()
+	parent := store.Session{Key: Key(1), Title: "p", StartedAt: T0}
+	mustCreate(t, s, parent)
+	mustAppend(t, s, parent.Key, "a", "b", "c")
+	want := store.Session{
+		Key: Key(2), Title: "child", Parent: parent.Key, ForkCount: 2,
+		StartedAt: T0.Add(time.Minute), EndedAt: T0.Add(time.Hour), EndReason: "closed",
+		Epoch: "ep1", LastSeq: 42, AgentState: `{"id":"x"}`,
+	}
+	mustCreate(t, s, want)
+	got, err := s.GetSession(ctx, want.Key)
+	if err != nil || got != want {
+		t.Errorf("GetSession: got %+v, %v; want %+v, nil", got, err, want)
+	}
+	gotParent, err := s.GetSession(ctx, parent.Key)
+	if err != nil || gotParent.MessageCount != 3 || !gotParent.EndedAt.IsZero() || gotParent.EndReason != "" {
+		t.Errorf("GetSession(parent): got %+v, %v; want 3 messages, not ended", gotParent, err)
+	}
+	for _, tt := range []struct {
+		name string
+		sess store.Session
+		want error
+	}{
+		{"duplicate key", store.Session{Key: parent.Key, StartedAt: T0}, store.ErrExists},
+		{"unknown parent", store.Session{Key: Key(3), Parent: Key(0xffffff), StartedAt: T0}, store.ErrNotFound},
+		{"empty key", store.Session{StartedAt: T0}, store.ErrInvalid},
+		{"negative fork count", store.Session{Key: Key(4), Parent: parent.Key, ForkCount: -1}, store.ErrInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := s.CreateSession(ctx, tt.sess); !errors.Is(err, tt.want) {
+				t.Errorf("CreateSession: got error %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if _, err := s.GetSession(ctx, Key(0xeeeeee)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetSession(unknown): got error %v, want %v", err, store.ErrNotFound)
+	}
+}
+
+func testUpdatesOnUnknownSession(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(0xeeeeee)
+	for _, tt := range []struct {
+		name string
+		call func() error
+	}{
+		{"End", func() error { return s.End(ctx, key, "closed", T0) }},
+		{"Reopen", func() error { return s.Reopen(ctx, key) }},
+		{"SetCursor", func() error { return s.SetCursor(ctx, key, "e", 1) }},
+		{"SetTitle", func() error { return s.SetTitle(ctx, key, "t") }},
+		{"SetAgentState", func() error { return s.SetAgentState(ctx, key, "x") }},
+		{"AppendMessages", func() error { return s.AppendMessages(ctx, key, agent.Message{Role: agent.RoleUser, Text: "x"}) }},
+		{"StartTurn", func() error {
+			return s.StartTurn(ctx, key, agent.Message{Role: agent.RoleUser, Text: "x"}, store.Run{ID: "r", Status: "running"})
+		}},
+		{"Messages", func() error { _, err := s.Messages(ctx, key); return err }},
+		{"DisplayMessages", func() error { _, err := s.DisplayMessages(ctx, key); return err }},
+		{"DisplayCount", func() error { _, err := s.DisplayCount(ctx, key); return err }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.call(); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("%s(unknown key): got error %v, want %v", tt.name, err, store.ErrNotFound)
+			}
+		})
+	}
+	if runs, err := s.Runs(ctx, key); err != nil || len(runs) != 0 || runs == nil {
+		t.Errorf("Runs(unknown key): got %v, %v; want an empty list, nil", runs, err)
+	}
+	if evs, first, last, err := s.EventsSince(ctx, key, 0, 0); err != nil || len(evs) != 0 || first != 0 || last != 0 {
+		t.Errorf("EventsSince(unknown key): got %v %d..%d, %v; want nothing", evs, first, last, err)
+	}
+}
+
+func testEndFirstReasonWins(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	for _, st := range []struct {
+		name       string
+		op         func() error
+		wantReason string
+		wantEnded  time.Time
+	}{
+		{"first end", func() error { return s.End(ctx, key, "closed", T0.Add(time.Minute)) }, "closed", T0.Add(time.Minute)},
+		{"second end ignored", func() error { return s.End(ctx, key, "shutdown", T0.Add(time.Hour)) }, "closed", T0.Add(time.Minute)},
+		{"reopen clears", func() error { return s.Reopen(ctx, key) }, "", time.Time{}},
+		{"end after reopen", func() error { return s.End(ctx, key, "idle_reap", T0.Add(2*time.Hour)) }, "idle_reap", T0.Add(2 * time.Hour)},
+		{"empty reason refused", func() error {
+			if err := s.End(ctx, key, "", T0); !errors.Is(err, store.ErrInvalid) {
+				return fmt.Errorf("got error %v, want %v", err, store.ErrInvalid)
+			}
+			return nil
+		}, "idle_reap", T0.Add(2 * time.Hour)},
+	} {
+		if err := st.op(); err != nil {
+			t.Fatalf("%s: got error %v, want nil", st.name, err)
+		}
+		got, err := s.GetSession(ctx, key)
+		if err != nil || got.EndReason != st.wantReason || !got.EndedAt.Equal(st.wantEnded) {
+			t.Errorf("%s: got reason %q ended %v (%v), want %q %v", st.name, got.EndReason, got.EndedAt, err, st.wantReason, st.wantEnded)
+		}
+	}
+}
+
+func testSetCursorTitleAgentState(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, Title: "old", StartedAt: T0})
+	if err := s.SetCursor(ctx, key, "epoch-2", 1<<40); err != nil {
+		t.Fatalf("SetCursor: got error %v, want nil", err)
+	}
+	for range 2 { // the same value again is no error either
+		if err := s.SetTitle(ctx, key, "new"); err != nil {
+			t.Fatalf("SetTitle: got error %v, want nil", err)
+		}
+	}
+	if err := s.SetAgentState(ctx, key, `{"cwd":"/"}`); err != nil {
+		t.Fatalf("SetAgentState: got error %v, want nil", err)
+	}
+	got, err := s.GetSession(ctx, key)
+	if err != nil || got.Epoch != "epoch-2" || got.LastSeq != 1<<40 || got.Title != "new" || got.AgentState != `{"cwd":"/"}` {
+		t.Errorf("GetSession: got %+v, %v; want epoch-2, 1<<40, new, the state", got, err)
+	}
+}
+
+func testMessagesInOrder(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	got, err := s.Messages(ctx, key)
+	if err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("Messages (empty): got %#v, %v; want empty non-nil slice, nil", got, err)
+	}
+	if err := s.AppendMessages(ctx, key); err != nil {
+		t.Fatalf("AppendMessages(): got error %v, want nil", err)
+	}
+	mustAppend(t, s, key, "1", "2")
+	mustAppend(t, s, key, "3")
+	got, err = s.Messages(ctx, key)
+	want := []agent.Message{{Role: agent.RoleUser, Text: "1"}, {Role: agent.RoleAssistant, Text: "2"}, {Role: agent.RoleUser, Text: "3"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Messages: got %v, %v; want %v", got, err, want)
+	}
+}
+
+func testDisplayLineage(t *testing.T, s Store) {
+	ctx := context.Background()
+	gp, par, child, wide, none := Key(1), Key(2), Key(3), Key(4), Key(5)
+	mustCreate(t, s, store.Session{Key: gp, StartedAt: T0})
+	mustAppend(t, s, gp, "g1", "g2")
+	mustAppend(t, s, gp, "g3", "g4")
+	mustCreate(t, s, store.Session{Key: par, Parent: gp, ForkCount: 2, StartedAt: T0})
+	mustAppend(t, s, par, "p1", "p2")
+	mustCreate(t, s, store.Session{Key: child, Parent: par, ForkCount: 3, StartedAt: T0})
+	mustAppend(t, s, child, "c1")
+	// A fork count beyond the parent's display keeps all of it.
+	mustCreate(t, s, store.Session{Key: wide, Parent: par, ForkCount: 99, StartedAt: T0})
+	mustAppend(t, s, wide, "w1")
+	// A fork count of 0 keeps none of it.
+	mustCreate(t, s, store.Session{Key: none, Parent: child, ForkCount: 0, StartedAt: T0})
+	mustAppend(t, s, none, "n1")
+	for _, tt := range []struct {
+		key      string
+		want     []string
+		wantOwn  []string
+		wantSize int
+	}{
+		{gp, []string{"g1", "g2", "g3", "g4"}, []string{"g1", "g2", "g3", "g4"}, 4},
+		{par, []string{"g1", "g2", "p1", "p2"}, []string{"p1", "p2"}, 4},
+		{child, []string{"g1", "g2", "p1", "c1"}, []string{"c1"}, 4},
+		{wide, []string{"g1", "g2", "p1", "p2", "w1"}, []string{"w1"}, 5},
+		{none, []string{"n1"}, []string{"n1"}, 1},
+	} {
+		t.Run(tt.key, func(t *testing.T) {
+			got, err := s.DisplayMessages(ctx, tt.key)
+			if err != nil || !slices.Equal(texts(got), tt.want) {
+				t.Errorf("DisplayMessages: got %v, %v; want %v", texts(got), err, tt.want)
+			}
+			own, err := s.Messages(ctx, tt.key)
+			if err != nil || !slices.Equal(texts(own), tt.wantOwn) {
+				t.Errorf("Messages: got %v, %v; want %v", texts(own), err, tt.wantOwn)
+			}
+			if n, err := s.DisplayCount(ctx, tt.key); err != nil || n != tt.wantSize {
+				t.Errorf("DisplayCount: got %d, %v; want %d, nil", n, err, tt.wantSize)
+			}
+		})
+	}
+}
+
+func testFindByTitle(t *testing.T, s Store) {
+	ctx := context.Background()
+	for _, sess := range []store.Session{
+		{Key: Key(1), Title: "work", StartedAt: T0},
+		{Key: Key(2), Title: "work", StartedAt: T0.Add(time.Hour)},
+		{Key: Key(3), Title: "work", StartedAt: T0.Add(-time.Hour)},
+		{Key: Key(4), Title: "tie", StartedAt: T0},
+		{Key: Key(5), Title: "tie", StartedAt: T0},
+		{Key: Key(6), Title: "", StartedAt: T0},
+	} {
+		mustCreate(t, s, sess)
+	}
+	mustAppend(t, s, Key(2), "x")
+	for _, tt := range []struct {
+		title   string
+		wantKey string
+		wantErr error
+	}{
+		{"work", Key(2), nil},
+		{"tie", Key(5), nil},
+		{"Work", "", store.ErrNotFound},
+		{"wor", "", store.ErrNotFound},
+		{"", "", store.ErrNotFound},
+	} {
+		t.Run(tt.title, func(t *testing.T) {
+			got, err := s.FindByTitle(ctx, tt.title)
+			if !errors.Is(err, tt.wantErr) || got.Key != tt.wantKey {
+				t.Errorf("FindByTitle(%q): got %q, %v; want %q, %v", tt.title, got.Key, err, tt.wantKey, tt.wantErr)
+			}
+			if tt.wantKey == Key(2) && got.MessageCount != 1 {
+				t.Errorf("FindByTitle(%q).MessageCount: got %d, want 1", tt.title, got.MessageCount)
+			}
+		})
+	}
+}
+
+func testList(t *testing.T, s Store) {
+	ctx := context.Background()
+	got, err := s.List(ctx, 0)
+	if err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("List (empty): got %v, %v; want empty non-nil slice, nil", got, err)
+	}
+	const defaultLimit, total = 100, 105
+	var all []string // newest first
+	for i := range total {
+		// Pairs share a start time, so the key breaks the tie.
+		mustCreate(t, s, store.Session{Key: Key(i), StartedAt: T0.Add(time.Duration(i/2) * time.Second)})
+		all = append([]string{Key(i)}, all...)
+	}
+	mustAppend(t, s, all[0], "x", "y")
+	for _, tt := range []struct {
+		limit int
+		want  []string
+	}{
+		{1, all[:1]},
+		{3, all[:3]},
+		{0, all[:defaultLimit]},
+		{-1, all[:defaultLimit]},
+		{total + 10, all},
+	} {
+		t.Run(fmt.Sprint(tt.limit), func(t *testing.T) {
+			got, err := s.List(ctx, tt.limit)
+			var keys []string
+			for _, sess := range got {
+				keys = append(keys, sess.Key)
+			}
+			if err != nil || !slices.Equal(keys, tt.want) {
+				t.Errorf("List(%d): got %d keys, %v; want %d keys", tt.limit, len(keys), err, len(tt.want))
+			}
+			if len(got) > 0 && got[0].MessageCount != 2 {
+				t.Errorf("List(%d)[0].MessageCount: got %d, want 2", tt.limit, got[0].MessageCount)
+			}
+		})
+	}
+}
+
+// testConcurrentAppend: appends racing on one store all land, each
+// call's rows adjacent, each goroutine's calls in order.
+func testConcurrentAppend(t *testing.T, s Store) {
+	ctx := context.Background()
+	const goroutines, rounds = 8, 5
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for r := range rounds {
+				if err := s.AppendMessages(ctx, key,
+					agent.Message{Role: agent.RoleUser, Text: fmt.Sprintf("%d/%d/q", g, r)},
+					agent.Message{Role: agent.RoleAssistant, Text: fmt.Sprintf("%d/%d/a", g, r)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("AppendMessages: got error %v, want nil", err)
+	}
+	msgs, err := s.Messages(ctx, key)
+	if err != nil || len(msgs) != goroutines*rounds*2 {
+		t.Fatalf("Messages: got %d rows, %v; want %d", len(msgs), err, goroutines*rounds*2)
+	}
+	next := map[int]int{}
+	for i := 0; i < len(msgs); i += 2 {
+		var g, r int
+		if _, err := fmt.Sscanf(msgs[i].Text, "%d/%d/q", &g, &r); err != nil {
+			t.Fatalf("row %d: got %q, want a question", i, msgs[i].Text)
+		}
+		if want := fmt.Sprintf("%d/%d/a", g, r); msgs[i+1].Text != want || r != next[g] {
+			t.Errorf("rows %d, %d: got %q %q, want round %d of %d and its answer", i, i+1, msgs[i].Text, msgs[i+1].Text, next[g], g)
+		}
+		next[g] = r + 1
+	}
+	if sess, err := s.GetSession(ctx, key); err != nil || sess.MessageCount != goroutines*rounds*2 {
+		t.Errorf("GetSession: got count %d, %v; want %d", sess.MessageCount, err, goroutines*rounds*2)
+	}
+}
+
+func testJournalAppendAndSince(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	if err := s.AppendEvents(ctx, events(key, 1, 10), store.Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	// Seqs already journaled are ignored, not an error.
+	if err := s.AppendEvents(ctx, events(key, 8, 12), store.Retention{}); err != nil {
+		t.Fatalf("append over journaled seqs: got %v, want nil", err)
+	}
+	got, first, last, err := s.EventsSince(ctx, key, 4, 0)
+	if err != nil || first != 1 || last != 12 || len(got) != 8 || got[0].Seq != 5 || got[7].Seq != 12 {
+		t.Fatalf("since 4: got %d events, bounds %d..%d, %v; want 8 events 5..12, bounds 1..12", len(got), first, last, err)
+	}
+	for i, e := range got {
+		if want := fmt.Sprintf(`{"seq":%d}`, 5+i); e.Key != key || string(e.Params) != want {
+			t.Errorf("event %d: got %s %s, want %s %s", i, e.Key, e.Params, key, want)
+		}
+	}
+	for _, tt := range []struct {
+		after     uint64
+		limit     int
+		wantSeqs  []uint64
+		wantFirst uint64
+	}{
+		{4, 3, []uint64{5, 6, 7}, 1},
+		{0, 2, []uint64{1, 2}, 1},
+		{11, 0, []uint64{12}, 1},
+		{12, 0, nil, 1},
+		{1 << 62, 1, nil, 1}, // ahead of the journal: bounds only
+	} {
+		got, first, last, err := s.EventsSince(ctx, key, tt.after, tt.limit)
+		var seqs []uint64
+		for _, e := range got {
+			seqs = append(seqs, e.Seq)
+		}
+		if err != nil || !slices.Equal(seqs, tt.wantSeqs) || first != tt.wantFirst || last != 12 {
+			t.Errorf("EventsSince(%d, %d): got %v %d..%d, %v; want %v %d..12", tt.after, tt.limit, seqs, first, last, err, tt.wantSeqs, tt.wantFirst)
+		}
+	}
+	// Two sessions' journals in one call, each unaffected by the other.
+	other := Key(2)
+	mustCreate(t, s, store.Session{Key: other, StartedAt: T0})
+	if err := s.AppendEvents(ctx, append(events(other, 1, 3), events(key, 13, 13)...), store.Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, first, last, err := s.EventsSince(ctx, other, 0, 0); err != nil || first != 1 || last != 3 {
+		t.Errorf("other session: got bounds %d..%d, %v; want 1..3", first, last, err)
+	}
+	if _, _, last, err := s.EventsSince(ctx, key, 0, 0); err != nil || last != 13 {
+		t.Errorf("first session: got last %d, %v; want 13", last, err)
+	}
+}
+
+// testJournalPage: a whole journal of retention's default size comes
+// back in seq order, a page at a time as the host reads it.
+func testJournalPage(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	const n = 1200
+	for from := uint64(1); from <= n; from += 300 {
+		if err := s.AppendEvents(ctx, events(key, from, from+299), store.Retention{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen uint64
+	for seen < n {
+		got, first, last, err := s.EventsSince(ctx, key, seen, 500)
+		if err != nil || first != 1 || last != n || len(got) == 0 {
+			t.Fatalf("since %d: got %d events %d..%d, %v", seen, len(got), first, last, err)
+		}
+		for _, e := range got {
+			if e.Seq != seen+1 {
+				t.Fatalf("since %d: got seq %d after %d", seen, e.Seq, seen)
+			}
+			seen = e.Seq
+		}
+	}
+}
+
+func testJournalRetention(t *testing.T, open func(t *testing.T) Store) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name       string
+		keep       store.Retention
+		perKey     uint64
+		wantFirstA uint64
+		wantFirstB uint64
+	}{
+		{"per session", store.Retention{PerSession: 5, Total: 1000}, 20, 16, 16},
+		{"total", store.Retention{PerSession: 1000, Total: 10}, 20, 0, 11},
+		{"nothing pruned", store.Retention{PerSession: 100, Total: 1000}, 20, 1, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := open(t)
+			a, b := Key(1), Key(2)
+			mustCreate(t, s, store.Session{Key: a, StartedAt: T0})
+			mustCreate(t, s, store.Session{Key: b, StartedAt: T0})
+			if err := s.AppendEvents(ctx, events(a, 1, tt.perKey), tt.keep); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.AppendEvents(ctx, events(b, 1, tt.perKey), tt.keep); err != nil {
+				t.Fatal(err)
+			}
+			_, firstA, _, errA := s.EventsSince(ctx, a, 0, 0)
+			evsB, firstB, lastB, errB := s.EventsSince(ctx, b, 0, 0)
+			if err := errors.Join(errA, errB); err != nil || firstA != tt.wantFirstA || firstB != tt.wantFirstB || lastB != tt.perKey {
+				t.Fatalf("after pruning: a from %d, b %d..%d, %v; want a from %d, b %d..%d", firstA, firstB, lastB, err, tt.wantFirstA, tt.wantFirstB, tt.perKey)
+			}
+			if len(evsB) != int(lastB-firstB+1) || evsB[0].Seq != firstB {
+				t.Errorf("after pruning: b's events %d from %d, want %d from %d", len(evsB), evsB[0].Seq, lastB-firstB+1, firstB)
+			}
+			// Truncated: a client that saw less than the first kept
+			// gets the journal from its first event.
+			if got, _, _, err := s.EventsSince(ctx, b, 1, 1); err != nil || len(got) != 1 || got[0].Seq != max(firstB, 2) {
+				t.Errorf("since 1 after pruning: got %v, %v; want seq %d", got, err, max(firstB, 2))
+			}
+		})
+	}
+}
+
+func testRuns(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	if err := s.StartRun(ctx, key, store.Run{ID: "r2", Status: "running", StartedAt: time.Unix(20, 0), StartSeq: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartRun(ctx, key, store.Run{ID: "r1", Status: "running", StartedAt: time.Unix(10, 0), StartSeq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndRun(ctx, key, "r1", "complete", time.Unix(15, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// An ended run keeps its first status; an unknown one is no error.
+	if err := s.EndRun(ctx, key, "r1", "failed", time.Unix(16, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndRun(ctx, key, "nope", "failed", time.Unix(16, 0)); err != nil {
+		t.Fatalf("EndRun of an unknown run: got %v, want nil", err)
+	}
+	runs, err := s.Runs(ctx, key)
+	if err != nil || len(runs) != 2 || runs[0].ID != "r1" || runs[0].Status != "complete" || runs[0].EndedAt.Unix() != 15 ||
+		runs[1].ID != "r2" || runs[1].Status != "running" || !runs[1].EndedAt.IsZero() || runs[1].StartSeq != 9 {
+		t.Fatalf("Runs: got %+v, %v; want r1 complete at 15, r2 running from seq 9", runs, err)
+	}
+}
+
+func testStartTurn(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	mustAppend(t, s, key, "before")
+	if err := s.StartTurn(ctx, key, agent.Message{Role: agent.RoleUser, Text: "prompt"}, store.Run{ID: "r1", Status: "running", StartedAt: T0}); err != nil {
+		t.Fatalf("StartTurn: got %v, want nil", err)
+	}
+	msgs, err := s.Messages(ctx, key)
+	runs, rerr := s.Runs(ctx, key)
+	if err := errors.Join(err, rerr); err != nil || !slices.Equal(texts(msgs), []string{"before", "prompt"}) || len(runs) != 1 || runs[0].ID != "r1" || runs[0].Status != "running" {
+		t.Errorf("after StartTurn: messages %v, runs %+v, %v; want [before prompt] and r1 running", texts(msgs), runs, err)
+	}
+}
+
+func testCommit(t *testing.T, s Store) {
+	ctx := context.Background()
+	a, b := Key(1), Key(2)
+	mustCreate(t, s, store.Session{Key: a, StartedAt: T0})
+	mustCreate(t, s, store.Session{Key: b, StartedAt: T0})
+	if err := s.StartRun(ctx, a, store.Run{ID: "r1", Status: "running", StartedAt: T0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, store.Batch{}, store.Retention{}); err != nil {
+		t.Fatalf("Commit of nothing: got %v, want nil", err)
+	}
+	batch := store.Batch{
+		Messages: []store.Message{
+			{Key: a, Message: agent.Message{Role: agent.RoleAssistant, Text: "a1"}},
+			{Key: b, Message: agent.Message{Role: agent.RoleUser, Text: "b1"}},
+			{Key: a, Message: agent.Message{Role: agent.RoleAssistant, Text: "a2"}},
+		},
+		RunSeqs: []store.RunSeq{{Key: a, RunID: "r1", StartSeq: 1}},
+		RunEnds: []store.RunEnd{{Key: a, RunID: "r1", Status: "complete", At: T0.Add(time.Second)}},
+		Events:  append(events(a, 1, 3), events(b, 1, 1)...),
+		Cursors: []store.Cursor{{Key: a, Epoch: "e1", LastSeq: 2}, {Key: a, Epoch: "e1", LastSeq: 3}, {Key: b, Epoch: "eb", LastSeq: 1}},
+		Ends:    []store.End{{Key: b, Reason: "closed", At: T0.Add(time.Minute)}, {Key: b, Reason: "shutdown", At: T0.Add(time.Hour)}},
+	}
+	if err := s.Commit(ctx, batch, store.Retention{}); err != nil {
+		t.Fatalf("Commit: got %v, want nil", err)
+	}
+	ma, _ := s.Messages(ctx, a)
+	mb, _ := s.Messages(ctx, b)
+	sa, _ := s.GetSession(ctx, a)
+	sb, _ := s.GetSession(ctx, b)
+	runs, _ := s.Runs(ctx, a)
+	_, _, lastA, _ := s.EventsSince(ctx, a, 0, 0)
+	_, _, lastB, _ := s.EventsSince(ctx, b, 0, 0)
+	if !slices.Equal(texts(ma), []string{"a1", "a2"}) || !slices.Equal(texts(mb), []string{"b1"}) {
+		t.Errorf("messages after Commit: a %v, b %v; want [a1 a2], [b1]", texts(ma), texts(mb))
+	}
+	if sa.Epoch != "e1" || sa.LastSeq != 3 || sb.Epoch != "eb" || sb.LastSeq != 1 || sa.MessageCount != 2 {
+		t.Errorf("cursors after Commit: a %s/%d (%d messages), b %s/%d; want e1/3 (2), eb/1", sa.Epoch, sa.LastSeq, sa.MessageCount, sb.Epoch, sb.LastSeq)
+	}
+	if sb.EndReason != "closed" || !sb.EndedAt.Equal(T0.Add(time.Minute)) || sa.EndReason != "" {
+		t.Errorf("ends after Commit: a %q, b %q at %v; want none, closed at T0+1m", sa.EndReason, sb.EndReason, sb.EndedAt)
+	}
+	if len(runs) != 1 || runs[0].Status != "complete" || runs[0].StartSeq != 1 || !runs[0].EndedAt.Equal(T0.Add(time.Second)) {
+		t.Errorf("runs after Commit: %+v; want r1 complete from seq 1", runs)
+	}
+	if lastA != 3 || lastB != 1 {
+		t.Errorf("journals after Commit: a to %d, b to %d; want 3, 1", lastA, lastB)
+	}
+	// A commit retried after its events were journaled journals none twice.
+	if err := s.Commit(ctx, store.Batch{Events: events(a, 2, 4)}, store.Retention{}); err != nil {
+		t.Fatalf("Commit over journaled events: got %v, want nil", err)
+	}
+	if evs, _, last, err := s.EventsSince(ctx, a, 0, 0); err != nil || len(evs) != 4 || last != 4 {
+		t.Errorf("journal after a retried commit: %d events to %d, %v; want 4 to 4", len(evs), last, err)
+	}
+}
+
+// testWriteFault: with a write fault injected every write fails with
+// ErrUnavailable wrapping the cause, is reported once to the fault hook
+// and changes nothing; reads keep working; without it writes work again.
+func testWriteFault(t *testing.T, s Store) {
+	ctx := context.Background()
+	key := Key(1)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	full := errors.New("database or disk is full")
+	s.SetWriteFault(func() error { return full })
+	writes := map[string]func() error{
+		"CreateSession":  func() error { return s.CreateSession(ctx, store.Session{Key: Key(2), StartedAt: T0}) },
+		"AppendMessages": func() error { return s.AppendMessages(ctx, key, agent.Message{Role: agent.RoleUser, Text: "x"}) },
+		"Commit": func() error {
+			return s.Commit(ctx, store.Batch{Events: events(key, 1, 1)}, store.Retention{})
+		},
+		"StartTurn": func() error {
+			return s.StartTurn(ctx, key, agent.Message{Role: agent.RoleUser, Text: "x"}, store.Run{ID: "r", Status: "running"})
+		},
+		"End":           func() error { return s.End(ctx, key, "closed", T0) },
+		"SetCursor":     func() error { return s.SetCursor(ctx, key, "e", 3) },
+		"AppendEvents":  func() error { return s.AppendEvents(ctx, events(key, 1, 1), store.Retention{}) },
+		"StartRun":      func() error { return s.StartRun(ctx, key, store.Run{ID: "r2", Status: "running"}) },
+		"EndRun":        func() error { return s.EndRun(ctx, key, "r", "interrupted", T0) },
+		"Reopen":        func() error { return s.Reopen(ctx, key) },
+		"SetAgentState": func() error { return s.SetAgentState(ctx, key, "state") },
+		"SetTitle":      func() error { return s.SetTitle(ctx, key, "title") },
+	}
+	var reported []error
+	s.OnWriteFault(func(err error) { reported = append(reported, err) })
+	for name, w := range writes {
+		n := len(reported)
+		if err := w(); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, full) {
+			t.Errorf("%s with a full disk: %v; want ErrUnavailable wrapping the cause", name, err)
+		}
+		if len(reported) != n+1 || !errors.Is(reported[len(reported)-1], store.ErrUnavailable) {
+			t.Errorf("%s with a full disk: the fault hook got %d reports, want 1", name, len(reported)-n)
+		}
+	}
+	msgs, err := s.Messages(ctx, key)
+	sess, gerr := s.GetSession(ctx, key)
+	if err := errors.Join(err, gerr); err != nil || len(msgs) != 0 || sess.EndReason != "" || sess.Title != "" || sess.LastSeq != 0 {
+		t.Errorf("reads with a full disk: %v, %+v, %v; want them to work and to see nothing written", msgs, sess, err)
+	}
+	s.SetWriteFault(nil)
+	if err := s.Commit(ctx, store.Batch{
+		Messages: []store.Message{{Key: key, Message: agent.Message{Role: agent.RoleUser, Text: "a"}}, {Key: key, Message: agent.Message{Role: agent.RoleAssistant, Text: "b"}}},
+		Events:   []store.Event{{Key: key, Seq: 1, Params: []byte(`{"n":1}`)}},
+		Cursors:  []store.Cursor{{Key: key, Epoch: "e1", LastSeq: 1}},
+	}, store.Retention{}); err != nil {
+		t.Fatalf("commit after the fault: %v", err)
+	}
+	if len(reported) != len(writes) {
+		t.Errorf("the fault hook got %d reports after a write that worked, want %d", len(reported), len(writes))
+	}
+	s.OnWriteFault(nil)
+	msgs, _ = s.Messages(ctx, key)
+	sess, _ = s.GetSession(ctx, key)
+	evs, _, last, _ := s.EventsSince(ctx, key, 0, 0)
+	if len(msgs) != 2 || msgs[1].Text != "b" || sess.Epoch != "e1" || sess.LastSeq != 1 || len(evs) != 1 || last != 1 {
+		t.Errorf("after one commit: messages %v, cursor %s/%d, %d events to %d; want 2 rows, e1/1, 1 event", texts(msgs), sess.Epoch, sess.LastSeq, len(evs), last)
+	}
+}
