@@ -262,7 +262,7 @@ func (rec *ptyRec) append(p []byte) {
 	rec.mu.Lock()
 	rec.ring.Append(p)
 	rec.mu.Unlock()
-	if !rec.noFeed {
+	if !rec.noFeed && !rec.screen.lagging.Load() {
 		wake(rec.screen.wake)
 	}
 }

@@ -27,7 +27,7 @@ const feedShare = 0.2
 // quietPeriod is how long output must pause before a model that fell out
 // of the ring is rebuilt from it in the background (a snapshot rebuilds it
 // at once).
-const quietPeriod = 50 * time.Millisecond
+const quietPeriod = 500 * time.Millisecond
 
 // sizeAt records that the bytes from offset on were written for a terminal
 // of cols×rows.
@@ -50,6 +50,7 @@ type screen struct {
 	wake       chan struct{} // capacity 1: the drain has appended output
 	stop       chan struct{} // closed by finish: the feeder returns
 	rebuilds   atomic.Int64  // times the model was rebuilt from the ring
+	lagging    atomic.Bool   // the model is stale: the drain does not wake the feeder
 	total      *atomic.Int64 // the backend's count of rebuilds, of every PTY
 
 	mu    sync.Mutex // guards the fields below; taken before rec.mu
@@ -71,7 +72,10 @@ func newScreen(cols, rows, scrollback int, total *atomic.Int64) *screen {
 // feed is the screen model's feeder goroutine: it catches the model up
 // with the ring whenever the drain wakes it, until the PTY is finished,
 // taking at most feedShare of a CPU. It lets go of m.mu after every chunk,
-// so a snapshot never waits for more than one.
+// so a snapshot never waits for more than one. While the model is stale
+// (a flood left it behind) the drain does not wake it at all: it looks
+// every quietPeriod whether the output has paused, and only then rebuilds
+// the model from the ring's tail.
 func (b *Backend) feed(rec *ptyRec) {
 	defer b.wg.Done()
 	m := rec.screen
@@ -81,11 +85,17 @@ func (b *Backend) feed(rec *ptyRec) {
 	pause := time.NewTimer(time.Hour)
 	pause.Stop()
 	defer pause.Stop()
+	var seen int64 // the ring's end when the quiet timer was last armed
 	for {
 		rebuild := false
 		select {
 		case <-m.wake:
 		case <-quiet.C:
+			if end := rec.end(); end != seen {
+				seen = end // still streaming
+				quiet.Reset(quietPeriod)
+				continue
+			}
 			rebuild = true
 		case <-m.stop:
 			return
@@ -97,9 +107,16 @@ func (b *Backend) feed(rec *ptyRec) {
 			more := rec.step(rebuild, false, &target)
 			stale := m.stale
 			m.mu.Unlock()
-			if stale {
-				// Each wake during a flood moves the rebuild later.
-				quiet.Reset(quietPeriod)
+			if stale != m.lagging.Load() {
+				m.lagging.Store(stale)
+				if stale {
+					seen = rec.end()
+					quiet.Reset(quietPeriod)
+				} else {
+					// Output the drain appended while it did not wake
+					// the feeder is picked up by one more pass.
+					wake(m.wake)
+				}
 			}
 			if !more {
 				break
@@ -112,6 +129,13 @@ func (b *Backend) feed(rec *ptyRec) {
 			}
 		}
 	}
+}
+
+// end is the ring's end offset.
+func (rec *ptyRec) end() int64 {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.ring.EndOffset()
 }
 
 // catchUp feeds the model what it has not seen up to the ring's end, see
@@ -143,6 +167,13 @@ func (rec *ptyRec) step(rebuild, bounded bool, target *int64) bool {
 	tail := int64(-1)
 	if bounded && *target-m.off > 0 {
 		tail = rec.ring.LineStart(m.scrollback+rec.sizeLocked(end).rows, maxCatchUp)
+	}
+	if !bounded && !rebuild && end-m.off > maxCatchUp {
+		// The feeder lags further than a snapshot would catch up: what it
+		// would feed now is thrown away by the rebuild from the ring's
+		// tail that a snapshot or the next pause makes, so a flood costs
+		// no emulation at all.
+		tail = end
 	}
 	if m.off < start || m.stale || m.off < tail {
 		if !rebuild {
