@@ -111,7 +111,7 @@ func (g *Gateway) Open(id contract.TransportID, transport string, _ *contract.Ev
 		log:        g.cfg.Log.With().Str("transport_id", id.String()).Str("endpoint", wire.PathACP).Logger(),
 		in:         make(chan inLine, maxQueued),
 		lines:      make(chan []byte),
-		events:     make(chan json.RawMessage, 4096),
+		events:     make(chan struct{}, 1),
 		closing:    make(chan struct{}),
 		drained:    make(chan struct{}),
 		stop:       make(chan struct{}),
@@ -143,12 +143,16 @@ type conn struct {
 	out       link.Sender
 	log       zerolog.Logger
 	asc       *acp.AgentSideConnection
-	in        chan inLine          // client frames for the protocol reader
-	lines     chan []byte          // what the protocol reader reads; closed at the end
-	events    chan json.RawMessage // table events for the event worker
-	closing   chan struct{}        // closed by OnClosed
+	in        chan inLine   // client frames for the protocol reader
+	lines     chan []byte   // what the protocol reader reads; closed at the end
+	events    chan struct{} // capacity 1: evq has frames for the event worker
+	closing   chan struct{} // closed by OnClosed
 	closeOnce sync.Once
 	drained   chan struct{} // closed when the protocol reader handled closedMethod
+	evmu      sync.Mutex    // guards evq, evbytes and evcut; a leaf lock
+	evq       [][]byte      // events for the event worker, in order
+	evbytes   int
+	evcut     bool // the queue overflowed: the connection is being closed
 	drainOnce sync.Once
 	stop      chan struct{} // closed when the connection has ended
 
@@ -245,16 +249,44 @@ func (c *conn) ID() contract.TransportID { return c.id }
 // Transport implements session.Viewer.
 func (c *conn) Transport() string { return c.transport }
 
+// maxEventBytes bounds the events queued for one /acp connection's event
+// worker, like the WebSocket transport's send queue: a burst of updates
+// (an agent streaming thousands unpaced) waits there while the worker
+// encodes them; past the bound the connection is closed with 1013.
+const maxEventBytes = 16 << 20
+
 // Send implements session.Viewer: an event of a bound session, queued for
-// the event worker (never blocking: a client that cannot keep up is
-// closed with 1013 and can load its sessions again).
+// the event worker (never blocking: a connection whose queue passes
+// maxEventBytes is closed with 1013 and can load its sessions again).
 func (c *conn) Send(frame []byte) {
-	select {
-	case c.events <- frame:
-	default:
+	c.evmu.Lock()
+	if c.evcut {
+		c.evmu.Unlock()
+		return
+	}
+	if c.evbytes+len(frame) > maxEventBytes {
+		c.evcut, c.evq, c.evbytes = true, nil, 0
+		c.evmu.Unlock()
 		c.log.Warn().Msg("acp client too slow for its sessions' events; closing it")
 		c.closeWith(contract.CloseTryAgainLater, "too slow")
+		return
 	}
+	c.evq = append(c.evq, frame)
+	c.evbytes += len(frame)
+	c.evmu.Unlock()
+	select {
+	case c.events <- struct{}{}:
+	default:
+	}
+}
+
+// takeEvents returns the queued events and empties the queue.
+func (c *conn) takeEvents() [][]byte {
+	c.evmu.Lock()
+	defer c.evmu.Unlock()
+	q := c.evq
+	c.evq, c.evbytes = nil, 0
+	return q
 }
 
 // Released implements session.Viewer.

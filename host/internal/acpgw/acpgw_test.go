@@ -756,3 +756,37 @@ func TestTruncatedReplaySaysSo(t *testing.T) {
 		t.Fatalf("resume after a seq the session never had: %+v, %v; want truncated", r3, err)
 	}
 }
+
+// TestEventQueueBoundedByBytes: a connection's event queue takes a burst
+// of thousands of events (an agent streaming unpaced, committed in big
+// batches, faster than the worker encodes them) without closing the
+// connection — it was closed with 1013 past 4,096 queued events — and
+// closes it with 1013 only once the queued events pass 16 MiB, once.
+func TestEventQueueBoundedByBytes(t *testing.T) {
+	out := &wireSender{queue: make(chan []byte, 1)}
+	c := &conn{out: out, log: zerolog.Nop(), events: make(chan struct{}, 1)}
+	frame := bytes.Repeat([]byte("x"), 200)
+	for range 20000 {
+		c.Send(frame)
+	}
+	if out.closed {
+		t.Fatalf("closed with %d after 20,000 events of 200 bytes (4 MB queued), want open", out.code)
+	}
+	if got := len(c.takeEvents()); got != 20000 {
+		t.Fatalf("queued %d events, want 20000 in order", got)
+	}
+	big := bytes.Repeat([]byte("y"), 1<<20)
+	for range 17 {
+		c.Send(big)
+	}
+	if !out.closed || out.code != 1013 {
+		t.Fatalf("after 17 MiB queued: closed %v with %d, want closed with 1013", out.closed, out.code)
+	}
+	if got := len(c.takeEvents()); got != 0 {
+		t.Fatalf("%d events left queued after the cut, want none", got)
+	}
+	c.Send(frame) // after the cut: dropped, no second close
+	if got := len(c.takeEvents()); got != 0 {
+		t.Fatalf("an event queued after the cut")
+	}
+}

@@ -39,18 +39,25 @@ func (c *conn) pumpEvents() {
 			}
 			c.log.Warn().Msg("the acp library ended the connection; closing it")
 			c.closeWith(contract.CloseInternalError, "acp connection ended")
-		case frame := <-c.events:
-			if bytes.HasPrefix(frame, []byte(barrierPrefix)) {
-				c.passBarrier(string(frame[len(barrierPrefix):]))
-				continue
+		case <-c.events:
+			for _, frame := range c.takeEvents() {
+				select {
+				case <-c.stop:
+					return
+				default:
+				}
+				if bytes.HasPrefix(frame, []byte(barrierPrefix)) {
+					c.passBarrier(string(frame[len(barrierPrefix):]))
+					continue
+				}
+				var n struct {
+					Params event `json:"params"`
+				}
+				if json.Unmarshal(frame, &n) != nil {
+					continue
+				}
+				c.handleEvent(n.Params)
 			}
-			var n struct {
-				Params event `json:"params"`
-			}
-			if json.Unmarshal(frame, &n) != nil {
-				continue
-			}
-			c.handleEvent(n.Params)
 		case <-c.stop:
 			return
 		case <-c.g.ctx.Done():
