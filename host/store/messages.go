@@ -102,30 +102,71 @@ func ownMessages(ctx context.Context, q queryer, key string, limit int) ([]agent
 	return out, nil
 }
 
-// link is one generation of a session's lineage.
-type link struct {
-	key       string
-	forkCount int
-	ownCount  int
+// Generation is one session of a stored session's lineage, as its display
+// history sees it: its key, its fork count (how many of its parent's
+// display rows it shows) and how many rows of its own it has.
+type Generation struct {
+	Key       string
+	ForkCount int
+	OwnCount  int
+}
+
+// DisplayPlan is the arithmetic of a display history, for any store: for
+// a lineage chain (the session first, its root last) it returns how many
+// display rows the session has and, per generation, how many of that
+// generation's own rows (its first ones) the history shows. The history
+// is those rows, root first.
+func DisplayPlan(chain []Generation) (total int, own []int) {
+	if len(chain) == 0 {
+		return 0, nil
+	}
+	// displayOf[i]: the display row count of chain[i], its own rows plus as
+	// much of its parent's display as its fork count keeps.
+	displayOf := make([]int, len(chain))
+	for i := len(chain) - 1; i >= 0; i-- {
+		inherited := 0
+		if i+1 < len(chain) {
+			inherited = min(chain[i].ForkCount, displayOf[i+1])
+		}
+		displayOf[i] = inherited + chain[i].OwnCount
+	}
+	// want[i] is how many display rows of chain[i] are visible: no more
+	// than its child needs, the child's fork count keeps, or it has.
+	// Walking from the root down, each generation adds the own rows its
+	// inherited part does not cover.
+	want := make([]int, len(chain))
+	want[0] = displayOf[0]
+	for i := 1; i < len(chain); i++ {
+		want[i] = min(want[i-1], chain[i-1].ForkCount, displayOf[i])
+	}
+	own = make([]int, len(chain))
+	for i := range chain {
+		inherited := 0
+		if i+1 < len(chain) {
+			inherited = want[i+1]
+		}
+		own[i] = max(want[i]-inherited, 0)
+	}
+	return displayOf[0], own
 }
 
 // lineage returns the chain of sessions from key up to its root ancestor,
 // key first, with their fork and own-row counts. It returns an error
 // wrapping ErrNotFound when key is not stored. A missing ancestor ends the
 // chain (it contributes no rows), and so does a cycle.
-func lineage(ctx context.Context, q queryer, key string) ([]link, error) {
-	var chain []link
+func lineage(ctx context.Context, q queryer, key string) ([]Generation, error) {
+	var chain []Generation
 	seen := map[string]bool{}
 	for cur := key; cur != "" && !seen[cur]; {
 		seen[cur] = true
 		var (
-			l      = link{key: cur}
+			l      = Generation{Key: cur}
 			parent string
 		)
 		err := q.QueryRowContext(ctx,
 			`SELECT COALESCE(parent, ''), fork_count,
 			        (SELECT COUNT(*) FROM messages m WHERE m.session_key = sessions.key)
-			 FROM sessions WHERE key = ?`, cur).Scan(&parent, &l.forkCount, &l.ownCount)
+			 FROM sessions WHERE key = ?`, cur).Scan(&parent, &l.ForkCount, &l.OwnCount)
 		if errors.Is(err, sql.ErrNoRows) {
 			if len(chain) == 0 {
 				return nil, fmt.Errorf("session %s: %w", key, ErrNotFound)
@@ -141,21 +182,6 @@ func lineage(ctx context.Context, q queryer, key string) ([]link, error) {
 	return chain, nil
 }
 
-// displayCounts returns the display row count of each session of chain
-// (key first): its own rows plus as much of its parent's display as its fork
-// count keeps.
-func displayCounts(chain []link) (displayOf []int) {
-	displayOf = make([]int, len(chain))
-	for i := len(chain) - 1; i >= 0; i-- {
-		inherited := 0
-		if i+1 < len(chain) {
-			inherited = min(chain[i].forkCount, displayOf[i+1])
-		}
-		displayOf[i] = inherited + chain[i].ownCount
-	}
-	return displayOf
-}
-
 // DisplayMessages returns the session's display history: the parent's display
 // rows (recursively: the parent's own display prefix too) cut to the first
 // ForkCount rows, followed by the session's own rows. It returns an error
@@ -167,27 +193,13 @@ func (s *Store) DisplayMessages(ctx context.Context, key string) ([]agent.Messag
 		if err != nil {
 			return err
 		}
-		displayOf := displayCounts(chain)
-		// want[i] is how many display rows of chain[i] are visible: no more
-		// than its child needs, the child's fork count keeps, or it has.
-		// Walking from the root down, each generation adds the own rows its
-		// inherited part does not cover.
-		want := make([]int, len(chain))
-		want[0] = displayOf[0]
-		for i := 1; i < len(chain); i++ {
-			want[i] = min(want[i-1], chain[i-1].forkCount, displayOf[i])
-		}
-		out = make([]agent.Message, 0, displayOf[0])
+		total, own := DisplayPlan(chain)
+		out = make([]agent.Message, 0, total)
 		for i := len(chain) - 1; i >= 0; i-- {
-			inherited := 0
-			if i+1 < len(chain) {
-				inherited = want[i+1]
-			}
-			own := want[i] - inherited
-			if own <= 0 {
+			if own[i] == 0 {
 				continue
 			}
-			rows, err := ownMessages(ctx, tx, chain[i].key, own)
+			rows, err := ownMessages(ctx, tx, chain[i].Key, own[i])
 			if err != nil {
 				return err
 			}
@@ -210,7 +222,7 @@ func (s *Store) DisplayCount(ctx context.Context, key string) (int, error) {
 		if err != nil {
 			return err
 		}
-		n = displayCounts(chain)[0]
+		n, _ = DisplayPlan(chain)
 		return nil
 	})
 	if err != nil {

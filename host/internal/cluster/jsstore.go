@@ -1293,17 +1293,10 @@ func (s *JSStore) Messages(ctx context.Context, key string) ([]agent.Message, er
 	return out, nil
 }
 
-// link is one generation of a session's lineage.
-type link struct {
-	key       string
-	forkCount int
-	ownCount  int
-}
-
 // lineage is host/store's: the chain from key up to its root, key first;
 // a missing ancestor or a cycle ends it.
-func (s *JSStore) lineage(ctx context.Context, key string) ([]link, error) {
-	var chain []link
+func (s *JSStore) lineage(ctx context.Context, key string) ([]store.Generation, error) {
+	var chain []store.Generation
 	seen := map[string]bool{}
 	for cur := key; cur != "" && !seen[cur]; {
 		seen[cur] = true
@@ -1321,23 +1314,10 @@ func (s *JSStore) lineage(ctx context.Context, key string) ([]link, error) {
 		if err != nil {
 			return nil, err
 		}
-		chain = append(chain, link{key: cur, forkCount: r.ForkCount, ownCount: c.rows})
+		chain = append(chain, store.Generation{Key: cur, ForkCount: r.ForkCount, OwnCount: c.rows})
 		cur = r.Parent
 	}
 	return chain, nil
-}
-
-// displayCounts is host/store's: each generation's display row count.
-func displayCounts(chain []link) []int {
-	displayOf := make([]int, len(chain))
-	for i := len(chain) - 1; i >= 0; i-- {
-		inherited := 0
-		if i+1 < len(chain) {
-			inherited = min(chain[i].forkCount, displayOf[i+1])
-		}
-		displayOf[i] = inherited + chain[i].ownCount
-	}
-	return displayOf
 }
 
 // DisplayMessages is store.Store.DisplayMessages.
@@ -1348,23 +1328,13 @@ func (s *JSStore) DisplayMessages(ctx context.Context, key string) ([]agent.Mess
 		if err != nil {
 			return err
 		}
-		displayOf := displayCounts(chain)
-		want := make([]int, len(chain))
-		want[0] = displayOf[0]
-		for i := 1; i < len(chain); i++ {
-			want[i] = min(want[i-1], chain[i-1].forkCount, displayOf[i])
-		}
-		out = make([]agent.Message, 0, displayOf[0])
+		total, own := store.DisplayPlan(chain)
+		out = make([]agent.Message, 0, total)
 		for i := len(chain) - 1; i >= 0; i-- {
-			inherited := 0
-			if i+1 < len(chain) {
-				inherited = want[i+1]
-			}
-			own := want[i] - inherited
-			if own <= 0 {
+			if own[i] == 0 {
 				continue
 			}
-			rows, err := s.ownMessages(ctx, chain[i].key, own)
+			rows, err := s.ownMessages(ctx, chain[i].Key, own[i])
 			if err != nil {
 				return err
 			}
@@ -1386,7 +1356,7 @@ func (s *JSStore) DisplayCount(ctx context.Context, key string) (int, error) {
 		if err != nil {
 			return err
 		}
-		n = displayCounts(chain)[0]
+		n, _ = store.DisplayPlan(chain)
 		return nil
 	})
 	if err != nil {
