@@ -31,11 +31,7 @@ func TestEpochChangesWhenJournalLost(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "state.db")
 			ft := newFaultTable(t, path)
 			v := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}}
-			var snap Snapshot
-			if err := ft.tbl.Create(ctx, v, CreateOptions{ForkCount: -1}, capture(v, &snap)); err != nil {
-				t.Fatal(err)
-			}
-			s, _ := ft.tbl.Lookup(snap.SessionID)
+			s, snap := ft.open(t, v)
 			if _, err := s.Submit("hello"); err != nil {
 				t.Fatal(err)
 			}

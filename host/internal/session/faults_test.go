@@ -73,20 +73,37 @@ type faultTable struct {
 	m     *metrics.Metrics
 }
 
-func newFaultTable(t *testing.T, path string) *faultTable {
+// newFaultTable opens a faultTable on the database at path; each opt
+// changes the table's config before the table is made.
+func newFaultTable(t *testing.T, path string, opts ...func(*Config)) *faultTable {
 	t.Helper()
 	st, err := store.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ft := &faultTable{st: st, path: path, agent: &steppedAgent{step: make(chan stepMsg)}, m: metrics.New()}
-	ft.tbl = NewTable(Config{
+	cfg := Config{
 		Store:   st,
 		Agents:  agent.FactoryFunc(func(context.Context, string, json.RawMessage) (agent.Agent, error) { return ft.agent, nil }),
 		Log:     zerolog.Nop(),
 		Metrics: ft.m,
-	})
+	}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	ft.tbl = NewTable(cfg)
 	return ft
+}
+
+// open creates a session bound to v and returns it with its snapshot.
+func (ft *faultTable) open(t *testing.T, v *fakeViewer) (*Session, Snapshot) {
+	t.Helper()
+	var snap Snapshot
+	if err := ft.tbl.Create(context.Background(), v, CreateOptions{ForkCount: -1}, capture(v, &snap)); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := ft.tbl.Lookup(snap.SessionID)
+	return s, snap
 }
 
 func (ft *faultTable) stop(t *testing.T) {
@@ -278,15 +295,10 @@ func TestStorageFaultWithholdsAndRecovers(t *testing.T) {
 // TestStorageFaultSubmitRefused: a prompt whose turn cannot be stored is
 // refused with ErrStorageUnavailable and leaves the session idle.
 func TestStorageFaultSubmitRefused(t *testing.T) {
-	ctx := context.Background()
 	ft := newFaultTable(t, filepath.Join(t.TempDir(), "state.db"))
 	defer ft.stop(t)
 	v := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}}
-	var snap Snapshot
-	if err := ft.tbl.Create(ctx, v, CreateOptions{ForkCount: -1}, capture(v, &snap)); err != nil {
-		t.Fatal(err)
-	}
-	s, _ := ft.tbl.Lookup(snap.SessionID)
+	s, _ := ft.open(t, v)
 	ft.st.SetWriteFault(func() error { return errDiskFull })
 	if _, err := s.Submit("x"); !errors.Is(err, ErrStorageUnavailable) {
 		t.Fatalf("submit with a full disk: %v, want ErrStorageUnavailable", err)
@@ -317,17 +329,7 @@ func TestStorageFaultSubmitRefused(t *testing.T) {
 func TestStorageFaultDirectWritesCounted(t *testing.T) {
 	ctx := context.Background()
 	var logs syncBuffer
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ft := &faultTable{st: st, agent: &steppedAgent{step: make(chan stepMsg)}, m: metrics.New()}
-	ft.tbl = NewTable(Config{
-		Store:   st,
-		Agents:  agent.FactoryFunc(func(context.Context, string, json.RawMessage) (agent.Agent, error) { return ft.agent, nil }),
-		Log:     zerolog.New(&logs),
-		Metrics: ft.m,
-	})
+	ft := newFaultTable(t, filepath.Join(t.TempDir(), "state.db"), func(c *Config) { c.Log = zerolog.New(&logs) })
 	defer ft.stop(t)
 	v := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}}
 	var snap Snapshot
@@ -411,25 +413,9 @@ func (b *syncBuffer) String() string {
 // seq that a crash could lose.
 func TestEventsSinceFromTheJournalHidesUncommitted(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ft := &faultTable{st: st, agent: &steppedAgent{step: make(chan stepMsg)}, m: metrics.New()}
-	ft.tbl = NewTable(Config{
-		Store:    st,
-		Agents:   agent.FactoryFunc(func(context.Context, string, json.RawMessage) (agent.Agent, error) { return ft.agent, nil }),
-		RingSize: 3,
-		Log:      zerolog.Nop(),
-		Metrics:  ft.m,
-	})
+	ft := newFaultTable(t, filepath.Join(t.TempDir(), "state.db"), func(c *Config) { c.RingSize = 3 })
 	defer ft.stop(t)
-	v := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}}
-	var snap Snapshot
-	if err := ft.tbl.Create(ctx, v, CreateOptions{ForkCount: -1}, capture(v, &snap)); err != nil {
-		t.Fatal(err)
-	}
-	s, _ := ft.tbl.Lookup(snap.SessionID)
+	s, _ := ft.open(t, &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}})
 	if _, err := s.Submit("hello"); err != nil {
 		t.Fatal(err)
 	}
