@@ -474,19 +474,26 @@ func (s *Server) Stdout() string {
 	return s.stdout.String()
 }
 
-// HasMetric scrapes AdminURL/metrics and reports whether it has a sample
-// of the metric called name whose labels include every "key=value" pair
-// given, at any value (see HasSample). It fails the test like Metric.
-func (s *Server) HasMetric(tb testing.TB, name string, labels ...string) bool {
+// scrape returns the body of AdminURL/metrics; it fails the test (for
+// what, the caller) when the server has no admin URL or the scrape fails.
+func (s *Server) scrape(tb testing.TB, what string) string {
 	tb.Helper()
 	if s.AdminURL == "" {
-		tb.Fatalf("e2e: HasMetric %s: no admin URL; start the server with --admin-listen 127.0.0.1:0", name)
+		tb.Fatalf("e2e: %s: no admin URL; start the server with --admin-listen 127.0.0.1:0", what)
 	}
 	status, body := s.AdminGet(tb, "/metrics")
 	if status != http.StatusOK {
 		tb.Fatalf("e2e: GET %s/metrics: status %d\n%s", s.AdminURL, status, body)
 	}
-	ok, err := HasSample(body, name, labels...)
+	return body
+}
+
+// HasMetric scrapes AdminURL/metrics and reports whether it has a sample
+// of the metric called name whose labels include every "key=value" pair
+// given, at any value (see HasSample). It fails the test like Metric.
+func (s *Server) HasMetric(tb testing.TB, name string, labels ...string) bool {
+	tb.Helper()
+	ok, err := HasSample(s.scrape(tb, "HasMetric "+name), name, labels...)
 	if err != nil {
 		tb.Fatalf("e2e: HasMetric %s: %v", name, err)
 	}
@@ -500,14 +507,7 @@ func (s *Server) HasMetric(tb testing.TB, name string, labels ...string) bool {
 // "--admin-listen", "127.0.0.1:0") or the scrape fails.
 func (s *Server) Metric(tb testing.TB, name string, labels ...string) float64 {
 	tb.Helper()
-	if s.AdminURL == "" {
-		tb.Fatalf("e2e: Metric %s: no admin URL; start the server with --admin-listen 127.0.0.1:0", name)
-	}
-	status, body := s.AdminGet(tb, "/metrics")
-	if status != http.StatusOK {
-		tb.Fatalf("e2e: GET %s/metrics: status %d\n%s", s.AdminURL, status, body)
-	}
-	v, err := SumMetric(body, name, labels...)
+	v, err := SumMetric(s.scrape(tb, "Metric "+name), name, labels...)
 	if err != nil {
 		tb.Fatalf("e2e: Metric %s: %v", name, err)
 	}
