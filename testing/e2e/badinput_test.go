@@ -24,7 +24,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,25 +128,9 @@ func badRSS(tb testing.TB, pid int) int64 {
 func badPluginPID(tb testing.TB, s *e2e.Server) int {
 	tb.Helper()
 	host := s.Cmd.Process.Pid
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		stat, err := os.ReadFile(filepath.Join(d, "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split
-		// after its closing parenthesis.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(host) {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join(d, "cmdline"))
+	for _, pid := range childPIDs(tb, host) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if bytes.Contains(cmdline, []byte("plugin\x00ws")) {
-			pid, _ := strconv.Atoi(filepath.Base(d))
 			return pid
 		}
 	}

@@ -632,8 +632,8 @@ func TestFaultUnreattachablePluginStopped(t *testing.T) {
 }
 
 // childPIDs lists the processes whose parent is pid.
-func childPIDs(t *testing.T, pid int) []int {
-	t.Helper()
+func childPIDs(tb testing.TB, pid int) []int {
+	tb.Helper()
 	var out []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
