@@ -65,7 +65,7 @@ const maxQueued = 1024
 // Config configures a Gateway.
 type Config struct {
 	Table *session.Table
-	Store *store.Store
+	Store store.Backend
 	// Cwd is the working directory of sessions a client makes without
 	// one.
 	Cwd     string

@@ -36,7 +36,11 @@ var (
 // live: the host and runtime session that own it, the binding generation
 // and the viewers bound to it, by transport identity.
 type Owner struct {
-	Host      string                 `json:"host,omitempty"`
+	Host string `json:"host,omitempty"`
+	// Instance names the host's process (a new one each start), so that
+	// the entries a killed host left behind are known as its old
+	// process's when it starts again.
+	Instance  string                 `json:"instance,omitempty"`
 	SessionID string                 `json:"session_id"`
 	Gen       uint64                 `json:"gen"`
 	Viewers   []contract.TransportID `json:"viewers,omitempty"`

@@ -18,4 +18,5 @@ const (
 	CodeAlreadyResolved    = wire.CodeAlreadyResolved
 	CodeResumeFailed       = wire.CodeResumeFailed
 	CodeStorageUnavailable = wire.CodeStorageUnavailable
+	CodeOwnerUnreachable   = wire.CodeOwnerUnreachable
 )

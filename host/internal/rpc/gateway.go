@@ -19,7 +19,7 @@ import (
 // whose connections are viewers of the session table.
 type Gateway struct {
 	table   *session.Table
-	store   *store.Store
+	store   store.Backend
 	version string
 	log     zerolog.Logger
 	metrics *metrics.Metrics
@@ -33,7 +33,7 @@ type Gateway struct {
 var _ link.Endpoint = (*Gateway)(nil)
 
 // New returns a dispatcher over table; version is sent in gateway.ready.
-func New(table *session.Table, st *store.Store, version string, log zerolog.Logger, m *metrics.Metrics) *Gateway {
+func New(table *session.Table, st store.Backend, version string, log zerolog.Logger, m *metrics.Metrics) *Gateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	for name := range methods {
 		m.RPCDuration.WithLabelValues(name) // exists from the start, empty
@@ -94,8 +94,10 @@ func toRPCError(err error) *rpcError {
 		return errorf(CodeInvalidParams, "%v", err)
 	case errors.Is(err, session.ErrStorageUnavailable):
 		return errorf(CodeStorageUnavailable, "storage unavailable: %s", strings.ReplaceAll(err.Error(), ": storage unavailable", ""))
+	case errors.Is(err, session.ErrOwnersUnavailable):
+		return errorf(CodeOwnerUnreachable, "owner unreachable; retry: %v", err)
 	case errors.Is(err, session.ErrBuildFailed), errors.Is(err, session.ErrTableClosed),
-		errors.Is(err, session.ErrOwnedElsewhere), errors.Is(err, session.ErrOwnersUnavailable):
+		errors.Is(err, session.ErrOwnedElsewhere):
 		return errorf(CodeResumeFailed, "%v", err)
 	}
 	return errorf(CodeInternalError, "internal error: %v", err)

@@ -40,7 +40,7 @@ func TestToRPCError(t *testing.T) {
 		{"build failed wrapped", fmt.Errorf("agent for k: %v: %w", errors.New("exec: not found"), session.ErrBuildFailed), CodeResumeFailed},
 		{"table closed", session.ErrTableClosed, CodeResumeFailed},
 		// As the table wraps an ownership store's refusal (ownersError).
-		{"owners unavailable", fmt.Errorf("claim k: %v: %w", ownership.ErrUnavailable, session.ErrOwnersUnavailable), CodeResumeFailed},
+		{"owners unavailable", fmt.Errorf("claim k: %v: %w", ownership.ErrUnavailable, session.ErrOwnersUnavailable), CodeOwnerUnreachable},
 		{"owned elsewhere", fmt.Errorf("bind k: %v: %w", ownership.ErrConflict, session.ErrOwnedElsewhere), CodeResumeFailed},
 		{"rpc error kept", errorf(CodeInvalidParams, "x must be a string"), CodeInvalidParams},
 		{"rpc error wrapped", fmt.Errorf("outer: %w", errorf(CodeSessionRequired, "session_id required")), CodeSessionRequired},

@@ -65,7 +65,7 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 		}
 		sess.Key = t.newKey(now)
 	}
-	s, err := t.build(ctx, sess, ag, opt.CloseOnDisconnect)
+	s, err := t.build(ctx, sess, ag, opt.CloseOnDisconnect, contract.RandomHex(4))
 	if err != nil {
 		return err
 	}
@@ -107,10 +107,9 @@ func agentState(ag agent.Agent, given json.RawMessage) string {
 	return string(given)
 }
 
-// build loads a stored session's display history and makes its session
-// around ag (which it closes on failure), outside every lock.
-func (t *Table) build(ctx context.Context, sess store.Session, ag agent.Agent, closeOnDisconnect bool) (*Session, error) {
-	id := contract.RandomHex(4)
+// build loads a stored session's display history and makes its session,
+// with runtime id id, around ag (which it closes on failure), outside every lock.
+func (t *Table) build(ctx context.Context, sess store.Session, ag agent.Agent, closeOnDisconnect bool, id string) (*Session, error) {
 	seq, epoch, runs, err := t.recover(ctx, sess, id)
 	if err != nil {
 		t.discard(ag)
@@ -174,7 +173,6 @@ func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed s
 	c := &claim{done: make(chan struct{})}
 	t.claims[s.key] = c
 	t.mu.Unlock()
-	defer close(c.done)
 
 	// Nobody else knows s yet: its first binding needs no slot.
 	s.gen = 1
@@ -182,26 +180,32 @@ func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed s
 	octx, cancel := context.WithTimeout(ctx, ownersTimeout)
 	rev, err := t.owners.Create(octx, s.key, s.ownerLocked())
 	cancel()
-
-	t.mu.Lock()
-	delete(t.claims, s.key)
-	closed := t.closed
-	if err != nil || closed {
-		t.mu.Unlock()
-		if err == nil {
-			// The table closed meanwhile: give the claim back, outside
-			// the table lock and within a bound of its own.
-			err = ErrTableClosed
-			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), ownersTimeout)
-			if derr := t.owners.Delete(dctx, s.key, rev); derr != nil {
-				t.log.Warn().Err(derr).Str("session_key", s.key).Msg("giving back an ownership claim")
-			}
-			dcancel()
-		}
+	if err != nil {
+		t.unclaim(s.key, c)
 		t.discard(s.agent)
 		return ownersError("claim "+s.key, err)
 	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.discard(s.agent)
+		t.giveBack(ctx, s.key, rev)
+		t.unclaim(s.key, c)
+		return ErrTableClosed
+	}
+	return t.registerLocked(ctx, s, v, resumed, rev, c, reply)
+}
+
+// registerLocked adds s, whose key the ownership store recorded at rev
+// with v as its one viewer, to the table, ends the table claim c and
+// answers reply. t.mu is held on entry and released on return.
+func (t *Table) registerLocked(_ context.Context, s *Session, v Viewer, resumed string, rev uint64, c *claim, reply Reply) error {
+	s.gen = 1
+	s.viewers[v.ID()] = v
 	s.rev = rev
+	if t.claims[s.key] == c {
+		delete(t.claims, s.key)
+	}
 	t.byID[s.id] = s
 	t.byKey[s.key] = s
 	t.order = append(t.order, s)
@@ -209,6 +213,7 @@ func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed s
 	t.metrics.Viewers.Inc()
 	s.mu.Lock()
 	t.mu.Unlock()
+	close(c.done)
 	defer s.mu.Unlock()
 	snap := s.snapshotLocked()
 	snap.Resumed = resumed
@@ -222,9 +227,9 @@ func ownersError(op string, err error) error {
 	case errors.Is(err, ErrTableClosed):
 		return err
 	case errors.Is(err, ErrConflict):
-		return fmt.Errorf("%s: %v: %w", op, err, ErrOwnedElsewhere)
+		return fmt.Errorf("%s: %w: %w", op, err, ErrOwnedElsewhere)
 	default:
-		return fmt.Errorf("%s: %v: %w", op, err, ErrOwnersUnavailable)
+		return fmt.Errorf("%s: %w: %w", op, err, ErrOwnersUnavailable)
 	}
 }
 
@@ -285,9 +290,13 @@ func (t *Table) bind(ctx context.Context, s *Session, v Viewer, resumed string, 
 }
 
 // Resume binds v to the live session of the stored key or title target,
-// rebuilding it from the database when it is not live. Concurrent calls
-// for one key converge on one live session: the agent is built outside
-// the lock and a losing build is closed.
+// rebuilding it from the store when it is not live. Concurrent calls for
+// one key converge on one live session: the first claims the key — in the
+// table and then in the ownership store — before it builds anything, and
+// the others wait for its claim and bind to what it made. Claiming first
+// means that a store shared by several hosts decides which host rebuilds
+// a key before any host writes to the key's stored session (recovering
+// an interrupted run writes).
 func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply) error {
 	key := target
 	if !store.ValidKey(target) {
@@ -325,6 +334,15 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 			}
 			continue
 		}
+		if t.releasing[key] != nil {
+			// Wait for a teardown of this key still persisting, so the
+			// rebuild sees everything it wrote.
+			t.mu.Unlock()
+			if err := t.waitReleased(ctx, key); err != nil {
+				return err
+			}
+			continue
+		}
 		t.mu.Unlock()
 
 		sess, err := t.store.GetSession(ctx, key)
@@ -334,66 +352,115 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 			}
 			return fmt.Errorf("load %s: %v: %w", key, err, ErrBuildFailed)
 		}
-		// Wait for a teardown of this key still persisting, so the
-		// rebuild sees everything it wrote.
-		if err := t.waitReleased(ctx, key); err != nil {
-			return err
-		}
 		// Rebuilding writes (the cursor, the reopening): refuse it while
 		// nothing can be stored.
 		if err := t.writable(); err != nil {
 			return fmt.Errorf("resume %s: %w", key, err)
 		}
-		var state json.RawMessage
-		if sess.AgentState != "" {
-			state = json.RawMessage(sess.AgentState)
-		}
-		ag, err := t.newAgent(ctx, key, state)
-		if err != nil {
-			return err
-		}
-		if now := agentState(ag, state); now != sess.AgentState {
-			if err := t.store.SetAgentState(ctx, key, now); err != nil {
-				t.discard(ag)
-				return storageErr("store agent state of "+key, err, ErrBuildFailed)
-			}
-		}
-		s, err := t.build(ctx, sess, ag, false)
-		if err != nil {
-			return err
-		}
-		if err := t.store.Reopen(ctx, key); err != nil {
-			t.discard(s.agent)
-			return storageErr("reopen "+key, err, ErrBuildFailed)
-		}
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
-			t.discard(s.agent)
 			return ErrTableClosed
 		}
 		if t.byKey[key] != nil || t.claims[key] != nil || t.releasing[key] != nil {
-			// Another resume won the race (or a teardown started): close
-			// our build and bind to the winner on the next pass.
 			t.mu.Unlock()
-			t.discard(s.agent)
-			continue
+			continue // another resume or a teardown came first
 		}
 		ok, err := t.makeRoomLocked()
 		if err != nil {
-			t.discard(s.agent)
 			return fmt.Errorf("resume: %v: %w", err, ErrBuildFailed)
 		}
 		if !ok {
-			t.discard(s.agent)
 			continue
 		}
 		if t.byKey[key] != nil || t.claims[key] != nil || t.releasing[key] != nil {
 			t.mu.Unlock()
-			t.discard(s.agent)
 			continue
 		}
-		return t.claimLocked(ctx, s, v, key, reply)
+		c := &claim{done: make(chan struct{})}
+		t.claims[key] = c
+		t.mu.Unlock()
+		return t.rebuild(ctx, sess, v, c, reply)
+	}
+}
+
+// rebuild makes the live session of the stored session sess, whose key
+// the caller claimed in the table (c): it records the owner in the
+// ownership store, then builds the agent and the session and binds v to
+// it. It gives the claim up — in the store and in the table — when any
+// step fails.
+func (t *Table) rebuild(ctx context.Context, sess store.Session, v Viewer, c *claim, reply Reply) error {
+	key := sess.Key
+	id := contract.RandomHex(4)
+	first := Owner{Host: t.host, Instance: t.instance, SessionID: id, Gen: 1, Viewers: []contract.TransportID{v.ID()}}
+	octx, cancel := context.WithTimeout(ctx, ownersTimeout)
+	rev, err := t.owners.Create(octx, key, first)
+	cancel()
+	if err != nil {
+		t.unclaim(key, c)
+		return ownersError("claim "+key, err)
+	}
+	s, err := t.buildClaimed(ctx, sess, id)
+	if err == nil {
+		t.mu.Lock()
+		if !t.closed {
+			return t.registerLocked(ctx, s, v, key, rev, c, reply)
+		}
+		t.mu.Unlock()
+		t.discard(s.agent)
+		err = ErrTableClosed
+	}
+	t.giveBack(ctx, key, rev)
+	t.unclaim(key, c)
+	return err
+}
+
+// buildClaimed builds the agent and the live session of the claimed
+// stored session sess, with runtime id id, and reopens it in the store.
+func (t *Table) buildClaimed(ctx context.Context, sess store.Session, id string) (*Session, error) {
+	key := sess.Key
+	var state json.RawMessage
+	if sess.AgentState != "" {
+		state = json.RawMessage(sess.AgentState)
+	}
+	ag, err := t.newAgent(ctx, key, state)
+	if err != nil {
+		return nil, err
+	}
+	if now := agentState(ag, state); now != sess.AgentState {
+		if err := t.store.SetAgentState(ctx, key, now); err != nil {
+			t.discard(ag)
+			return nil, storageErr("store agent state of "+key, err, ErrBuildFailed)
+		}
+	}
+	s, err := t.build(ctx, sess, ag, false, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.store.Reopen(ctx, key); err != nil {
+		t.discard(s.agent)
+		return nil, storageErr("reopen "+key, err, ErrBuildFailed)
+	}
+	return s, nil
+}
+
+// unclaim removes the table claim c of key and wakes its waiters.
+func (t *Table) unclaim(key string, c *claim) {
+	t.mu.Lock()
+	if t.claims[key] == c {
+		delete(t.claims, key)
+	}
+	t.mu.Unlock()
+	close(c.done)
+}
+
+// giveBack deletes the ownership entry of key at rev, outside every lock
+// and within a bound of its own (a claim that came to nothing).
+func (t *Table) giveBack(ctx context.Context, key string, rev uint64) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownersTimeout)
+	defer cancel()
+	if err := t.owners.Delete(dctx, key, rev); err != nil {
+		t.log.Warn().Err(err).Str("session_key", key).Msg("giving back an ownership claim")
 	}
 }
 

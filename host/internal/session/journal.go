@@ -38,7 +38,7 @@ const (
 // also after a kill -9, and a seq is never shown to a client before its
 // event is stored.
 type journal struct {
-	store   *store.Store
+	store   store.Backend
 	keep    store.Retention
 	log     zerolog.Logger
 	metrics *metrics.Metrics
@@ -80,7 +80,7 @@ type ops struct {
 	cursor   *store.Cursor
 }
 
-func newJournal(st *store.Store, keep store.Retention, log zerolog.Logger, m *metrics.Metrics) *journal {
+func newJournal(st store.Backend, keep store.Retention, log zerolog.Logger, m *metrics.Metrics) *journal {
 	j := &journal{store: st, keep: keep, log: log, metrics: m, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	j.cond = sync.NewCond(&j.mu)
 	go j.run()

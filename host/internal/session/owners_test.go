@@ -142,8 +142,8 @@ func TestClaimGivenBackOutsideTheLock(t *testing.T) {
 // cannot be reached, then recovers:
 //
 //   - create, a resume that must rebuild and a resume of a live session
-//     fail with ErrOwnersUnavailable (rpc answers it with 5000,
-//     CodeResumeFailed) and leave no new live session, binding or agent;
+//     fail with ErrOwnersUnavailable (rpc answers it with 5002,
+//     owner unreachable; retry) and leave no new live session, binding or agent;
 //   - a viewer that leaves meanwhile is still dropped locally (its
 //     session parks), and the store's refusal is counted in
 //     tether_owner_errors_total;

@@ -129,7 +129,7 @@ func (s *Session) releaseOp() { <-s.op }
 
 // ownerLocked is the ownership entry of the session's binding now.
 func (s *Session) ownerLocked() Owner {
-	o := Owner{Host: s.t.host, SessionID: s.id, Gen: s.gen, Viewers: make([]contract.TransportID, 0, len(s.viewers))}
+	o := Owner{Host: s.t.host, Instance: s.t.instance, SessionID: s.id, Gen: s.gen, Viewers: make([]contract.TransportID, 0, len(s.viewers))}
 	for id := range s.viewers {
 		o.Viewers = append(o.Viewers, id)
 	}

@@ -31,13 +31,16 @@ const maxKeyDraws = 4
 
 // Config configures a Table.
 type Config struct {
-	Store  *store.Store
+	Store  store.Backend
 	Agents agent.Factory
 	// Owners records key ownership; nil means a new MemOwners.
 	Owners Owners
 	// Host is this host's name in the ownership entries ("" on a single
 	// host).
 	Host string
+	// Instance names this host's process in the ownership entries (""
+	// on a single host).
+	Instance string
 	// OrphanGrace is how long a session with no viewer stays parked
 	// before it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
@@ -62,21 +65,23 @@ type Config struct {
 // mutex. Every path that removes a viewer, parks, reaps or closes a
 // session goes through release.
 type Table struct {
-	store   *store.Store
-	agents  agent.Factory
-	owners  Owners
-	host    string
-	grace   time.Duration
-	ring    int
-	log     zerolog.Logger
-	metrics *metrics.Metrics
-	now     func() time.Time
-	newKey  func(time.Time) string // store.NewKey; tests replace it
-	journal *journal
-	ttl     time.Duration
-	maxLive int
-	sweep   chan struct{} // closed to stop the idle sweeper
-	sweeper sync.WaitGroup
+	store  store.Backend
+	agents agent.Factory
+	owners Owners
+	host   string
+	// instance is Config.Instance.
+	instance string
+	grace    time.Duration
+	ring     int
+	log      zerolog.Logger
+	metrics  *metrics.Metrics
+	now      func() time.Time
+	newKey   func(time.Time) string // store.NewKey; tests replace it
+	journal  *journal
+	ttl      time.Duration
+	maxLive  int
+	sweep    chan struct{} // closed to stop the idle sweeper
+	sweeper  sync.WaitGroup
 	// faultLogged is when a failed write was last logged (unix ns), for
 	// storeFault's rate limit.
 	faultLogged atomic.Int64
@@ -121,6 +126,7 @@ func NewTable(cfg Config) *Table {
 		agents:    cfg.Agents,
 		owners:    cfg.Owners,
 		host:      cfg.Host,
+		instance:  cfg.Instance,
 		grace:     cfg.OrphanGrace,
 		ring:      cfg.RingSize,
 		log:       cfg.Log,

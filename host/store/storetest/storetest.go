@@ -30,38 +30,9 @@ import (
 	"github.com/tether-agent/tether/host/store"
 )
 
-// Store is the method set of host/store's *store.Store that the session
-// table uses, with its semantics.
-type Store interface {
-	CreateSession(ctx context.Context, sess store.Session) error
-	GetSession(ctx context.Context, key string) (store.Session, error)
-	FindByTitle(ctx context.Context, title string) (store.Session, error)
-	List(ctx context.Context, limit int) ([]store.Session, error)
-	End(ctx context.Context, key, reason string, at time.Time) error
-	Reopen(ctx context.Context, key string) error
-	SetCursor(ctx context.Context, key, epoch string, lastSeq uint64) error
-	SetAgentState(ctx context.Context, key, state string) error
-	SetTitle(ctx context.Context, key, title string) error
-
-	AppendMessages(ctx context.Context, key string, msgs ...agent.Message) error
-	Messages(ctx context.Context, key string) ([]agent.Message, error)
-	DisplayMessages(ctx context.Context, key string) ([]agent.Message, error)
-	DisplayCount(ctx context.Context, key string) (int, error)
-
-	StartTurn(ctx context.Context, key string, prompt agent.Message, r store.Run) error
-	StartRun(ctx context.Context, key string, r store.Run) error
-	EndRun(ctx context.Context, key, runID, status string, at time.Time) error
-	Runs(ctx context.Context, key string) ([]store.Run, error)
-
-	AppendEvents(ctx context.Context, events []store.Event, keep store.Retention) error
-	EventsSince(ctx context.Context, key string, after uint64, limit int) (events []store.Event, first, last uint64, err error)
-	Commit(ctx context.Context, b store.Batch, keep store.Retention) error
-
-	QuickCheck(ctx context.Context) error
-	SetWriteFault(f func() error)
-	OnWriteFault(f func(error))
-	Close() error
-}
+// Store is the store interface the session table runs on
+// (store.Backend).
+type Store = store.Backend
 
 var _ Store = (*store.Store)(nil)
 
