@@ -93,3 +93,10 @@ func (c *Conn) Interrupt(ctx context.Context, sessionID string) (bool, error) {
 	err := c.Call(ctx, wire.MethodInterrupt, wire.SessionParams{SessionID: sessionID}, &r)
 	return r.Status == wire.InterruptInterrupted, err
 }
+
+// ClusterHosts lists the hosts of the host's cluster (cluster.hosts).
+func (c *Conn) ClusterHosts(ctx context.Context) (wire.ClusterHosts, error) {
+	var r wire.ClusterHosts
+	err := c.Call(ctx, wire.MethodClusterHosts, struct{}{}, &r)
+	return r, err
+}

@@ -158,6 +158,9 @@ type Config struct {
 	// PingInterval and PeerTimeout tune the transport's liveness checks
 	// (0 = the transport's defaults, 20s and 60s).
 	PingInterval, PeerTimeout time.Duration
+	// Cluster, when set, joins the host to a cluster sharing one session
+	// table on NATS JetStream (cluster.go); nil: a single host on SQLite.
+	Cluster *ClusterConfig
 	// Version is reported in gateway.ready.
 	Version string
 	// Stdout receives the "tether listening on" line.
@@ -217,13 +220,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ctlLn.Close() // until the control server owns it
-	dbPath := filepath.Join(cfg.StateDir, "state.db")
-	warnIfHistoryMissing(cfg, dbPath)
-	st, err := store.Open(ctx, dbPath)
+	st, node, err := openStore(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("open state: %w", err)
+		return err
 	}
 	defer st.Close()
+	if node != nil {
+		defer leaveCluster(node) // after the table's shutdown
+	}
 
 	m := metrics.New()
 	m.BuildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
@@ -241,6 +245,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	table := session.NewTable(session.Config{
 		Store:       st,
+		Owners:      nodeOwners(node),
+		Host:        nodeID(node),
+		Instance:    nodeInstance(node),
 		Agents:      agents,
 		OrphanGrace: cfg.OrphanGrace,
 		Log:         cfg.Log,
@@ -332,6 +339,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	if node != nil {
+		if err := serveCluster(node, table, gw, backend, endpoints, sup.Addr()); err != nil {
+			ts.Stop(context.Background())
+			return err
+		}
+	}
 	ctl := newControlServer(ctlLn, controlHandler(ts, backend), cfg.Log)
 	defer ctl.Close()
 	stopReloads := reloadOnSignal(ctx, cfg, ts)
@@ -373,6 +386,9 @@ func Run(ctx context.Context, cfg Config) error {
 	ctl.Close()
 	stopReloads()
 	ts.Drain()
+	if node != nil {
+		node.Drain(1001, "host shutting down")
+	}
 	if err := table.Shutdown(sctx); err != nil {
 		cfg.Log.Error().Err(err).Msg("sessions did not all persist in time")
 	}

@@ -28,6 +28,9 @@ const (
 	MethodRuns              = "session.runs"
 	MethodInterrupt         = "session.interrupt"
 	MethodPermissionRespond = "permission.respond"
+	// MethodClusterHosts lists the hosts of a cluster (tether cluster);
+	// a single host answers with itself alone.
+	MethodClusterHosts = "cluster.hosts"
 )
 
 // Server event types.

@@ -186,3 +186,27 @@ type MessageComplete struct {
 	// StopReason is the ACP agent's stop reason (ACP agents only).
 	StopReason string `json:"stop_reason,omitempty"`
 }
+
+// ClusterHost is one host of a cluster, as cluster.hosts lists it.
+type ClusterHost struct {
+	ID     string `json:"id"`
+	Listen string `json:"listen"`
+	// Sessions and PTYs are what the host had live at its last
+	// heartbeat.
+	Sessions int `json:"sessions"`
+	PTYs     int `json:"ptys"`
+	// HeartbeatAgeMS is how long ago the answering host saw the host's
+	// heartbeat, in milliseconds.
+	HeartbeatAgeMS int64 `json:"heartbeat_age_ms"`
+	// Alive: the heartbeat is within the cluster TTL.
+	Alive bool `json:"alive"`
+	// Self marks the answering host.
+	Self bool `json:"self"`
+}
+
+// ClusterHosts is the result of cluster.hosts.
+type ClusterHosts struct {
+	// Cluster is false on a single host (not in a cluster).
+	Cluster bool          `json:"cluster"`
+	Hosts   []ClusterHost `json:"hosts"`
+}

@@ -63,6 +63,7 @@ func serve(args []string) int {
 		tlsKey       = fs.String("tls-key", "", "PEM private key for --tls-cert")
 		maxConns     = fs.Int("max-connections", 20000, "open connections per transport at most (every accepted TCP connection counts); past it a new one gets HTTP 503")
 	)
+	cluster := addClusterFlags(fs)
 	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB suffix")
 	fs.Var(&allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
 	fs.Var(&allowHosts, "allow-host", "an extra accepted Host name: NAME (any port or none, as behind a reverse proxy) or NAME:PORT (repeatable)")
@@ -180,6 +181,11 @@ flags:
 		}
 		extra[i].Listen = addr
 	}
+	clusterCfg, err := cluster.config()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tether serve:", err)
+		return 2
+	}
 	if *restartLimit < 0 {
 		fmt.Fprintln(os.Stderr, "tether serve: --plugin-restart-limit must be at least 0")
 		return 2
@@ -246,6 +252,7 @@ flags:
 		Transport:         transport,
 		Transports:        extra,
 		RestartLimit:      *restartLimit,
+		Cluster:           clusterCfg,
 
 		PluginStartTimeout: *startTimeout,
 		HealthInterval:     *healthEvery,

@@ -103,7 +103,7 @@ func captureOutput(t *testing.T, args ...string) (stdout, stderr string, code in
 // commands; nothing goes to stderr.
 func TestHelpOnStdout(t *testing.T) {
 	cases := [][]string{{"--help"}, {"-h"}, {"help"}}
-	for _, cmd := range []string{"serve", "sessions", "attach", "ptys", "plugins", "doctor"} {
+	for _, cmd := range []string{"serve", "sessions", "attach", "ptys", "cluster", "plugins", "doctor"} {
 		cases = append(cases, []string{cmd, "--help"}, []string{cmd, "-h"})
 	}
 	for _, args := range cases {

@@ -74,6 +74,11 @@ func serveTestAgent() {
 	a.conn = acp.NewAgentSideConnection(a, os.Stdout, os.Stdin)
 	a.conn.SetLogger(slog.New(slog.DiscardHandler))
 	<-a.conn.Done()
+	if os.Getenv(envOnTerm) != "" {
+		// An agent that saves on SIGTERM: stdin's end (which the host
+		// closes first) is not yet the signal to exit.
+		time.Sleep(5 * time.Second) // the SIGTERM handler exits first
+	}
 }
 
 func (a *testAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {

@@ -19,6 +19,11 @@ import (
 	"github.com/tether-agent/tether/host/internal/metrics"
 )
 
+// RelayTransport is the transport name of connections another host of a
+// cluster relays to this one (host/internal/cluster's Relay): a client
+// connected there, reaching what only this host has.
+const RelayTransport = "relay"
+
 // Sender queues commands for one transport. Send never blocks.
 type Sender interface {
 	Send(cmd contract.Command)

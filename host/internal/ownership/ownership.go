@@ -32,6 +32,21 @@ var (
 	ErrUnavailable = errors.New("ownership store unreachable")
 )
 
+// HeldError is a conflict with a live owner on another host: the key is
+// held by session SessionID of host Host (process Instance). It unwraps
+// to ErrConflict.
+type HeldError struct {
+	Host, Instance, SessionID string
+}
+
+// Error implements error.
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("held by session %s on host %s", e.SessionID, e.Host)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *HeldError) Unwrap() error { return ErrConflict }
+
 // Owner is what the ownership store records for a stored key that is
 // live: the host and runtime session that own it, the binding generation
 // and the viewers bound to it, by transport identity.

@@ -30,6 +30,9 @@ type request struct {
 
 	// arrived is when the gateway decoded it.
 	arrived time.Time `json:"-"`
+	// raw is a copy of the frame it was decoded from, on a cluster host
+	// (to relay it to another host).
+	raw []byte
 }
 
 var nullID = json.RawMessage("null")

@@ -34,9 +34,14 @@ type conn struct {
 	// (Released) and all go through the funnel when the connection
 	// closes.
 	bindings map[string]session.Binding
-	queue    []*request // requests waiting for the worker
-	working  bool
-	closed   bool
+	// legs and remote are a cluster host's: the connection's legs to
+	// other hosts by host id, and by runtime id the sessions live there
+	// that it reaches through them (remote.go).
+	legs    map[string]*leg
+	remote  map[string]*leg
+	queue   []*request // requests waiting for the worker
+	working bool
+	closed  bool
 }
 
 var (
@@ -129,6 +134,9 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 		c.respond(nullID, nil, rerr)
 		return
 	}
+	if c.gw.remote != nil {
+		req.raw = bytes.Clone(data) // to relay to another host
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -201,6 +209,16 @@ func (c *conn) dispatch(req *request, inline bool) {
 		c.respond(id, nil, errorf(CodeMethodNotFound, "method not found: %s", name))
 		return
 	}
+	if c.gw.remote != nil && relaysMethod(name) {
+		if sid, err := p.sessionID(); err == nil {
+			if l := c.relayed(sid); l != nil {
+				if err := l.l.Send(req.raw, false); err != nil {
+					c.respond(id, nil, errorf(CodeOwnerUnreachable, "owner unreachable; retry: %v", err))
+				}
+				return
+			}
+		}
+	}
 	c.log.Debug().Str("method", name).Msg("request")
 	handedOff := false // to the worker, which counts its time when it serves it
 	defer func() {
@@ -208,7 +226,7 @@ func (c *conn) dispatch(req *request, inline bool) {
 			c.gw.metrics.RPCDuration.WithLabelValues(name).Observe(time.Since(req.arrived).Seconds())
 		}
 	}()
-	result, err := m.serve(c, call{id: id, inline: inline}, p)
+	result, err := m.serve(c, call{id: id, inline: inline, raw: req.raw}, p)
 	if errors.Is(err, errWait) {
 		handedOff = true
 		c.enqueue(req)
@@ -264,6 +282,7 @@ func (c *conn) OnClosed() {
 	c.bindings = nil
 	c.mu.Unlock()
 	c.gw.table.Detach(c.id, bs)
+	c.closeLegs()
 }
 
 // bound records b, what a bind gave this connection. It runs under the

@@ -28,6 +28,9 @@ type Gateway struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // per-connection workers
+	// remote reaches the other hosts of a cluster (nil on a single
+	// host).
+	remote Remote
 }
 
 var _ link.Endpoint = (*Gateway)(nil)
@@ -52,7 +55,11 @@ func (g *Gateway) Close() {
 func (g *Gateway) Open(id contract.TransportID, transport string, _ *contract.Event, out link.FlowSender) link.Conn {
 	c := g.newConn(id, transport, out)
 	out.Send(contract.Command{Kind: contract.CommandAdmit, Conn: id.Conn})
-	c.ready()
+	if transport != link.RelayTransport {
+		// A relayed connection's client had gateway.ready from its own
+		// host.
+		c.ready()
+	}
 	return c
 }
 
@@ -64,6 +71,8 @@ func (g *Gateway) newConn(id contract.TransportID, transport string, out link.Se
 		gw:        g,
 		log:       g.log.With().Str("transport_id", id.String()).Logger(),
 		bindings:  make(map[string]session.Binding),
+		legs:      make(map[string]*leg),
+		remote:    make(map[string]*leg),
 	}
 }
 

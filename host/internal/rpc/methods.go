@@ -16,7 +16,8 @@ import (
 // call is what a handler knows of the request it serves besides params.
 type call struct {
 	id     json.RawMessage
-	inline bool // on the link's goroutine: return errWait rather than wait
+	inline bool   // on the link's goroutine: return errWait rather than wait
+	raw    []byte // the request's frame, for relaying it to another host
 }
 
 // errWait tells dispatch that an inline call needs to wait (a database
@@ -65,6 +66,7 @@ func init() {
 		wire.MethodRuns:              {serve: (*conn).runs, inline: true},
 		wire.MethodInterrupt:         {serve: (*conn).interrupt},
 		wire.MethodPermissionRespond: {serve: (*conn).permissionRespond},
+		wire.MethodClusterHosts:      {serve: (*conn).clusterHosts, inline: true},
 	}
 }
 
@@ -141,6 +143,9 @@ func (c *conn) resume(cl call, p params) (any, error) {
 	}
 	var late []session.Binding
 	rerr := c.gw.table.Resume(c.gw.ctx, c, sid, c.replyBind(cl.id, &late))
+	if held := c.heldBy(rerr); held != nil {
+		return nil, c.relayBind(cl, held)
+	}
 	return nil, c.bindDone(late, rerr)
 }
 
@@ -166,8 +171,17 @@ func (c *conn) close(cl call, p params) (any, error) {
 	return map[string]bool{"closed": closed}, nil
 }
 
-func (c *conn) activeList(call, params) (any, error) {
-	return map[string]any{"sessions": c.gw.table.Active()}, nil
+func (c *conn) activeList(cl call, _ params) (any, error) {
+	all := c.gw.table.Active()
+	if c.gw.remote != nil {
+		if cl.inline {
+			return nil, errWait // asks the other hosts
+		}
+		ctx, cancel := context.WithTimeout(c.gw.ctx, dialTimeout)
+		all = append(all, c.gw.remote.Active(ctx)...)
+		cancel()
+	}
+	return map[string]any{"sessions": all}, nil
 }
 
 // storedEntry is one row of session.list.
@@ -304,4 +318,12 @@ func (c *conn) permissionRespond(cl call, p params) (any, error) {
 		return nil, err
 	}
 	return map[string]bool{"resolved": true}, nil
+}
+
+// clusterHosts lists the cluster's hosts; a single host lists itself.
+func (c *conn) clusterHosts(call, params) (any, error) {
+	if c.gw.remote == nil {
+		return wire.ClusterHosts{Hosts: []wire.ClusterHost{{ID: "", Sessions: len(c.gw.table.Active()), Alive: true, Self: true}}}, nil
+	}
+	return wire.ClusterHosts{Cluster: true, Hosts: c.gw.remote.Hosts()}, nil
 }

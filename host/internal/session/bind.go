@@ -30,14 +30,14 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("parent %s: %w", opt.Parent, ErrStoredNotFound)
 			}
-			return fmt.Errorf("parent %s: %v: %w", opt.Parent, err, ErrBuildFailed)
+			return storageErr("parent "+opt.Parent, err, ErrBuildFailed)
 		}
 		sess.Parent = opt.Parent
 		sess.ForkCount = opt.ForkCount
 		if sess.ForkCount < 0 {
 			n, err := t.store.DisplayCount(ctx, opt.Parent)
 			if err != nil {
-				return fmt.Errorf("parent %s: %v: %w", opt.Parent, err, ErrBuildFailed)
+				return storageErr("parent "+opt.Parent, err, ErrBuildFailed)
 			}
 			sess.ForkCount = n
 		}
@@ -118,7 +118,7 @@ func (t *Table) build(ctx context.Context, sess store.Session, ag agent.Agent, c
 	msgs, err := t.store.DisplayMessages(ctx, sess.Key)
 	if err != nil {
 		t.discard(ag)
-		return nil, fmt.Errorf("load %s: %v: %w", sess.Key, err, ErrBuildFailed)
+		return nil, storageErr("load "+sess.Key, err, ErrBuildFailed)
 	}
 	_, turns := ag.(agent.Turner)
 	reset := false
@@ -305,7 +305,7 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 		case errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("%q: %w", target, ErrStoredNotFound)
 		case err != nil:
-			return fmt.Errorf("find %q: %v: %w", target, err, ErrBuildFailed)
+			return storageErr(fmt.Sprintf("find %q", target), err, ErrBuildFailed)
 		}
 		key = sess.Key
 	}
@@ -350,7 +350,7 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("%s: %w", key, ErrStoredNotFound)
 			}
-			return fmt.Errorf("load %s: %v: %w", key, err, ErrBuildFailed)
+			return storageErr("load "+key, err, ErrBuildFailed)
 		}
 		// Rebuilding writes (the cursor, the reopening): refuse it while
 		// nothing can be stored.

@@ -28,6 +28,9 @@ const (
 	Closed
 	// Shutdown: the host is stopping.
 	Shutdown
+	// Fenced: a cluster host lost the cluster (no heartbeat for half its
+	// TTL) and lets go of its sessions before another host takes them.
+	Fenced
 	// settled: a run ended; what was deferred while it streamed applies
 	// now. Never recorded itself.
 	settled
@@ -48,6 +51,8 @@ func (r Reason) String() string {
 		return "closed"
 	case Shutdown:
 		return "shutdown"
+	case Fenced:
+		return "fenced"
 	case settled:
 		return "settled"
 	}
@@ -99,7 +104,7 @@ type verdict struct {
 // teardown may do. It is pure; release applies its verdict.
 //
 //   - A session no longer in the table: nothing (it was released already).
-//   - closed and shutdown close unconditionally.
+//   - closed, shutdown and fenced close unconditionally.
 //   - idle_reap and evicted close only a session nobody bound since it was
 //     picked, with no viewer and no run.
 //   - A departing viewer is dropped. When it was the last one the session
@@ -117,7 +122,7 @@ func decide(v view, why Reason) verdict {
 		return verdict{}
 	}
 	switch why {
-	case Closed, Shutdown:
+	case Closed, Shutdown, Fenced:
 		return verdict{close: true, end: why}
 	case IdleReap, Evicted:
 		if v.current && v.viewers == 0 && !v.run {

@@ -48,6 +48,10 @@ type journal struct {
 	wake       chan struct{}
 	stop       chan struct{}
 	done       chan struct{}
+	// life ends at close, cutting a commit in flight short (a store that
+	// does not answer must not hold a shutdown past its budget).
+	life   context.Context
+	cancel context.CancelFunc
 
 	mu        sync.Mutex // guards the fields below
 	cond      *sync.Cond // signalled when delivered grows
@@ -83,6 +87,7 @@ type ops struct {
 func newJournal(st store.Backend, keep store.Retention, log zerolog.Logger, m *metrics.Metrics) *journal {
 	j := &journal{store: st, keep: keep, log: log, metrics: m, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	j.cond = sync.NewCond(&j.mu)
+	j.life, j.cancel = context.WithCancel(context.Background())
 	go j.run()
 	return j
 }
@@ -168,7 +173,7 @@ func (j *journal) flushPending(retry bool) bool {
 				b.Cursors = append(b.Cursors, *e.ops.cursor)
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(j.life, 10*time.Second)
 		err := j.store.Commit(ctx, b, j.keep)
 		cancel()
 		if err != nil {
@@ -297,5 +302,6 @@ func (j *journal) close() {
 	default:
 		close(j.stop)
 	}
+	j.cancel()
 	<-j.done
 }

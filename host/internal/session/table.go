@@ -187,7 +187,8 @@ func (t *Table) storeFault(err error) {
 	t.log.Error().Err(err).Msg("cannot write the database (disk full, I/O error or read-only); writes fail with storage unavailable (5003) until it can")
 }
 
-// storageErr maps a failed write of the store: a storage fault becomes
+// storageErr maps a failed call to the store: a storage fault (a write
+// the database refused, or a cluster store that did not answer) becomes
 // ErrStorageUnavailable (5003), anything else other.
 func storageErr(op string, err error, other error) error {
 	if errors.Is(err, store.ErrUnavailable) {
@@ -383,6 +384,21 @@ func (t *Table) Close(ctx context.Context, id string) (bool, error) {
 func (t *Table) Detach(v contract.TransportID, bs []Binding) {
 	for _, b := range bs {
 		t.release(releaseRef{s: b.s, gen: b.gen, tid: v}, Disconnected)
+	}
+}
+
+// Fence releases every live session with reason fenced (interrupting
+// runs, persisting what can be): a cluster host that cannot reach the
+// cluster lets go of its sessions before another host takes them over,
+// so that no key has two live sessions. The table keeps serving: binds
+// succeed again once the ownership store answers.
+func (t *Table) Fence() {
+	t.mu.Lock()
+	all := make([]*Session, len(t.order))
+	copy(all, t.order)
+	t.mu.Unlock()
+	for _, s := range all {
+		t.release(releaseRef{s: s}, Fenced)
 	}
 }
 

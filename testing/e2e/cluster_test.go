@@ -1,0 +1,368 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-agent/tether/testing/e2e"
+	"github.com/tether-agent/tether/testing/wsclient"
+	"github.com/tether-agent/tether/wire"
+)
+
+// goTB is a testing.TB for a goroutine that is not the test's: Fatal
+// reports the failure on the test and ends only the goroutine.
+type goTB struct{ testing.TB }
+
+func (g goTB) Fatalf(format string, args ...any) {
+	g.Helper()
+	g.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (g goTB) Fatal(args ...any) {
+	g.Helper()
+	g.Error(args...)
+	runtime.Goexit()
+}
+
+// freeAddrs returns n loopback addresses whose ports were free a moment
+// ago (each listened on and closed): the embedded NATS servers of a
+// cluster must know each other's route addresses before they start.
+func freeAddrs(tb testing.TB, n int) []string {
+	tb.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+// clusterHost is one host of a test cluster: the server and its NATS
+// addresses.
+type clusterHost struct {
+	*e2e.Server
+	ID     string
+	Client string // its embedded NATS server's client address
+}
+
+// startCluster3 starts three real hosts, each running an embedded NATS
+// server routed with the two others (--cluster embedded), the way the
+// README's three-host setup does, and waits until all serve.
+func startCluster3(t *testing.T, args ...string) []*clusterHost {
+	t.Helper()
+	clients, routes := freeAddrs(t, 3), freeAddrs(t, 3)
+	routeURLs := make([]string, 3)
+	for i, r := range routes {
+		routeURLs[i] = "nats-route://" + r
+	}
+	hosts := make([]*clusterHost, 3)
+	var wg sync.WaitGroup
+	for i := range hosts {
+		id := fmt.Sprintf("h%d", i+1)
+		wg.Go(func() {
+			s := e2e.Start(goTB{t}, e2e.Config{Args: append([]string{
+				"--cluster", "embedded",
+				"--cluster-listen", clients[i],
+				"--cluster-route-listen", routes[i],
+				"--cluster-routes", strings.Join(routeURLs, ","),
+				"--host-id", id,
+				"--pty-command", "",
+			}, args...)})
+			hosts[i] = &clusterHost{Server: s, ID: id, Client: clients[i]}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return hosts
+}
+
+// clusterHostsOf asks host h for the cluster's hosts.
+func clusterHostsOf(tb testing.TB, c *wsclient.Client) wire.ClusterHosts {
+	tb.Helper()
+	var res wire.ClusterHosts
+	call(tb, c, wire.MethodClusterHosts, nil, &res)
+	return res
+}
+
+// eventLog collects the events of one session a client receives.
+func eventLog(tb testing.TB, c *wsclient.Client, sid string, until func(wsclient.Event) bool) []string {
+	tb.Helper()
+	var out []string
+	for {
+		ev, err := c.NextEvent(ctxT(tb, 15*time.Second))
+		if err != nil {
+			tb.Fatalf("events of %s: %v (so far %v)", sid, err, out)
+		}
+		if ev.SessionID != sid {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d %s %s", ev.Seq, ev.Type, ev.Payload))
+		if until(ev) {
+			return out
+		}
+	}
+}
+
+// TestClusterResumeAcrossHosts: a session created on h1 and resumed on
+// h2 is one live session with one runtime id and its whole history;
+// viewers on h1 and h2 receive the same events in seq order; the stale
+// disconnect of h1's socket leaves it live for h2's; active_list is
+// cluster-wide; cluster.hosts lists the three hosts.
+func TestClusterResumeAcrossHosts(t *testing.T) {
+	hosts := startCluster3(t, "--echo-delay", "20ms", "--orphan-grace", "0")
+	a := hosts[0].Dial(t)
+	var created snapshot
+	call(t, a, "session.create", map[string]any{"title": "across"}, &created)
+	call(t, a, "prompt.submit", map[string]any{"session_id": created.SessionID, "text": "first turn here"}, nil)
+	waitComplete(t, a, created.SessionID)
+
+	b := hosts[1].Dial(t)
+	var resumed snapshot
+	call(t, b, "session.resume", map[string]any{"session_id": created.SessionKey}, &resumed)
+	if resumed.SessionID != created.SessionID || resumed.Epoch != created.Epoch {
+		t.Fatalf("resume on h2: session %s epoch %s, want the live %s epoch %s", resumed.SessionID, resumed.Epoch, created.SessionID, created.Epoch)
+	}
+	if len(resumed.Messages) != 2 || resumed.Messages[1].Text != "first turn here" {
+		t.Fatalf("resume on h2: messages %+v, want the first turn", resumed.Messages)
+	}
+
+	// A prompt from h2: both viewers see the same events, in seq order.
+	call(t, b, "prompt.submit", map[string]any{"session_id": resumed.SessionID, "text": "one two three four"}, nil)
+	done := func(e wsclient.Event) bool { return e.Type == "message.complete" }
+	var onA, onB []string
+	var wg sync.WaitGroup
+	wg.Go(func() { onA = eventLog(goTB{t}, a, created.SessionID, done) })
+	wg.Go(func() { onB = eventLog(goTB{t}, b, created.SessionID, done) })
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if !slices.Equal(onA, onB) {
+		t.Fatalf("viewers differ:\nh1: %v\nh2: %v", onA, onB)
+	}
+	for i := 1; i < len(onA); i++ {
+		var p, q uint64
+		fmt.Sscan(onA[i-1], &p)
+		fmt.Sscan(onA[i], &q)
+		if q != p+1 {
+			t.Fatalf("seq %d after %d: %v", q, p, onA)
+		}
+	}
+
+	// Cluster-wide active_list, from the third host.
+	c := hosts[2].Dial(t)
+	live := liveForKey(activeList(t, c), created.SessionKey)
+	if len(live) != 1 || live[0].ID != created.SessionID || live[0].Viewers != 2 {
+		t.Fatalf("active_list on h3: %+v, want one session %s with 2 viewers", live, created.SessionID)
+	}
+
+	// The stale disconnect: h1's socket drops; h2's viewer keeps it live.
+	_ = a.Drop()
+	call(t, b, "prompt.submit", map[string]any{"session_id": resumed.SessionID, "text": "still live"}, nil)
+	if text, status := waitComplete(t, b, resumed.SessionID); text != "still live" || status != "complete" {
+		t.Fatalf("after h1's viewer left: %q %q", text, status)
+	}
+	live = liveForKey(activeList(t, c), created.SessionKey)
+	if len(live) != 1 || live[0].Viewers != 1 {
+		t.Fatalf("active_list after h1's drop: %+v, want one session with 1 viewer", live)
+	}
+
+	hs := clusterHostsOf(t, c)
+	var ids []string
+	for _, h := range hs.Hosts {
+		if !h.Alive {
+			t.Errorf("host %s not alive: %+v", h.ID, h)
+		}
+		ids = append(ids, h.ID)
+	}
+	if !hs.Cluster || !slices.Equal(ids, []string{"h3", "h1", "h2"}) || !hs.Hosts[0].Self {
+		t.Errorf("cluster.hosts on h3: %+v, want h3 (self), h1, h2", hs)
+	}
+}
+
+// TestClusterResumeStorm: 66 sockets spread over three hosts resume one
+// stored key at once: one runtime id, one live session cluster-wide.
+func TestClusterResumeStorm(t *testing.T) {
+	hosts := startCluster3(t)
+	c := hosts[0].Dial(t)
+	var created snapshot
+	call(t, c, "session.create", map[string]any{"title": "storm"}, &created)
+	call(t, c, "prompt.submit", map[string]any{"session_id": created.SessionID, "text": "before the storm"}, nil)
+	waitComplete(t, c, created.SessionID)
+	call(t, c, "session.close", map[string]any{"session_id": created.SessionID}, nil)
+
+	const n = 66
+	clients := make([]*wsclient.Client, n)
+	for i := range clients {
+		clients[i] = hosts[i%3].Dial(t)
+	}
+	ids := make([]string, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, cl := range clients {
+		wg.Go(func() {
+			<-start
+			var snap snapshot
+			// A resume may meet the key claimed by a host that is still
+			// building it: 5002 says retry.
+			for try := 0; ; try++ {
+				err := cl.Call(ctxT(t, 20*time.Second), "session.resume", map[string]any{"session_id": created.SessionKey}, &snap)
+				if err == nil {
+					break
+				}
+				if wsclient.ErrorCode(err) != wire.CodeOwnerUnreachable || try == 50 {
+					t.Errorf("resume %d on h%d: %v", i, i%3+1, err)
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // the client's retry backoff
+			}
+			if len(snap.Messages) != 2 {
+				t.Errorf("resume %d: messages %+v, want the stored turn", i, snap.Messages)
+			}
+			ids[i] = snap.SessionID
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("resume %d (h%d) got session %s, want %s like resume 0", i, i%3+1, id, ids[0])
+		}
+	}
+	for _, h := range hosts {
+		live := liveForKey(activeList(t, h.Dial(t)), created.SessionKey)
+		if len(live) != 1 || live[0].Viewers != n {
+			t.Fatalf("active_list on %s: %+v, want one session with %d viewers", h.ID, live, n)
+		}
+	}
+}
+
+// TestClusterHostKilled: kill -9 of the host owning a session with a run
+// in flight (its embedded NATS server, one of three, goes with it): a
+// resume elsewhere answers 5002 until the TTL has passed, then rebuilds
+// the session with its whole history, the same epoch, seq continuing, and
+// the interrupted run completed from its journaled deltas.
+func TestClusterHostKilled(t *testing.T) {
+	const ttl = 2 * time.Second
+	hosts := startCluster3(t, "--cluster-ttl", ttl.String(), "--echo-delay", "200ms")
+	owner := hosts[1].Dial(t)
+	var created snapshot
+	call(t, owner, "session.create", map[string]any{"title": "doomed"}, &created)
+	call(t, owner, "prompt.submit", map[string]any{"session_id": created.SessionID, "text": "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 w20"}, nil)
+	var lastSeq uint64
+	for n := 0; n < 3; {
+		ev, err := owner.NextEvent(ctxT(t, 15*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == "message.delta" {
+			n++
+			lastSeq = ev.Seq
+		}
+	}
+	if err := hosts[1].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+
+	c := hosts[0].Dial(t)
+	var snap snapshot
+	saw5002 := false
+	for {
+		err := c.Call(ctxT(t, 10*time.Second), "session.resume", map[string]any{"session_id": created.SessionKey}, &snap)
+		if err == nil {
+			break
+		}
+		switch wsclient.ErrorCode(err) {
+		case wire.CodeOwnerUnreachable:
+			saw5002 = true
+		case wire.CodeStorageUnavailable:
+			// The NATS server that went with h2 led some of the
+			// cluster's streams: reads wait for their new leaders.
+		default:
+			t.Fatalf("resume after the kill: %v, want 5002, 5003 or success", err)
+		}
+		if time.Since(killed) > ttl+15*time.Second {
+			t.Fatalf("still 5002 %v after the kill (ttl %v)", time.Since(killed), ttl)
+		}
+		time.Sleep(100 * time.Millisecond) // the client's retry backoff
+	}
+	took := time.Since(killed)
+	t.Logf("resumable on h1 %v after kill -9 of h2 (ttl %v)", took, ttl)
+	if !saw5002 && took < ttl/2 {
+		t.Errorf("resumed %v after the kill with no 5002: the owner's heartbeat cannot have expired", took)
+	}
+	if snap.Epoch != created.Epoch {
+		t.Errorf("epoch %s after failover, want %s", snap.Epoch, created.Epoch)
+	}
+	if snap.LatestSeq <= lastSeq {
+		t.Errorf("latest_seq %d, want past %d", snap.LatestSeq, lastSeq)
+	}
+	if len(snap.Messages) != 2 || !strings.HasPrefix(snap.Messages[1].Text, "w1 w2 w3") {
+		t.Fatalf("messages %+v, want the prompt and the interrupted answer rebuilt from its deltas", snap.Messages)
+	}
+	// The journal has every event, the interrupted completion last.
+	var since struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	call(t, c, "session.events.since", map[string]any{"session_id": snap.SessionID, "last_seen": 0}, &since)
+	if len(since.Events) == 0 || !strings.Contains(string(since.Events[len(since.Events)-1]), `"interrupted"`) {
+		t.Fatalf("journal after failover ends with %s, want message.complete interrupted", since.Events[len(since.Events)-1:])
+	}
+}
+
+// TestClusterSIGTERMHandsBack: a host stopped with SIGTERM hands its
+// sessions back at once: another host resumes them with no 5002 wait.
+func TestClusterSIGTERMHandsBack(t *testing.T) {
+	hosts := startCluster3(t, "--cluster-ttl", "30s")
+	owner := hosts[2].Dial(t)
+	var created snapshot
+	call(t, owner, "session.create", map[string]any{"title": "handed back"}, &created)
+	if err := hosts[2].Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := hosts[2].Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("h3 exit %d %v", code, err)
+	}
+	stopped := time.Now()
+	c := hosts[0].Dial(t)
+	var snap snapshot
+	// The NATS server that left with h3 led some of the cluster's streams:
+	// until the others lead them, calls may answer 5002 or 5003 (retry).
+	for {
+		err := c.Call(ctxT(t, 10*time.Second), "session.resume", map[string]any{"session_id": created.SessionKey}, &snap)
+		if err == nil {
+			break
+		}
+		if code := wsclient.ErrorCode(err); code != wire.CodeOwnerUnreachable && code != wire.CodeStorageUnavailable {
+			t.Fatalf("resume after h3's stop: %v", err)
+		}
+		if time.Since(stopped) > 10*time.Second {
+			t.Fatalf("resume after h3's stop still refused after %v (ttl 30s): %v", time.Since(stopped), err)
+		}
+		time.Sleep(100 * time.Millisecond) // the client's retry backoff
+	}
+	t.Logf("resumed on h1 %v after h3 stopped (ttl 30s)", time.Since(stopped))
+	if snap.SessionKey != created.SessionKey || snap.Epoch != created.Epoch {
+		t.Fatalf("resume after h3's stop: %+v", snap)
+	}
+}
