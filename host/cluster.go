@@ -13,6 +13,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/cluster"
 	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/host/internal/ptyroute"
 	"github.com/tether-agent/tether/host/internal/rpc"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/internal/supervise"
@@ -202,6 +203,9 @@ func nodeInstance(n *cluster.Node) string {
 // lets go of its sessions, and other hosts' legs reach endpoints.
 func serveCluster(n *cluster.Node, table *session.Table, gw *rpc.Gateway, backend *supervise.Backend, endpoints map[string]link.Endpoint, addr string) error {
 	gw.SetRemote(clusterRemote{n})
+	if r, ok := endpoints[wire.PathPTY].(*ptyroute.Router); ok {
+		r.SetRemote(clusterPTYs{n})
+	}
 	n.SetListen(addr)
 	n.SetHooks(cluster.Hooks{
 		Stats: func() (int, int) {
@@ -227,4 +231,23 @@ func leaveCluster(n *cluster.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	n.Close(ctx)
+}
+
+// clusterPTYs is the PTY router's view of the cluster (ptyroute.Remote).
+type clusterPTYs struct{ n *cluster.Node }
+
+var _ ptyroute.Remote = clusterPTYs{}
+
+// Locate implements ptyroute.Remote.
+func (p clusterPTYs) Locate(ctx context.Context, token string) (string, string, error) {
+	return p.n.PTYs.Locate(ctx, token)
+}
+
+// Dial implements ptyroute.Remote.
+func (p clusterPTYs) Dial(ctx context.Context, host, inst, query string, onCommand func(contract.Command)) (ptyroute.Leg, error) {
+	l, err := p.n.Relay().Dial(ctx, host, inst, wire.PathPTY, query, onCommand)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }

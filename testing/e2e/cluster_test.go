@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/testing/e2e"
+	"github.com/tether-agent/tether/testing/ptyclient"
 	"github.com/tether-agent/tether/testing/wsclient"
 	"github.com/tether-agent/tether/wire"
 )
@@ -364,5 +365,95 @@ func TestClusterSIGTERMHandsBack(t *testing.T) {
 	t.Logf("resumed on h1 %v after h3 stopped (ttl 30s)", time.Since(stopped))
 	if snap.SessionKey != created.SessionKey || snap.Epoch != created.Epoch {
 		t.Fatalf("resume after h3's stop: %+v", snap)
+	}
+}
+
+// TestClusterPTYAcrossHosts: a PTY started through h1 is reached from
+// every host with exact offsets (the counter stream hops h1 → h2 → h3 → …
+// with no gap and no repeat, and no reset); a writer on h3 supersedes
+// one on h2 (4409); the PTY's exit closes sockets on every host with 4410
+// after the last bytes; the PTY stays on h1 throughout.
+func TestClusterPTYAcrossHosts(t *testing.T) {
+	hosts := startCluster3(t, "--pty-command", counter)
+	tok := attachToken(t)
+	var stream []byte
+	c := ptyDial(t, hosts[0].Server, "attach="+tok)
+	r := replayOf(t, c)
+	if !r.Reset || r.Reason != "initial" {
+		t.Fatalf("first attach %+v, want reset initial", r)
+	}
+	epoch := r.Epoch
+	var offset int64
+	for round := range 9 {
+		target := lastNumber(stream) + 5
+		if err := c.WaitOutput(ctxT(t, 10*time.Second), func(b []byte) bool { return lastNumber(append(stream[:len(stream):len(stream)], b...)) >= target }); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		c.Drop()
+		got := c.Output()
+		stream = append(stream, got...)
+		offset += int64(len(got))
+		h := hosts[(round+1)%3]
+		c = ptyDial(t, h.Server, fmt.Sprintf("attach=%s&offset=%d&epoch=%s", tok, offset, epoch))
+		r = replayOf(t, c)
+		if r.Reset || r.Reason != "resume" || r.Epoch != epoch {
+			t.Fatalf("round %d: reattach through %s at %d got %+v, want resume without reset", round, h.ID, offset, r)
+		}
+	}
+	c.Drop()
+	stream = append(stream, c.Output()...)
+	lines := strings.Split(string(stream), "\r\n")
+	for i, line := range lines[:len(lines)-1] {
+		if want := fmt.Sprintf("n%d", i+1); line != want {
+			t.Fatalf("line %d is %q, want %q", i, line, want)
+		}
+	}
+
+	// Supersede across hosts, and the PTY's host is h1 alone.
+	w2 := ptyDial(t, hosts[1].Server, "attach="+tok)
+	replayOf(t, w2)
+	w3 := ptyDial(t, hosts[2].Server, "attach="+tok)
+	replayOf(t, w3)
+	if code := closeCode(t, w2); code != 4409 {
+		t.Fatalf("writer on h2 superseded from h3 closed with %d, want 4409", code)
+	}
+	for i, h := range hosts {
+		ptys := clusterHostsOf(t, h.Dial(t))
+		for _, row := range ptys.Hosts {
+			if row.ID == h.ID && (row.PTYs == 1) != (i == 0) {
+				t.Errorf("%s reports %d PTYs in the heartbeat, want the PTY on h1 only", h.ID, row.PTYs)
+			}
+		}
+	}
+}
+
+// TestClusterPTYExit: the exit of a PTY on h1 closes its sockets on h2
+// and h3 with 4410 after every byte it wrote.
+func TestClusterPTYExit(t *testing.T) {
+	hosts := startCluster3(t, "--pty-command", `sh -c 'read x; seq 1 20000; exit 3'`)
+	tok := attachToken(t)
+	w := ptyDial(t, hosts[0].Server, "attach="+tok)
+	replayOf(t, w)
+	v2 := ptyDial(t, hosts[1].Server, "view=1&attach="+tok)
+	r2 := replayOf(t, v2)
+	v3 := ptyDial(t, hosts[2].Server, "view=1&attach="+tok)
+	r3 := replayOf(t, v3)
+	if r2.Epoch != r3.Epoch || r2.Epoch == "" {
+		t.Fatalf("viewers on h2 and h3 see epochs %q and %q, want the one PTY's", r2.Epoch, r3.Epoch)
+	}
+	if err := w.Write([]byte("\r")); err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := 1; i <= 20000; i++ {
+		fmt.Fprintf(&want, "%d\r\n", i)
+	}
+	for name, c := range map[string]*ptyclient.Client{"h1": w, "h2": v2, "h3": v3} {
+		if code := closeCode(t, c); code != 4410 {
+			t.Errorf("%s: close code %d, want 4410", name, code)
+		}
+		if out := string(c.Output()); !strings.HasSuffix(out, want.String()) {
+			t.Errorf("%s: output (%d bytes) does not end with all 20000 lines", name, len(out))
+		}
 	}
 }

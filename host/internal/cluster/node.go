@@ -65,6 +65,8 @@ type Node struct {
 	Store *JSStore
 	// Registry is the heartbeat and the view of the other hosts.
 	Registry *Registry
+	// PTYs places the cluster's PTYs on hosts.
+	PTYs *PTYPlaces
 	relay    *Relay
 
 	hooks     atomic.Pointer[Hooks]
@@ -149,6 +151,10 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 				OnRestored: func() { n.call(func(h *Hooks) func() { return h.OnRestored }) },
 				Log:        cfg.Log,
 			})
+			return err
+		}},
+		{"pty places", func(ctx context.Context) (err error) {
+			n.PTYs, err = OpenPTYPlaces(ctx, n.js, n.Registry, replicas)
 			return err
 		}},
 	}

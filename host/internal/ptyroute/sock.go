@@ -43,21 +43,38 @@ var _ link.Endpoint = (*Router)(nil)
 
 // Open implements link.Endpoint: it admits a new /api/pty socket and
 // starts attaching it (a malformed query is refused with 4400).
-func (r *Router) Open(id contract.TransportID, _ string, ev *contract.Event, out link.FlowSender) link.Conn {
+func (r *Router) Open(id contract.TransportID, transport string, ev *contract.Event, out link.FlowSender) link.Conn {
 	q, err := ParsePTYQuery(ev.Query)
 	if err != nil {
 		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseBadRequest, Reason: "bad attach token or offset"})
 		return nil
 	}
+	r.mu.Lock()
+	remote := r.remote
+	r.mu.Unlock()
+	if remote != nil && q.Attach != "" && transport != link.RelayTransport {
+		return r.openClustered(remote, id, ev.Query, q, out)
+	}
+	c := r.newConn(id, q, out)
+	c.start()
+	return c
+}
+
+// newConn makes the socket of a PTY of this host; start admits it.
+func (r *Router) newConn(id contract.TransportID, q PTYQuery, out link.Sender) *ptyConn {
 	c := &ptyConn{id: id, out: out, r: r, q: q, token: q.Attach, log: r.log.With().Str("transport_id", id.String()).Logger(), opened: time.Now()}
 	if c.token == "" {
 		c.token = "legacy-" + contract.RandomHex(12)
 		c.legacy = true
 		c.q.View = false
 	}
-	out.Send(contract.Command{Kind: contract.CommandAdmit, Conn: id.Conn})
-	c.enqueue(c.attach)
 	return c
+}
+
+// start admits the socket and starts attaching it.
+func (c *ptyConn) start() {
+	c.out.Send(contract.Command{Kind: contract.CommandAdmit, Conn: c.id.Conn})
+	c.enqueue(c.attach)
 }
 
 func (c *ptyConn) closeWith(code int, reason string) {
