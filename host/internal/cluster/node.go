@@ -66,8 +66,8 @@ type Node struct {
 	// Registry is the heartbeat and the view of the other hosts.
 	Registry *Registry
 	// PTYs places the cluster's PTYs on hosts.
-	PTYs *PTYPlaces
-	relay    *Relay
+	PTYs  *PTYPlaces
+	relay *Relay
 
 	hooks     atomic.Pointer[Hooks]
 	activeSub *nats.Subscription

@@ -44,7 +44,7 @@ type Router struct {
 
 	mu      sync.Mutex // guards the fields below
 	backend contract.Backend
-	remote  Remote // a cluster host's (remote.go); nil alone
+	remote  Remote               // a cluster host's (remote.go); nil alone
 	routes  map[string]*ptyRoute // by attach token
 	conns   map[contract.TransportID]*ptyConn
 }
