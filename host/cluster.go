@@ -198,6 +198,17 @@ func nodeInstance(n *cluster.Node) string {
 	return inst
 }
 
+// nodeOwnersTimeout bounds a call to the cluster's ownership store at a
+// quarter of the TTL (0 on a single host: the table's default), so that a
+// host cut off from NATS lets go of its sessions before the others may
+// take them.
+func nodeOwnersTimeout(n *cluster.Node) time.Duration {
+	if n == nil {
+		return 0
+	}
+	return min(n.TTL()/4, 5*time.Second)
+}
+
 // serveCluster makes the serving host a cluster member: the gateway
 // relays to other hosts, the heartbeat carries the counts, a fenced host
 // lets go of its sessions, and other hosts' legs reach endpoints.
@@ -215,7 +226,9 @@ func serveCluster(n *cluster.Node, table *session.Table, gw *rpc.Gateway, backen
 			}
 			return len(table.Active()), ptys
 		},
-		OnFenced: table.Fence,
+		// Off the heartbeat's goroutine: letting go waits for binds in
+		// flight, each bounded by the owners timeout.
+		OnFenced: func() { go table.Fence() },
 		Active:   func() []byte { return cluster.MarshalActive(table.Active()) },
 	})
 	return n.Serve(endpoints)

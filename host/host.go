@@ -248,6 +248,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Owners:      nodeOwners(node),
 		Host:        nodeID(node),
 		Instance:    nodeInstance(node),
+
+		OwnersTimeout: nodeOwnersTimeout(node),
 		Agents:      agents,
 		OrphanGrace: cfg.OrphanGrace,
 		Log:         cfg.Log,

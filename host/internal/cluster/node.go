@@ -215,6 +215,9 @@ func (n *Node) call(pick func(*Hooks) func()) {
 	}
 }
 
+// TTL is the cluster TTL the node runs with.
+func (n *Node) TTL() time.Duration { return n.cfg.TTL }
+
 // SetHooks gives the node what it needs of the host.
 func (n *Node) SetHooks(h Hooks) { n.hooks.Store(&h) }
 

@@ -177,7 +177,7 @@ func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed s
 	// Nobody else knows s yet: its first binding needs no slot.
 	s.gen = 1
 	s.viewers[v.ID()] = v
-	octx, cancel := context.WithTimeout(ctx, ownersTimeout)
+	octx, cancel := context.WithTimeout(ctx, t.ownersTimeout)
 	rev, err := t.owners.Create(octx, s.key, s.ownerLocked())
 	cancel()
 	if err != nil {
@@ -260,7 +260,7 @@ func (t *Table) bind(ctx context.Context, s *Session, v Viewer, resumed string, 
 	next.Gen++
 	rev := s.rev
 	s.mu.Unlock()
-	octx, cancel := context.WithTimeout(ctx, ownersTimeout)
+	octx, cancel := context.WithTimeout(ctx, t.ownersTimeout)
 	newRev, err := t.owners.Update(octx, s.key, next, rev)
 	cancel()
 	if err != nil {
@@ -393,7 +393,7 @@ func (t *Table) rebuild(ctx context.Context, sess store.Session, v Viewer, c *cl
 	key := sess.Key
 	id := contract.RandomHex(4)
 	first := Owner{Host: t.host, Instance: t.instance, SessionID: id, Gen: 1, Viewers: []contract.TransportID{v.ID()}}
-	octx, cancel := context.WithTimeout(ctx, ownersTimeout)
+	octx, cancel := context.WithTimeout(ctx, t.ownersTimeout)
 	rev, err := t.owners.Create(octx, key, first)
 	cancel()
 	if err != nil {
@@ -457,7 +457,7 @@ func (t *Table) unclaim(key string, c *claim) {
 // giveBack deletes the ownership entry of key at rev, outside every lock
 // and within a bound of its own (a claim that came to nothing).
 func (t *Table) giveBack(ctx context.Context, key string, rev uint64) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownersTimeout)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.ownersTimeout)
 	defer cancel()
 	if err := t.owners.Delete(dctx, key, rev); err != nil {
 		t.log.Warn().Err(err).Str("session_key", key).Msg("giving back an ownership claim")

@@ -273,7 +273,7 @@ func (t *Table) release(ref releaseRef, why Reason) bool {
 // is logged and counted, and the next write starts from the revision the
 // store last confirmed.
 func (t *Table) recordOwner(s *Session, o Owner, rev uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), t.ownersTimeout)
 	defer cancel()
 	newRev, err := t.owners.Update(ctx, s.key, o, rev)
 	if err != nil {

@@ -22,8 +22,9 @@ import (
 // before the reaper interrupts it.
 const runStaleAfter = 10 * time.Minute
 
-// ownersTimeout bounds one call to the ownership store.
-const ownersTimeout = 5 * time.Second
+// defaultOwnersTimeout bounds one call to the ownership store unless
+// Config.OwnersTimeout says otherwise.
+const defaultOwnersTimeout = 5 * time.Second
 
 // maxKeyDraws bounds how often a create draws a new stored key after the
 // one it drew was already taken.
@@ -35,6 +36,11 @@ type Config struct {
 	Agents agent.Factory
 	// Owners records key ownership; nil means a new MemOwners.
 	Owners Owners
+	// OwnersTimeout bounds one call to Owners (default 5s). A cluster
+	// host keeps it well under its TTL: a bind waiting on an unreachable
+	// store holds its session's slot, and the host must let go of its
+	// sessions before the TTL.
+	OwnersTimeout time.Duration
 	// Host is this host's name in the ownership entries ("" on a single
 	// host).
 	Host string
@@ -71,17 +77,19 @@ type Table struct {
 	host   string
 	// instance is Config.Instance.
 	instance string
-	grace    time.Duration
-	ring     int
-	log      zerolog.Logger
-	metrics  *metrics.Metrics
-	now      func() time.Time
-	newKey   func(time.Time) string // store.NewKey; tests replace it
-	journal  *journal
-	ttl      time.Duration
-	maxLive  int
-	sweep    chan struct{} // closed to stop the idle sweeper
-	sweeper  sync.WaitGroup
+	// ownersTimeout is Config.OwnersTimeout.
+	ownersTimeout time.Duration
+	grace         time.Duration
+	ring          int
+	log           zerolog.Logger
+	metrics       *metrics.Metrics
+	now           func() time.Time
+	newKey        func(time.Time) string // store.NewKey; tests replace it
+	journal       *journal
+	ttl           time.Duration
+	maxLive       int
+	sweep         chan struct{} // closed to stop the idle sweeper
+	sweeper       sync.WaitGroup
 	// faultLogged is when a failed write was last logged (unix ns), for
 	// storeFault's rate limit.
 	faultLogged atomic.Int64
@@ -115,6 +123,9 @@ func NewTable(cfg Config) *Table {
 	if cfg.RingSize <= 0 {
 		cfg.RingSize = 4096
 	}
+	if cfg.OwnersTimeout <= 0 {
+		cfg.OwnersTimeout = defaultOwnersTimeout
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -122,25 +133,27 @@ func NewTable(cfg Config) *Table {
 		cfg.Metrics = metrics.New()
 	}
 	t := &Table{
-		store:     cfg.Store,
-		agents:    cfg.Agents,
-		owners:    cfg.Owners,
-		host:      cfg.Host,
-		instance:  cfg.Instance,
-		grace:     cfg.OrphanGrace,
-		ring:      cfg.RingSize,
-		log:       cfg.Log,
-		metrics:   cfg.Metrics,
-		now:       cfg.Now,
-		newKey:    store.NewKey,
-		journal:   newJournal(cfg.Store, cfg.Retention, cfg.Log, cfg.Metrics),
-		ttl:       cfg.SessionTTL,
-		maxLive:   cfg.MaxLive,
-		sweep:     make(chan struct{}),
-		byID:      make(map[string]*Session),
-		byKey:     make(map[string]*Session),
-		claims:    make(map[string]*claim),
-		releasing: make(map[string]*Session),
+		store:    cfg.Store,
+		agents:   cfg.Agents,
+		owners:   cfg.Owners,
+		host:     cfg.Host,
+		instance: cfg.Instance,
+
+		ownersTimeout: cfg.OwnersTimeout,
+		grace:         cfg.OrphanGrace,
+		ring:          cfg.RingSize,
+		log:           cfg.Log,
+		metrics:       cfg.Metrics,
+		now:           cfg.Now,
+		newKey:        store.NewKey,
+		journal:       newJournal(cfg.Store, cfg.Retention, cfg.Log, cfg.Metrics),
+		ttl:           cfg.SessionTTL,
+		maxLive:       cfg.MaxLive,
+		sweep:         make(chan struct{}),
+		byID:          make(map[string]*Session),
+		byKey:         make(map[string]*Session),
+		claims:        make(map[string]*claim),
+		releasing:     make(map[string]*Session),
 	}
 	t.journal.overloaded = t.interruptAll
 	if cfg.Store != nil {
