@@ -244,19 +244,19 @@ func Run(ctx context.Context, cfg Config) error {
 		agents = f
 	}
 	table := session.NewTable(session.Config{
-		Store:       st,
-		Owners:      nodeOwners(node),
-		Host:        nodeID(node),
-		Instance:    nodeInstance(node),
+		Store:    st,
+		Owners:   nodeOwners(node),
+		Host:     nodeID(node),
+		Instance: nodeInstance(node),
 
 		OwnersTimeout: nodeOwnersTimeout(node),
-		Agents:      agents,
-		OrphanGrace: cfg.OrphanGrace,
-		Log:         cfg.Log,
-		Metrics:     m,
-		SessionTTL:  cfg.SessionTTL,
-		MaxLive:     cfg.MaxLiveSessions,
-		Retention:   store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal},
+		Agents:        agents,
+		OrphanGrace:   cfg.OrphanGrace,
+		Log:           cfg.Log,
+		Metrics:       m,
+		SessionTTL:    cfg.SessionTTL,
+		MaxLive:       cfg.MaxLiveSessions,
+		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal},
 	})
 	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
 	defer gw.Close()
