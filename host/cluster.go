@@ -13,6 +13,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/cluster"
 	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
 	"github.com/tether-agent/tether/host/internal/rpc"
 	"github.com/tether-agent/tether/host/internal/session"
@@ -212,8 +213,9 @@ func nodeOwnersTimeout(n *cluster.Node) time.Duration {
 // serveCluster makes the serving host a cluster member: the gateway
 // relays to other hosts, the heartbeat carries the counts, a fenced host
 // lets go of its sessions, and other hosts' legs reach endpoints.
-func serveCluster(n *cluster.Node, table *session.Table, gw *rpc.Gateway, backend *supervise.Backend, endpoints map[string]link.Endpoint, addr string) error {
+func serveCluster(n *cluster.Node, m *metrics.Metrics, table *session.Table, gw *rpc.Gateway, backend *supervise.Backend, endpoints map[string]link.Endpoint, addr string) error {
 	gw.SetRemote(clusterRemote{n})
+	m.SetClusterSource(nodeID(n), n.Stats)
 	if r, ok := endpoints[wire.PathPTY].(*ptyroute.Router); ok {
 		r.SetRemote(clusterPTYs{n})
 	}

@@ -338,7 +338,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	if node != nil {
-		if err := serveCluster(node, table, gw, backend, endpoints, sup.Addr()); err != nil {
+		if err := serveCluster(node, m, table, gw, backend, endpoints, sup.Addr()); err != nil {
 			ts.Stop(context.Background())
 			return err
 		}

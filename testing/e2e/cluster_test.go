@@ -129,7 +129,7 @@ func eventLog(tb testing.TB, c *wsclient.Client, sid string, until func(wsclient
 // disconnect of h1's socket leaves it live for h2's; active_list is
 // cluster-wide; cluster.hosts lists the three hosts.
 func TestClusterResumeAcrossHosts(t *testing.T) {
-	hosts := startCluster3(t, "--echo-delay", "20ms", "--orphan-grace", "0")
+	hosts := startCluster3(t, "--echo-delay", "20ms", "--orphan-grace", "0", "--admin-listen", "127.0.0.1:0")
 	a := hosts[0].Dial(t)
 	var created snapshot
 	call(t, a, "session.create", map[string]any{"title": "across"}, &created)
@@ -174,6 +174,26 @@ func TestClusterResumeAcrossHosts(t *testing.T) {
 	live := liveForKey(activeList(t, c), created.SessionKey)
 	if len(live) != 1 || live[0].ID != created.SessionID || live[0].Viewers != 2 {
 		t.Fatalf("active_list on h3: %+v, want one session %s with 2 viewers", live, created.SessionID)
+	}
+
+	// Per-host metrics: h2's client is relayed to h1.
+	for _, m := range []struct {
+		h      *clusterHost
+		name   string
+		labels []string
+		want   float64
+	}{
+		{hosts[0], "tether_cluster_host", []string{"host_id=h1"}, 1},
+		{hosts[0], "tether_cluster_hosts", []string{"state=alive"}, 3},
+		{hosts[0], "tether_cluster_relay_legs", []string{"direction=in"}, 1},
+		{hosts[1], "tether_cluster_relay_legs", []string{"direction=out"}, 1},
+		{hosts[1], "tether_live_sessions", nil, 0},
+		{hosts[0], "tether_live_sessions", nil, 1},
+		{hosts[0], "tether_viewers", nil, 2},
+	} {
+		if got := m.h.Metric(t, m.name, m.labels...); got != m.want {
+			t.Errorf("%s: %s%v = %v, want %v", m.h.ID, m.name, m.labels, got, m.want)
+		}
 	}
 
 	// The stale disconnect: h1's socket drops; h2's viewer keeps it live.

@@ -21,6 +21,12 @@ func TestMetricsFromStart(t *testing.T) {
 		{"tether_plugin_restarts_total", "plugin=pty", "reason=unresponsive"},
 		{"tether_plugin_reloads_total", "plugin=ws"},
 		{"tether_pty_attach_duration_seconds_count"},
+		{"tether_cluster_hosts", "state=alive"},
+		{"tether_cluster_hosts", "state=gone"},
+		{"tether_cluster_relay_legs", "direction=in"},
+		{"tether_cluster_relay_legs", "direction=out"},
+		{"tether_cluster_fenced"},
+		{"tether_cluster_takeovers_total"},
 	}
 	for _, m := range []string{"session.create", "session.branch", "session.resume", "session.activate", "session.close",
 		"session.active_list", "session.list", "session.events.since", "prompt.submit", "session.runs", "session.interrupt", "permission.respond"} {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/host/internal/metrics"
 )
 
 // NodeConfig configures a host's membership of a cluster.
@@ -240,6 +241,24 @@ func (n *Node) Serve(endpoints map[string]link.Endpoint) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	return n.NC.Flush()
+}
+
+// Stats describes the node for the cluster gauges.
+func (n *Node) Stats() metrics.ClusterStats {
+	var st metrics.ClusterStats
+	for _, h := range n.Registry.Hosts() {
+		if h.Alive {
+			st.HostsAlive++
+		} else {
+			st.HostsGone++
+		}
+	}
+	st.Takeovers = n.Owners.Takeovers.Load()
+	if n.relay != nil {
+		st.LegsIn, st.LegsOut = n.relay.Legs()
+	}
+	st.Fenced = n.Registry.Fenced()
+	return st
 }
 
 // Relay is the node's relay (nil before Serve).

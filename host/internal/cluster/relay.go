@@ -387,6 +387,13 @@ func (r *Relay) sweepOnce() {
 	}
 }
 
+// Legs counts the legs served here (in) and dialled from here (out).
+func (r *Relay) Legs() (in, out int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.in), len(r.out)
+}
+
 // Drain closes every leg served here with code and reason, as a host's
 // shutdown closes its sockets: the far ends get the close, and the
 // connections here are closed.

@@ -42,6 +42,7 @@ type Metrics struct {
 	PTYAttach        prometheus.Histogram
 
 	ptySource atomic.Pointer[func() PTYStats] // describes the live PTYs; nil: none
+	cluster   clusterMetrics
 }
 
 // New registers the host's metrics on a new registry.
@@ -91,6 +92,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.LiveSessions, m.ParkedSessions, m.Viewers, m.AgentBuilds, m.AgentDiscards,
 		m.AgentCloses, m.CASConflicts, m.OwnerErrors, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
 		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs, m.ScreenRebuilds, m.BuildInfo, m.TransportRefused, m.TransportConns, m.StoreErrors, m.RPCDuration, m.PTYAttach)
+	m.Registry.MustRegister(newClusterMetrics(m)...)
 	return m
 }
 
