@@ -1,16 +1,32 @@
 // Package cluster shares tether's session table between hosts on NATS
-// JetStream. KVOwners is the ownership store (ownership.Store, the
-// table's Owners) on a JetStream KV bucket, tether_sessions: one key per
-// live stored session, its value the owner record (host, runtime session,
-// binding generation, viewers) as JSON. JSStore is host/store's stored
-// sessions, display rows, runs and event journal on JetStream, so that
-// any host can rebuild any session. Embedded runs a NATS server with
-// JetStream inside the host process, alone or routed with others, for
-// tests and for a cluster on one machine.
+// JetStream (tether serve --cluster). Node is one host's membership: it
+// starts the embedded server if asked (Embedded: a NATS server with
+// JetStream inside the host process, alone or routed with others),
+// connects, and opens:
 //
-// Neither is wired into the host yet: the session table still runs on
-// ownership.Mem and the SQLite store, and JSStore is only exercised by
-// this package's tests and benchmarks (the next step wires `--cluster`).
+//   - KVOwners, the ownership store (ownership.Store) on the KV bucket
+//     tether_sessions: one key per live stored session, its value the
+//     owner record (host and process instance, runtime session, binding
+//     generation, viewers) as JSON. HostOwners wraps it for the table:
+//     a create that finds the key owned takes it over, by a
+//     revision-checked update, only when the owner left the cluster, and
+//     otherwise answers *ownership.HeldError naming the owner;
+//   - JSStore, host/store's stored sessions, display rows, runs and event
+//     journal on JetStream, so that any host can rebuild any session;
+//   - Registry, the heartbeats in the KV bucket tether_hosts: each host
+//     rewrites its entry every TTL/3 and ages the others' on its own clock
+//     from when it saw them change (a watch; a host the watch says is gone
+//     is asked about once more from the bucket's leader, so a watch that
+//     fell behind never makes a live host look dead). A host that cannot
+//     write its heartbeat for TTL/2 is fenced: the host releases its live
+//     sessions before another may take them;
+//   - PTYPlaces, the KV bucket tether_ptys: the host of each attach token,
+//     claimed with a create by the host of its first attach;
+//   - Relay, connections carried between hosts on the NATS subjects
+//     tether.relay.<host>.in and .back: a client's /api/ws socket that
+//     binds a session live elsewhere, or its /api/pty socket of a PTY
+//     elsewhere, gets a leg to that host, which serves it through the same
+//     endpoint as its own sockets (transport name link.RelayTransport).
 //
 // # Compare-and-swap
 //
