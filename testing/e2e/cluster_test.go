@@ -300,10 +300,21 @@ func TestClusterHostKilled(t *testing.T) {
 			lastSeq = ev.Seq
 		}
 	}
+	// A viewer through h3, relayed to h2.
+	relayed := hosts[2].Dial(t)
+	call(t, relayed, "session.resume", map[string]any{"session_id": created.SessionKey}, nil)
 	if err := hosts[1].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	select {
+	case <-relayed.Closed():
+	case <-time.After(ttl + 15*time.Second):
+		t.Fatal("the socket relayed to the killed host was not closed")
+	}
+	if code, reason := relayed.CloseCode(); code != 1001 || reason != "owner host gone; resume" {
+		t.Errorf("relayed socket closed %d %q, want 1001 \"owner host gone; resume\"", code, reason)
+	}
 
 	c := hosts[0].Dial(t)
 	var snap snapshot
@@ -358,8 +369,18 @@ func TestClusterSIGTERMHandsBack(t *testing.T) {
 	owner := hosts[2].Dial(t)
 	var created snapshot
 	call(t, owner, "session.create", map[string]any{"title": "handed back"}, &created)
+	relayed := hosts[1].Dial(t) // a viewer through h2, relayed to h3
+	call(t, relayed, "session.resume", map[string]any{"session_id": created.SessionKey}, nil)
 	if err := hosts[2].Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-relayed.Closed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the socket relayed to the stopping host was not closed")
+	}
+	if code, reason := relayed.CloseCode(); code != 1001 {
+		t.Errorf("relayed socket closed %d %q, want 1001 (the owner's shutdown)", code, reason)
 	}
 	if code, err := hosts[2].Wait(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("h3 exit %d %v", code, err)
