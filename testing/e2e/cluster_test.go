@@ -60,7 +60,15 @@ func freeAddrs(tb testing.TB, n int) []string {
 type clusterHost struct {
 	*e2e.Server
 	ID     string
-	Client string // its embedded NATS server's client address
+	Client string   // its embedded NATS server's client address
+	Args   []string // its tether serve flags, to start it again
+}
+
+// restart starts the host again on its state dir with its flags (after a
+// kill): its embedded NATS server rejoins the cluster with its files.
+func (h *clusterHost) restart(t *testing.T) {
+	t.Helper()
+	h.Server = e2e.Start(t, e2e.Config{Args: h.Args, StateDir: h.StateDir})
 }
 
 // startCluster3 starts three real hosts, each running an embedded NATS
@@ -78,15 +86,16 @@ func startCluster3(t *testing.T, args ...string) []*clusterHost {
 	for i := range hosts {
 		id := fmt.Sprintf("h%d", i+1)
 		wg.Go(func() {
-			s := e2e.Start(goTB{t}, e2e.Config{Args: append([]string{
+			hargs := append([]string{
 				"--cluster", "embedded",
 				"--cluster-listen", clients[i],
 				"--cluster-route-listen", routes[i],
 				"--cluster-routes", strings.Join(routeURLs, ","),
 				"--host-id", id,
 				"--pty-command", "",
-			}, args...)})
-			hosts[i] = &clusterHost{Server: s, ID: id, Client: clients[i]}
+			}, args...)
+			s := e2e.Start(goTB{t}, e2e.Config{Args: hargs})
+			hosts[i] = &clusterHost{Server: s, ID: id, Client: clients[i], Args: hargs}
 		})
 	}
 	wg.Wait()

@@ -43,9 +43,9 @@ func OpenPTYPlaces(ctx context.Context, js jetstream.JetStream, reg *Registry, r
 
 // Locate claims token for this host with a KV Create (of two first
 // attaches on two hosts at once, one creates the entry and the other
-// finds it), or returns the live host holding it. A token of this host
-// (any of its processes: a restarted host reattaches its PTY plugin) is
-// this host's; one whose host left the cluster is taken over by a
+// finds it), or returns the live host holding it and that host's process
+// now. A token belongs to its host, not to one process of it (a restarted
+// host reattaches its PTY plugin, PTYs included); one whose host left the cluster is taken over by a
 // revision-checked update, so its next attach starts a PTY here.
 func (p *PTYPlaces) Locate(ctx context.Context, token string) (host, inst string, err error) {
 	self, selfInst := p.reg.Self()
@@ -72,12 +72,12 @@ func (p *PTYPlaces) Locate(ctx context.Context, token string) (host, inst string
 		if at.Host == self {
 			return "", "", nil
 		}
-		alive, err := p.reg.Alive(ctx, at.Host, at.Instance)
+		alive, err := p.reg.HostAlive(ctx, at.Host)
 		if err != nil {
 			return "", "", err
 		}
 		if alive {
-			return at.Host, at.Instance, nil
+			return at.Host, p.reg.Instance(at.Host), nil
 		}
 		if _, err := p.kv.Update(ctx, token, mine, e.Revision()); err == nil {
 			return "", "", nil

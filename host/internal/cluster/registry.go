@@ -275,6 +275,35 @@ func (r *Registry) Alive(ctx context.Context, host, instance string) (bool, erro
 	return alive, nil
 }
 
+// HostAlive reports whether host is in the cluster, whichever process of
+// it runs: what belongs to the host rather than to one process of it (its
+// PTYs, kept by a PTY plugin that outlives the host process) is still its
+// own after a restart.
+func (r *Registry) HostAlive(ctx context.Context, host string) (bool, error) {
+	if host == r.cfg.Self.ID {
+		return true, nil
+	}
+	fresh := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		s, ok := r.seen[host]
+		return ok && r.cfg.Now().Sub(s.at) < r.cfg.TTL
+	}
+	if fresh() {
+		return true, nil
+	}
+	// Gone by the watch: ask the bucket's leader, as Alive does.
+	e, err := r.kv.Get(ctx, host)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("host %s: %w", host, err)
+	}
+	r.saw(e, true)
+	return fresh(), nil
+}
+
 // aliveSeen is Alive as the watch has it; known is false for a host it
 // has not seen.
 func (r *Registry) aliveSeen(host, instance string) (alive, known bool) {
@@ -285,6 +314,16 @@ func (r *Registry) aliveSeen(host, instance string) (alive, known bool) {
 		return false, false
 	}
 	return s.info.Instance == instance && r.cfg.Now().Sub(s.at) < r.cfg.TTL, true
+}
+
+// Instance is the process instance of host as last seen ("" if unseen).
+func (r *Registry) Instance(host string) string {
+	if host == r.cfg.Self.ID {
+		return r.cfg.Self.Instance
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen[host].info.Instance
 }
 
 // Fenced reports whether this host could not write its heartbeat for

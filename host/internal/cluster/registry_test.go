@@ -94,6 +94,28 @@ func TestRegistryHeartbeats(t *testing.T) {
 	if took < ttl/3 {
 		t.Errorf("b gone after %v, before its last beat could have aged the TTL (%v)", took, ttl)
 	}
+	if ok, _ := a.HostAlive(context.Background(), "b"); ok {
+		t.Error("host b, not beating for a TTL, is alive")
+	}
+	// b starts again as a new process: its old process stays gone (its
+	// live sessions died with it), the host is alive again (its PTYs are
+	// still its own).
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	b2, err := OpenRegistry(ctx, js, RegistryConfig{Bucket: bucket, Self: HostInfo{ID: "b", Instance: "b-2"}, TTL: ttl, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b2.Close(context.Background()) }()
+	if ok, err := a.HostAlive(context.Background(), "b"); !ok || err != nil {
+		t.Errorf("host b, restarted, alive = %v, %v; want true", ok, err)
+	}
+	if ok, _ := a.Alive(context.Background(), "b", "b-1"); ok {
+		t.Error("b's killed process is alive once b restarted")
+	}
+	if ok, _ := a.Alive(context.Background(), "b", "b-2"); !ok {
+		t.Error("b's new process is not alive")
+	}
 	// c leaves cleanly: gone at once (its entry is deleted).
 	if err := c.Close(context.Background()); err != nil {
 		t.Fatal(err)
