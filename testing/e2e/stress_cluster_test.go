@@ -132,3 +132,116 @@ func TestStressClusterStaleDisconnect(t *testing.T) {
 		checkAgents(t, h.Server)
 	}
 }
+
+// TestStressClusterResumeStorm: each worker stores one session with one
+// turn; each round, six sockets — two on each of the three hosts — resume
+// its key at once. Every resume gets the same runtime id and the stored
+// turn, whichever host rebuilt it (the claim comes before the build: one
+// host wins, the others relay to it); every host's active_list shows
+// exactly one live session for the key with the six viewers; then the
+// session is closed, so that the next round rebuilds it again. In the end
+// nothing is live on any host and every agent a host built was closed or
+// discarded.
+func TestStressClusterResumeStorm(t *testing.T) {
+	n := stressRounds(t)
+	hosts := startCluster3(t, "--admin-listen", "127.0.0.1:0", "--log-level", "info")
+	type worker struct {
+		pool []*wsclient.Client
+		key  string
+		turn string
+	}
+	workers := make([]*worker, stressWorkers)
+	stored := make(map[string]string, stressWorkers)
+	for w := range workers {
+		wk := &worker{turn: fmt.Sprintf("turn of worker %d", w)}
+		for k := range 6 {
+			c, err := stressDial(hosts[k%3].Server)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wk.pool = append(wk.pool, c)
+		}
+		title := fmt.Sprintf("cluster storm %d", w)
+		var created snapshot
+		call(t, wk.pool[0], "session.create", map[string]any{"title": title}, &created)
+		if err := stressRun(wk.pool[0], created.SessionID, wk.turn); err != nil {
+			t.Fatal(err)
+		}
+		call(t, wk.pool[0], "session.close", map[string]any{"session_id": created.SessionID}, nil)
+		wk.key, stored[created.SessionKey] = created.SessionKey, title
+		workers[w] = wk
+	}
+	observers := make([]*wsclient.Client, 3)
+	for i, h := range hosts {
+		observers[i] = h.Dial(t)
+	}
+	var omu sync.Mutex // the observers are shared by the workers
+	start := time.Now()
+	stressParallel(t, n, stressWorkers, func(i, w int) error {
+		wk := workers[w]
+		ids := make([]string, len(wk.pool))
+		errs := make([]error, len(wk.pool))
+		gate := make(chan struct{})
+		var wg sync.WaitGroup
+		for k, c := range wk.pool {
+			wg.Go(func() {
+				<-gate
+				var snap snapshot
+				if errs[k] = stressResume(c, wk.key, &snap); errs[k] != nil {
+					return
+				}
+				if len(snap.Messages) != 2 || snap.Messages[1].Text != wk.turn {
+					errs[k] = fmt.Errorf("resume %d: messages %+v, want the stored turn", k, snap.Messages)
+				}
+				ids[k] = snap.SessionID
+			})
+		}
+		close(gate)
+		wg.Wait()
+		for k := range wk.pool {
+			if errs[k] != nil {
+				return fmt.Errorf("resume %d (h%d): %w", k, k%3+1, errs[k])
+			}
+			if ids[k] != ids[0] {
+				return fmt.Errorf("resume %d (h%d) got session %s, resume 0 got %s: the storm did not converge", k, k%3+1, ids[k], ids[0])
+			}
+		}
+		omu.Lock()
+		for j, o := range observers {
+			active, err := stressActive(o)
+			if err != nil {
+				omu.Unlock()
+				return err
+			}
+			if live := liveForKey(active, wk.key); len(live) != 1 || live[0].ID != ids[0] || live[0].Viewers != len(wk.pool) {
+				omu.Unlock()
+				return fmt.Errorf("h%d: live sessions for key %s: %+v, want exactly %s with %d viewers", j+1, wk.key, live, ids[0], len(wk.pool))
+			}
+		}
+		omu.Unlock()
+		var closed struct {
+			Closed bool `json:"closed"`
+		}
+		if err := stressCall(wk.pool[i%len(wk.pool)], "session.close", map[string]any{"session_id": ids[0]}, &closed); err != nil {
+			return err
+		}
+		if !closed.Closed {
+			return fmt.Errorf("session.close of %s: closed false, want true", ids[0])
+		}
+		return nil
+	})
+	t.Logf("%d storms of 6 resumes over 3 hosts on %d workers in %v", n, stressWorkers, time.Since(start).Round(time.Millisecond))
+	if active := activeList(t, observers[0]); len(active) != 0 {
+		t.Errorf("session.active_list after all rounds: %d live, want none", len(active))
+	}
+	checkStored(t, observers[0], stored, 2, "closed")
+	for _, wk := range workers {
+		for _, c := range wk.pool {
+			c.Close()
+		}
+	}
+	for _, h := range hosts {
+		waitGauges(t, h.Server)
+		checkAgents(t, h.Server)
+	}
+}
