@@ -210,15 +210,12 @@ func nodeOwnersTimeout(n *cluster.Node) time.Duration {
 	return min(n.TTL()/4, 5*time.Second)
 }
 
-// serveCluster makes the serving host a cluster member: the gateway
-// relays to other hosts, the heartbeat carries the counts, a fenced host
-// lets go of its sessions, and other hosts' legs reach endpoints.
-func serveCluster(n *cluster.Node, m *metrics.Metrics, table *session.Table, gw *rpc.Gateway, backend *supervise.Backend, endpoints map[string]link.Endpoint, addr string) error {
-	gw.SetRemote(clusterRemote{n})
+// serveCluster makes the serving host a cluster member (its gateway and
+// PTY router reach the other hosts already): the heartbeat carries the
+// counts, a fenced host lets go of its sessions, and other hosts' legs
+// reach endpoints.
+func serveCluster(n *cluster.Node, m *metrics.Metrics, table *session.Table, backend *supervise.Backend, endpoints map[string]link.Endpoint, addr string) error {
 	m.SetClusterSource(nodeID(n), n.Stats)
-	if r, ok := endpoints[wire.PathPTY].(*ptyroute.Router); ok {
-		r.SetRemote(clusterPTYs{n})
-	}
 	n.SetListen(addr)
 	n.SetHooks(cluster.Hooks{
 		Stats: func() (int, int) {

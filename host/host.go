@@ -255,6 +255,9 @@ func Run(ctx context.Context, cfg Config) error {
 		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal},
 	})
 	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
+	if node != nil {
+		gw.SetRemote(clusterRemote{node}) // before any connection
+	}
 	defer gw.Close()
 	acpGW := acpgw.New(acpgw.Config{Table: table, Store: st, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: m})
 	defer acpGW.Close()
@@ -308,6 +311,9 @@ func Run(ctx context.Context, cfg Config) error {
 	serving := false // the listening line is out
 	if cfg.PTY.Spec.Path != "" {
 		router = ptyroute.New(cfg.Log, m)
+		if node != nil {
+			router.SetRemote(clusterPTYs{node})
+		}
 		endpoints["/api/pty"] = router
 		backend = supervise.NewBackend(opts, cfg.PTY.Spec, cfg.PTY.BackendConfig, router)
 		if err := backend.Start(ctx); err != nil {
@@ -338,7 +344,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	if node != nil {
-		if err := serveCluster(node, m, table, gw, backend, endpoints, sup.Addr()); err != nil {
+		if err := serveCluster(node, m, table, backend, endpoints, sup.Addr()); err != nil {
 			ts.Stop(context.Background())
 			return err
 		}

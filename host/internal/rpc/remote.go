@@ -47,7 +47,8 @@ type leg struct {
 }
 
 // SetRemote makes the gateway a cluster host's: a resume of a session
-// live on another host is relayed there (see Remote).
+// live on another host is relayed there (see Remote). Call it before the
+// gateway has a connection.
 func (g *Gateway) SetRemote(r Remote) { g.remote = r }
 
 // relayed returns the leg the requests naming session sid go to, or nil
