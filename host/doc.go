@@ -16,7 +16,12 @@
 //   - host/internal/ptyroute: /api/pty;
 //   - host/internal/supervise: the plugin processes;
 //   - host/internal/ownership: the ownership store the table records
-//     its bindings in (host/internal/cluster: one on JetStream KV);
+//     its bindings in;
+//   - host/internal/cluster: with Config.Cluster (tether serve
+//     --cluster), the host's membership of a cluster on NATS JetStream —
+//     the ownership store and the stored sessions there, heartbeats, and
+//     the relay of connections to the host that has their session or
+//     PTY (cluster.go wires it);
 //   - host/internal/metrics: the Prometheus registry;
 //   - host/agent: the agents; host/store: the SQLite database.
 //
