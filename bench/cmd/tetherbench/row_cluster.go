@@ -135,6 +135,27 @@ func (c *cluster) stop() {
 	wg.Wait()
 }
 
+// state says, for an error message, whether each host still runs and
+// what it last logged.
+func (c *cluster) state() string {
+	var b strings.Builder
+	for i, s := range c.hosts {
+		if s == nil {
+			fmt.Fprintf(&b, "\nh%d: down", i+1)
+			continue
+		}
+		st := "running"
+		select {
+		case <-s.exited:
+			st = fmt.Sprintf("exited (%v)", s.waitErr)
+		default:
+		}
+		log := s.stderr.all()
+		fmt.Fprintf(&b, "\nh%d: %s; log tail:\n%s", i+1, st, log[max(0, len(log)-1500):])
+	}
+	return b.String()
+}
+
 // dialHost opens a JSON-RPC socket to s.
 func dialHost(ctx context.Context, s *server, onEvent func(client.Event)) (*client.Conn, error) {
 	return client.Dial(ctx, s.baseURL(), client.Options{Token: s.token, OnEvent: onEvent})
@@ -554,22 +575,25 @@ func rowClusterFailover(cfg config, rep *report) error {
 // failoverRep is one repetition of rowClusterFailover: the time to each
 // failover, and how often the set-up's create on the restarted h2 had to
 // be retried.
-func failoverRep(cfg config, codes map[int]int) ([]time.Duration, int, error) {
+func failoverRep(cfg config, codes map[int]int) (took []time.Duration, setupRetries int, err error) {
 	o := cfg.cluster
 	cl, err := startCluster(cfg.bin, tetherOpts{extra: []string{"--cluster-ttl", o.ttl.String()}})
 	if err != nil {
 		return nil, 0, err
 	}
 	defer cl.stop()
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("failover %d: %w; the hosts:%s", len(took), err, cl.state())
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	var took []time.Duration
-	setupRetries := 0
 	for k := 0; k < o.failovers; k++ {
 		victim := cl.hosts[1]
 		owner, err := dialHost(ctx, victim, nil)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("dial h2: %w", err)
 		}
 		// Right after a restart the streams h2's NATS server led may
 		// still be changing hands: the create may be refused a while.
@@ -589,7 +613,7 @@ func failoverRep(cfg config, codes map[int]int) ([]time.Duration, int, error) {
 		c, err := dialHost(ctx, cl.hosts[0], nil)
 		if err != nil {
 			owner.Abort()
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("dial h1: %w", err)
 		}
 		time.Sleep(200 * time.Millisecond) // a heartbeat or two with the session owned
 
@@ -618,7 +642,7 @@ func failoverRep(cfg config, codes map[int]int) ([]time.Duration, int, error) {
 				codes[-2]++
 				c.Abort()
 				if c, err = dialHost(ctx, cl.hosts[0], nil); err != nil {
-					return nil, 0, err
+					return nil, 0, fmt.Errorf("dial h1 again: %w", err)
 				}
 			default:
 				return nil, 0, fmt.Errorf("resume on h1 after the kill: %w", err)
@@ -657,7 +681,7 @@ func failoverRep(cfg config, codes map[int]int) ([]time.Duration, int, error) {
 func waitAlive(ctx context.Context, s *server, n int, d time.Duration) error {
 	c, err := dialHost(ctx, s, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("dial for cluster.hosts: %w", err)
 	}
 	defer c.Abort()
 	deadline := time.Now().Add(d)
