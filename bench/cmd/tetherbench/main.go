@@ -3,7 +3,8 @@
 // reattach, a resume storm, idle-socket memory and recovery times; the
 // ACP gateway against a bare relay (issue 15); and a reconnect storm after
 // kill -9 of the WS plugin, checking every event of every client (issue
-// 17).
+// 17); and three hosts sharing one session table (the cluster rows, issue
+// 16).
 //
 //	cd bench && go run ./cmd/tetherbench            # every row, recorded sizes
 //	cd bench && go run ./cmd/tetherbench -quick     # every row in < 2 minutes
@@ -61,9 +62,11 @@ type config struct {
 	repo               string // the tether repository (its testing/acp is the ACP kit)
 	acp                acpOpts
 	reconnect          reconnectOpts
+	cluster            clusterOpts
 }
 
-var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "reconnect-storm", "acp"}
+var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "reconnect-storm", "acp",
+	"cluster-relay", "cluster-storm", "cluster-failover", "cluster-pty"}
 
 // tmpRoot holds every state dir and payload of this run.
 var tmpRoot string
@@ -81,7 +84,7 @@ func run() int {
 		bin        = fs.String("tether", "", "tether binary to measure (default: build ./cmd/tether of -repo)")
 		repo       = fs.String("repo", "", "tether repository to build (default: the parent of the bench module)")
 		rev        = fs.String("rev", "", "build tether from this git revision of -repo (via git archive: uncommitted edits left out) instead of the working tree")
-		rows       = fs.String("rows", strings.Join(allRows, ","), "rows to run: "+strings.Join(allRows, ","))
+		rows       = fs.String("rows", strings.Join(allRows, ","), "rows to run: "+strings.Join(allRows, ",")+" (cluster: every cluster-* row)")
 		n          = fs.Int("n", 5, "repetitions of each row")
 		quick      = fs.Bool("quick", false, "small sizes and 3 repetitions: every row in under 2 minutes")
 		verbose    = fs.Bool("v", false, "progress on stderr")
@@ -121,6 +124,14 @@ func run() int {
 		rcBackMax  = fs.Duration("reconnect-backoff-max", 2*time.Second, "largest backoff bound of a reconnect")
 		rcDeadline = fs.Duration("reconnect-deadline", 0, "after the kill, every client must have its run's message.complete by then (0: the run's length + 30s)")
 		rcDial     = fs.Duration("reconnect-dial-timeout", 5*time.Second, "dial timeout of a reconnect (connect, upgrade, gateway.ready)")
+		clWords    = fs.Int("cluster-words", 200, "words per prompt of the cluster-relay row (one message.delta each)")
+		clPrompts  = fs.Int("cluster-prompts", 6, "measured prompts per repetition of the cluster-relay row (alternately from h1 and h2)")
+		clDelay    = fs.Duration("cluster-echo-delay", 5*time.Millisecond, "tether --echo-delay of the cluster-relay row")
+		clStorm    = fs.Int("cluster-storm", 256, "sockets (spread over 3 hosts) resuming one key at once in the cluster-storm row")
+		clTTL      = fs.Duration("cluster-ttl", 2*time.Second, "tether --cluster-ttl of the cluster-failover row")
+		clFail     = fs.Int("cluster-failovers", 5, "kills of the owning host per repetition (one fresh cluster each) of the cluster-failover row")
+		clPTYSize  = fs.String("cluster-pty-size", "32MiB", "bytes per stream of the cluster-pty row")
+		clReattach = fs.Int("cluster-reattach", 100, "attaches per host and kind per repetition of the cluster-pty row")
 	)
 	_ = fs.Parse(os.Args[1:])
 	set := map[string]bool{}
@@ -144,6 +155,10 @@ func run() int {
 		quickDefault("reconnect-clients", func() { *rcClients = "200" })
 		quickDefault("reconnect-words", func() { *rcWords = 20 })
 		quickDefault("reconnect-delay", func() { *rcDelay = 250 * time.Millisecond })
+		quickDefault("cluster-prompts", func() { *clPrompts = 2 })
+		quickDefault("cluster-failovers", func() { *clFail = 2 })
+		quickDefault("cluster-pty-size", func() { *clPTYSize = "8MiB" })
+		quickDefault("cluster-reattach", func() { *clReattach = 30 })
 	}
 	cfg := config{n: *n, quick: *quick, verbose: *verbose, checkRuns: *checkRuns, ptyBuffer: *ptyBuffer, ptyBigRing: *ptyBigRing, ptyStreams: *ptyStreams, rpcDur: *rpcDur,
 		reattachN: *reattachN, storm: *storm, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
@@ -189,6 +204,12 @@ func run() int {
 		if r == "" {
 			continue
 		}
+		if r == "cluster" {
+			for _, c := range clusterRows {
+				cfg.rows[c] = true
+			}
+			continue
+		}
 		ok := false
 		for _, a := range allRows {
 			ok = ok || a == r
@@ -211,6 +232,13 @@ func run() int {
 	}
 	if cfg.reconnect.deadline == 0 {
 		cfg.reconnect.deadline = time.Duration(cfg.reconnect.words)*cfg.reconnect.delay + 30*time.Second
+	}
+	cfg.cluster = clusterOpts{words: *clWords, prompts: *clPrompts, echoDelay: *clDelay, storm: *clStorm, ttl: *clTTL, failovers: *clFail, reattach: *clReattach}
+	if cfg.cluster.ptySize, err = parseSize(*clPTYSize); err != nil {
+		return fail(err)
+	}
+	if cfg.cluster.words < 1 || cfg.cluster.prompts < 1 || cfg.cluster.storm < 3 || cfg.cluster.failovers < 1 || cfg.cluster.reattach < 1 || cfg.cluster.echoDelay < 0 {
+		return fail(fmt.Errorf("-cluster-words, -cluster-prompts, -cluster-failovers and -cluster-reattach must be ≥ 1, -cluster-storm ≥ 3, -cluster-echo-delay ≥ 0"))
 	}
 	if cfg.n < 1 {
 		return fail(fmt.Errorf("-n must be at least 1"))
@@ -257,6 +285,10 @@ func run() int {
 		{"recovery", rowRecovery},
 		{"reconnect-storm", rowReconnect},
 		{"acp", rowACP},
+		{"cluster-relay", rowClusterRelay},
+		{"cluster-storm", rowClusterStorm},
+		{"cluster-failover", rowClusterFailover},
+		{"cluster-pty", rowClusterPTY},
 	}
 	failed := false
 	var busyBefore, loadAfter []string

@@ -93,6 +93,9 @@ type tetherOpts struct {
 	admin      bool
 	extra      []string
 	env        []string // added to tether's environment (KEY=VALUE)
+	// wait bounds the wait for the URL line (0: 30 s). A cluster host
+	// prints it only once it has joined the others.
+	wait time.Duration
 }
 
 // startTether runs `tether serve` and waits for its first stdout line.
@@ -154,7 +157,10 @@ func startTether(bin string, o tetherOpts) (*server, error) {
 	if o.admin {
 		want = 2
 	}
-	timeout := time.After(30 * time.Second)
+	if o.wait == 0 {
+		o.wait = 30 * time.Second
+	}
+	timeout := time.After(o.wait)
 	for got := 0; got < want; got++ {
 		var line string
 		var ok bool
@@ -162,7 +168,7 @@ func startTether(bin string, o tetherOpts) (*server, error) {
 		case line, ok = <-lines:
 		case <-timeout:
 			s.kill()
-			return nil, fmt.Errorf("tether did not print its URL in 30s; stderr:\n%s", s.stderr)
+			return nil, fmt.Errorf("tether did not print its URL in %v; stderr:\n%s", o.wait, s.stderr)
 		}
 		if !ok {
 			s.kill()
