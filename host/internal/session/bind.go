@@ -8,6 +8,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -332,6 +333,9 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 			case <-ctx.Done():
 				return fmt.Errorf("%s: %v: %w", key, ctx.Err(), ErrNoLongerLive)
 			}
+			if c.held != nil {
+				return c.held
+			}
 			continue
 		}
 		if t.releasing[key] != nil {
@@ -397,8 +401,13 @@ func (t *Table) rebuild(ctx context.Context, sess store.Session, v Viewer, c *cl
 	rev, err := t.owners.Create(octx, key, first)
 	cancel()
 	if err != nil {
+		err = ownersError("claim "+key, err)
+		var held *ownership.HeldError
+		if errors.As(err, &held) {
+			c.held = err // closed by unclaim: the waiters read it after
+		}
 		t.unclaim(key, c)
-		return ownersError("claim "+key, err)
+		return err
 	}
 	s, err := t.buildClaimed(ctx, sess, id)
 	if err == nil {

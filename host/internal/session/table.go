@@ -111,7 +111,13 @@ type Table struct {
 
 // claim is a session being registered: done is closed when it is in the
 // table or was given up.
-type claim struct{ done chan struct{} }
+type claim struct {
+	done chan struct{}
+	// held is set, before done is closed, when the claim came to nothing
+	// because another host holds the key: the resumes waiting for it are
+	// answered the same at once instead of each claiming again.
+	held error
+}
 
 // NewTable returns an empty table. It sets cfg.Store's write-fault hook
 // (store.OnWriteFault) to count and log every failed write of that store
