@@ -216,6 +216,33 @@ func TestClusterResumeAcrossHosts(t *testing.T) {
 		t.Fatalf("active_list after h1's drop: %+v, want one session with 1 viewer", live)
 	}
 
+	// Resume by title and session.list are cluster-wide too.
+	var byTitle snapshot
+	call(t, c, "session.resume", map[string]any{"session_id": "across"}, &byTitle)
+	if byTitle.SessionID != created.SessionID {
+		t.Fatalf("resume by title on h3: session %s, want the live %s", byTitle.SessionID, created.SessionID)
+	}
+	var listed struct {
+		Sessions []struct {
+			ID string `json:"id"`
+		} `json:"sessions"`
+	}
+	call(t, hosts[2].Dial(t), "session.list", nil, &listed)
+	if len(listed.Sessions) != 1 || listed.Sessions[0].ID != created.SessionKey {
+		t.Fatalf("session.list on h3: %+v, want the session made on h1", listed.Sessions)
+	}
+
+	// tether cluster, the command, through h2 with its token file.
+	out, errOut, code := runCLI(t, "", "cluster", "--json", "--url", hosts[1].URL, "--state-dir", hosts[1].StateDir)
+	var cli wire.ClusterHosts
+	if code != 0 || json.Unmarshal([]byte(out), &cli) != nil || len(cli.Hosts) != 3 || cli.Hosts[0].ID != "h2" || !cli.Hosts[0].Self {
+		t.Errorf("tether cluster --json: exit %d, stdout %q, stderr %q; want h2 (self) and two more", code, out, errOut)
+	}
+	out, _, code = runCLI(t, "", "cluster", "--url", hosts[0].URL, "--state-dir", hosts[0].StateDir)
+	if code != 0 || !strings.HasPrefix(out, "HOST") || !strings.Contains(out, "h1 (this)") || !strings.Contains(out, "h2") || !strings.Contains(out, "h3") {
+		t.Errorf("tether cluster: exit %d, stdout %q", code, out)
+	}
+
 	hs := clusterHostsOf(t, c)
 	var ids []string
 	for _, h := range hs.Hosts {
@@ -505,5 +532,20 @@ func TestClusterPTYExit(t *testing.T) {
 		if out := string(c.Output()); !strings.HasSuffix(out, want.String()) {
 			t.Errorf("%s: output (%d bytes) does not end with all 20000 lines", name, len(out))
 		}
+	}
+}
+
+// TestClusterCommandAlone: tether cluster against a host with no
+// --cluster says so, exit 0; --json says cluster false with the host.
+func TestClusterCommandAlone(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{})
+	out, errOut, code := runCLI(t, "", "cluster", "--url", s.URL, "--state-dir", s.StateDir)
+	if code != 0 || !strings.Contains(out, "not in a cluster") {
+		t.Errorf("tether cluster: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, _, code = runCLI(t, "", "cluster", "--json", "--url", s.URL, "--state-dir", s.StateDir)
+	var hs wire.ClusterHosts
+	if code != 0 || json.Unmarshal([]byte(out), &hs) != nil || hs.Cluster || len(hs.Hosts) != 1 || !hs.Hosts[0].Self {
+		t.Errorf("tether cluster --json: exit %d, stdout %q", code, out)
 	}
 }
