@@ -119,8 +119,11 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	replicas := cfg.Replicas
 	if replicas == 0 {
+		// Three servers or more: the ones this connection knows (given
+		// and discovered), or the routes an embedded server was given
+		// (it may not have heard of the others yet).
 		replicas = 1
-		if len(n.NC.Servers()) >= 3 {
+		if len(n.NC.Servers()) >= 3 || cfg.Embedded != nil && len(cfg.Embedded.Routes) >= 3 {
 			replicas = 3
 		}
 	}
