@@ -11,9 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tether-agent/tether/client"
 	"github.com/tether-agent/tether/host"
-	"github.com/tether-agent/tether/wire"
 )
 
 // clusterFlags are tether serve's cluster flags.
@@ -129,16 +127,8 @@ flags:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, urlToken, _ := client.Endpoint(*base, wire.PathRPC)
-	token, file := tf.resolve(urlToken)
-	c, err := client.Dial(ctx, *base, client.Options{Token: token})
-	var ce *client.CloseError
-	if errors.As(err, &ce) && ce.Code == wire.CloseUnauthorized {
-		fmt.Fprintln(os.Stderr, "tether cluster:", tokenHelp(token, file))
-		return 1
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tether cluster: connecting to %s: %v\n", *base, err)
+	c := tf.dial(ctx, "tether cluster", *base)
+	if c == nil {
 		return 1
 	}
 	defer c.Close()

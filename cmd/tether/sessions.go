@@ -9,9 +9,6 @@ import (
 	"os"
 	"text/tabwriter"
 	"time"
-
-	"github.com/tether-agent/tether/client"
-	"github.com/tether-agent/tether/wire"
 )
 
 // sessions lists the live and stored sessions of a running host through
@@ -42,16 +39,8 @@ flags:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, urlToken, _ := client.Endpoint(*base, wire.PathRPC)
-	token, file := tf.resolve(urlToken)
-	c, err := client.Dial(ctx, *base, client.Options{Token: token})
-	var ce *client.CloseError
-	if errors.As(err, &ce) && ce.Code == wire.CloseUnauthorized {
-		fmt.Fprintln(os.Stderr, "tether sessions:", tokenHelp(token, file))
-		return 1
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tether sessions: connecting to %s: %v\n", *base, err)
+	c := tf.dial(ctx, "tether sessions", *base)
+	if c == nil {
 		return 1
 	}
 	defer c.Close()

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
 // tokenFlags are the flags every client command takes to find the access
@@ -57,4 +63,24 @@ func tokenHelp(token, file string) string {
 		return "no access token: set TETHER_TOKEN, or run this as the host's user on its machine so that its token file (" + file + ") is read"
 	}
 	return "the host refused the access token (4401 unauthorized): set TETHER_TOKEN to the host's token, or run this as the host's user on its machine so that its token file (" + file + ") is read"
+}
+
+// dial connects a client command (named cmd, e.g. "tether sessions") to the
+// JSON-RPC gateway of the host at base with the token resolve finds. On
+// failure it prints the one-line reason (tokenHelp for a refused or
+// missing token) and returns nil: the command exits 1.
+func (f tokenFlags) dial(ctx context.Context, cmd, base string) *client.Conn {
+	_, urlToken, _ := client.Endpoint(base, wire.PathRPC)
+	token, file := f.resolve(urlToken)
+	c, err := client.Dial(ctx, base, client.Options{Token: token})
+	var ce *client.CloseError
+	switch {
+	case errors.As(err, &ce) && ce.Code == wire.CloseUnauthorized:
+		fmt.Fprintln(os.Stderr, cmd+":", tokenHelp(token, file))
+		return nil
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "%s: connecting to %s: %v\n", cmd, base, err)
+		return nil
+	}
+	return c
 }
