@@ -99,30 +99,42 @@ func (c *commands) wait(tb testing.TB, n int) []contract.Command {
 	}
 }
 
+// relayHost is one host of a relay test: its registry and its relay.
+type relayHost struct {
+	reg   *Registry
+	relay *Relay
+}
+
+// startRelays starts, on one server, a registry and a relay for each id
+// (process instance id + "-1"), serving endpoints[id]; stopped at the end
+// of t.
+func startRelays(t *testing.T, ttl time.Duration, endpoints map[string]map[string]link.Endpoint, ids ...string) map[string]relayHost {
+	t.Helper()
+	e := startServer(t)
+	_, js := connect(t, e.ClientURL())
+	bucket := newBucket()
+	hosts := make(map[string]relayHost, len(ids))
+	for _, id := range ids {
+		reg := openRegistry(t, js, bucket, id, ttl)
+		nc, _ := connect(t, e.ClientURL())
+		r, err := NewRelay(nc, reg, endpoints[id], ttl, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		hosts[id] = relayHost{reg: reg, relay: r}
+	}
+	return hosts
+}
+
 // TestRelayLeg: a leg carries frames to the far endpoint and its answers
 // back in order, binary flags and the query included; the leg's close
 // closes the far connection; the far endpoint's close reaches the leg as
 // its last command; a leg to a host with no relay fails to dial.
 func TestRelayLeg(t *testing.T) {
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	bucket := newBucket()
-	const ttl = 3 * time.Second
-	regA := openRegistry(t, js, bucket, "a", ttl)
-	regB := openRegistry(t, js, bucket, "b", ttl)
-	ncA, _ := connect(t, e.ClientURL())
-	ncB, _ := connect(t, e.ClientURL())
 	ep := &echoEndpoint{}
-	ra, err := NewRelay(ncA, regA, map[string]link.Endpoint{}, ttl, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ra.Close()
-	rb, err := NewRelay(ncB, regB, map[string]link.Endpoint{"/api/pty": ep}, ttl, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rb.Close()
+	hosts := startRelays(t, 3*time.Second, map[string]map[string]link.Endpoint{"b": {"/api/pty": ep}}, "a", "b")
+	ra := hosts["a"].relay
 	ctx := t.Context()
 
 	cmds := newCommands()
@@ -191,24 +203,9 @@ func TestRelayLeg(t *testing.T) {
 // TestRelayDrain: a host draining (its shutdown) closes the legs it
 // serves with the code given; their far ends get it.
 func TestRelayDrain(t *testing.T) {
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	bucket := newBucket()
-	const ttl = 3 * time.Second
-	regA := openRegistry(t, js, bucket, "a", ttl)
-	regB := openRegistry(t, js, bucket, "b", ttl)
-	ncA, _ := connect(t, e.ClientURL())
-	ncB, _ := connect(t, e.ClientURL())
 	ep := &echoEndpoint{}
-	ra, err := NewRelay(ncA, regA, nil, ttl, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ra.Close()
-	rb, err := NewRelay(ncB, regB, map[string]link.Endpoint{"/api/ws": ep}, ttl, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	hosts := startRelays(t, 3*time.Second, map[string]map[string]link.Endpoint{"b": {"/api/ws": ep}}, "a", "b")
+	ra, rb := hosts["a"].relay, hosts["b"].relay
 	cmds := newCommands()
 	if _, err := ra.Dial(t.Context(), "b", "b-1", "/api/ws", "", cmds.on); err != nil {
 		t.Fatal(err)
@@ -228,32 +225,10 @@ func TestRelayDrain(t *testing.T) {
 // it get close 1001 "owner host gone; resume" — within the TTL and a
 // sweep period.
 func TestRelaySweep(t *testing.T) {
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	bucket := newBucket()
 	const ttl = 600 * time.Millisecond
-	regA := openRegistry(t, js, bucket, "a", ttl)
-	regB := openRegistry(t, js, bucket, "b", ttl)
-	regC := openRegistry(t, js, bucket, "c", ttl)
-	ncA, _ := connect(t, e.ClientURL())
-	ncB, _ := connect(t, e.ClientURL())
-	ncC, _ := connect(t, e.ClientURL())
 	epB, epC := &echoEndpoint{}, &echoEndpoint{}
-	ra, err := NewRelay(ncA, regA, nil, ttl, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ra.Close()
-	rb, err := NewRelay(ncB, regB, map[string]link.Endpoint{"/api/ws": epB}, ttl, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rb.Close()
-	rc, err := NewRelay(ncC, regC, map[string]link.Endpoint{"/api/ws": epC}, ttl, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
+	hosts := startRelays(t, ttl, map[string]map[string]link.Endpoint{"b": {"/api/ws": epB}, "c": {"/api/ws": epC}}, "a", "b", "c")
+	ra, regA, regB := hosts["a"].relay, hosts["a"].reg, hosts["b"].reg
 	toB := newCommands()
 	if _, err := ra.Dial(t.Context(), "b", "b-1", "/api/ws", "", toB.on); err != nil {
 		t.Fatal(err)
