@@ -38,8 +38,7 @@ func TestChaosCluster(t *testing.T) {
 	var snap snapshot
 	call(t, c, "session.create", map[string]any{"title": "cluster chaos"}, &snap)
 	key, epoch, sid := snap.SessionKey, snap.Epoch, snap.SessionID
-	var lastSeen uint64
-	seen := map[uint64]bool{}
+	acct := newEventAccount(t)
 	prompt := strings.Repeat("w ", 200)
 
 	tok := attachToken(t)
@@ -48,29 +47,9 @@ func TestChaosCluster(t *testing.T) {
 	var stream []byte
 	var offset int64
 
-	liveSeq := map[*wsclient.Client]uint64{}
-	collect := func(cl *wsclient.Client, d time.Duration) {
-		deadline := time.Now().Add(d)
-		for time.Now().Before(deadline) {
-			ev, err := cl.NextEvent(ctxT(t, time.Until(deadline)+time.Millisecond))
-			if err != nil {
-				return
-			}
-			if ev.SessionID == "" {
-				continue
-			}
-			if prev := liveSeq[cl]; ev.Seq <= prev {
-				t.Fatalf("live event seq %d after seq %d on one connection", ev.Seq, prev)
-			}
-			liveSeq[cl] = ev.Seq
-			seen[ev.Seq] = true
-			lastSeen = max(lastSeen, ev.Seq)
-		}
-	}
-
 	for round := range *chaosRounds {
 		_ = c.Call(ctxT(t, 5*time.Second), "prompt.submit", map[string]any{"session_id": sid, "text": prompt}, nil)
-		collect(c, time.Duration(50+rng.IntN(250))*time.Millisecond)
+		acct.collect(c, time.Duration(50+rng.IntN(250))*time.Millisecond)
 
 		victim := []string{"ws", "pty", "host"}[rng.IntN(3)]
 		h := pick()
@@ -96,7 +75,7 @@ func TestChaosCluster(t *testing.T) {
 			_, _ = h.Wait(5 * time.Second)
 			h.restart(t)
 		}
-		collect(c, 300*time.Millisecond)
+		acct.collect(c, 300*time.Millisecond)
 		pc.Drop()
 		got := pc.Output()
 		stream = append(stream, got...)
@@ -124,23 +103,7 @@ func TestChaosCluster(t *testing.T) {
 			t.Fatalf("round %d (%s): epoch %q, want %q", round, victim, resumed.Epoch, epoch)
 		}
 		sid = resumed.SessionID
-		var since sinceResult
-		call(t, c, "session.events.since", map[string]any{"session_id": sid, "last_seen": lastSeen}, &since)
-		if since.Truncated {
-			t.Fatalf("round %d (%s): events.since(%d) truncated", round, victim, lastSeen)
-		}
-		for i, e := range decodeEvents(t, since.Events) {
-			if e.Seq != lastSeen+uint64(i)+1 {
-				t.Fatalf("round %d: events.since(%d) item %d has seq %d: not contiguous", round, lastSeen, i, e.Seq)
-			}
-			seen[e.Seq] = true
-		}
-		lastSeen = max(lastSeen, since.LatestSeq)
-		for seq := uint64(1); seq <= since.LatestSeq; seq++ {
-			if !seen[seq] {
-				t.Fatalf("round %d (%s): seq %d of %d never reached the client nor events.since", round, victim, seq, since.LatestSeq)
-			}
-		}
+		acct.recover(c, sid, fmt.Sprintf("round %d (%s)", round, victim))
 
 		// Recover the PTY through a host picked at random.
 		pvia := pick()

@@ -20,6 +20,67 @@ var (
 	chaosSeed   = flag.Uint64("chaos.seed", 0, "seed of TestChaos (0: from the clock; logged)")
 )
 
+// eventAccount keeps a client's account of one session's events across
+// kills: which seqs reached it (live or through events.since), the last
+// one, and per connection the last live seq (live events on one
+// connection come in strictly increasing order; a resumed connection may
+// also get live events events.since already returned, dropped by seq).
+type eventAccount struct {
+	t        *testing.T
+	seen     map[uint64]bool
+	lastSeen uint64
+	liveSeq  map[*wsclient.Client]uint64
+}
+
+func newEventAccount(t *testing.T) *eventAccount {
+	return &eventAccount{t: t, seen: map[uint64]bool{}, liveSeq: map[*wsclient.Client]uint64{}}
+}
+
+// collect reads cl's live events for d.
+func (a *eventAccount) collect(cl *wsclient.Client, d time.Duration) {
+	t := a.t
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ev, err := cl.NextEvent(ctxT(t, time.Until(deadline)+time.Millisecond))
+		if err != nil {
+			return
+		}
+		if ev.SessionID == "" {
+			continue
+		}
+		if prev := a.liveSeq[cl]; ev.Seq <= prev {
+			t.Fatalf("live event seq %d after seq %d on one connection", ev.Seq, prev)
+		}
+		a.liveSeq[cl] = ev.Seq
+		a.seen[ev.Seq] = true
+		a.lastSeen = max(a.lastSeen, ev.Seq)
+	}
+}
+
+// recover fetches events.since(lastSeen) of sid through c after a kill
+// (what) and checks that the journal continues the account with no gap
+// and that every seq up to the latest reached the client or the journal.
+func (a *eventAccount) recover(c *wsclient.Client, sid, what string) {
+	t := a.t
+	var since sinceResult
+	call(t, c, "session.events.since", map[string]any{"session_id": sid, "last_seen": a.lastSeen}, &since)
+	if since.Truncated {
+		t.Fatalf("%s: events.since(%d) truncated", what, a.lastSeen)
+	}
+	for i, e := range decodeEvents(t, since.Events) {
+		if e.Seq != a.lastSeen+uint64(i)+1 {
+			t.Fatalf("%s: events.since(%d) item %d has seq %d: not contiguous", what, a.lastSeen, i, e.Seq)
+		}
+		a.seen[e.Seq] = true
+	}
+	a.lastSeen = max(a.lastSeen, since.LatestSeq)
+	for seq := uint64(1); seq <= since.LatestSeq; seq++ {
+		if !a.seen[seq] {
+			t.Fatalf("%s: seq %d of %d never reached the client nor events.since", what, seq, since.LatestSeq)
+		}
+	}
+}
+
 // TestChaos runs a scripted workload — a session with prompts streaming,
 // and a PTY printing a numbered sequence — and kills with SIGKILL, at
 // random points, the WebSocket plugin, the PTY plugin or the host itself.
@@ -46,8 +107,7 @@ func TestChaos(t *testing.T) {
 	var snap snapshot
 	call(t, c, "session.create", map[string]any{"title": "chaos"}, &snap)
 	key, epoch := snap.SessionKey, snap.Epoch
-	var lastSeen uint64
-	seen := map[uint64]bool{}
+	acct := newEventAccount(t)
 	prompt := strings.Repeat("w ", 200) // 4 s of streaming at 20 ms a word
 
 	// The PTY workload.
@@ -58,36 +118,12 @@ func TestChaos(t *testing.T) {
 	var stream []byte // every byte of the current PTY, in order
 	var offset int64
 
-	// collect reads live events. On one connection they come in strictly
-	// increasing seq order; a resumed connection may also get live events
-	// that events.since already returned (both cover the span after the
-	// snapshot), which a client drops by seq.
-	liveSeq := map[*wsclient.Client]uint64{}
-	collect := func(cl *wsclient.Client, d time.Duration) {
-		deadline := time.Now().Add(d)
-		for time.Now().Before(deadline) {
-			ev, err := cl.NextEvent(ctxT(t, time.Until(deadline)+time.Millisecond))
-			if err != nil {
-				return
-			}
-			if ev.SessionID == "" {
-				continue
-			}
-			if prev := liveSeq[cl]; ev.Seq <= prev {
-				t.Fatalf("live event seq %d after seq %d on one connection", ev.Seq, prev)
-			}
-			liveSeq[cl] = ev.Seq
-			seen[ev.Seq] = true
-			lastSeen = max(lastSeen, ev.Seq)
-		}
-	}
-
 	for round := range *chaosRounds {
 		// Keep a run streaming (4009 when the previous one still runs).
 		var sid snapshot
 		call(t, c, "session.activate", map[string]any{"session_id": snapIDFor(t, c, key)}, &sid)
 		_ = c.Call(ctxT(t, 5*time.Second), "prompt.submit", map[string]any{"session_id": sid.SessionID, "text": prompt}, nil)
-		collect(c, time.Duration(50+rng.IntN(250))*time.Millisecond)
+		acct.collect(c, time.Duration(50+rng.IntN(250))*time.Millisecond)
 
 		victim := []string{"ws", "pty", "host"}[rng.IntN(3)]
 		t.Logf("round %d: kill -9 %s", round, victim)
@@ -110,7 +146,7 @@ func TestChaos(t *testing.T) {
 			s = e2e.Start(t, e2e.Config{Args: args, StateDir: stateDir})
 		}
 		// Whatever reached the clients before they noticed counts.
-		collect(c, 300*time.Millisecond)
+		acct.collect(c, 300*time.Millisecond)
 		pc.Drop()
 		got := pc.Output()
 		stream = append(stream, got...)
@@ -123,23 +159,7 @@ func TestChaos(t *testing.T) {
 		if resumed.Epoch != epoch {
 			t.Fatalf("round %d (%s): epoch %q, want %q", round, victim, resumed.Epoch, epoch)
 		}
-		var since sinceResult
-		call(t, c, "session.events.since", map[string]any{"session_id": resumed.SessionID, "last_seen": lastSeen}, &since)
-		if since.Truncated {
-			t.Fatalf("round %d (%s): events.since(%d) truncated", round, victim, lastSeen)
-		}
-		for i, e := range decodeEvents(t, since.Events) {
-			if e.Seq != lastSeen+uint64(i)+1 {
-				t.Fatalf("round %d: events.since(%d) item %d has seq %d: not contiguous", round, lastSeen, i, e.Seq)
-			}
-			seen[e.Seq] = true
-		}
-		lastSeen = max(lastSeen, since.LatestSeq)
-		for seq := uint64(1); seq <= since.LatestSeq; seq++ {
-			if !seen[seq] {
-				t.Fatalf("round %d (%s): seq %d of %d never reached the client nor events.since", round, victim, seq, since.LatestSeq)
-			}
-		}
+		acct.recover(c, resumed.SessionID, fmt.Sprintf("round %d (%s)", round, victim))
 
 		// Recover the PTY: reattach with the cursor.
 		pc = ptyDialRetry(t, s, fmt.Sprintf("attach=%s&offset=%d&epoch=%s", tok, offset, ptyEpoch))
