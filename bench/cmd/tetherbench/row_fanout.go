@@ -275,7 +275,7 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 	if _, _, err := runB(); err != nil {
 		return err
 	}
-	var t50, t99, tmax, b50, b99, bmax sample
+	var t50, t99, tmax, b50, b99, bmax, r50, r99 sample
 	var tCPU, bCPU = map[string]cpuTime{}, map[string]cpuTime{}
 	tEvents, bEvents := 0, 0
 	completeAll, worstP99 := true, 0.0
@@ -302,6 +302,8 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 		b50.add(percentile(br.offsets, .5))
 		b99.add(percentile(br.offsets, .99))
 		bmax.add(percentile(br.offsets, 1))
+		r50.add(percentile(tr.offsets, .5) / percentile(br.offsets, .5))
+		r99.add(percentile(tr.offsets, .99) / percentile(br.offsets, .99))
 		worstP99 = max(worstP99, percentile(tr.offsets, .99))
 		completeAll = completeAll && tr.complete == n
 		completes = append(completes, strconv.Itoa(tr.complete))
@@ -311,8 +313,8 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 			percentile(br.offsets, .5), percentile(br.offsets, .99), percentile(br.offsets, 1), br.complete, n)
 	}
 	row := fmt.Sprintf("fan-out ×%d", n)
-	rep.add(result{row: row, metric: "offset p50", tether: t50.cell("ms"), baseline: b50.cell("ms"), n: cfg.n})
-	rep.add(result{row: row, metric: "offset p99", tether: t99.cell("ms"), baseline: b99.cell("ms"),
+	rep.add(result{row: row, metric: "offset p50", tether: t50.cell("ms"), baseline: b50.cell("ms"), ratio: r50.cell("×"), n: cfg.n})
+	rep.add(result{row: row, metric: "offset p99", tether: t99.cell("ms"), baseline: b99.cell("ms"), ratio: r99.cell("×"),
 		target: "≤ 50 ms every run", met: yesNo(worstP99 <= 50), n: cfg.n})
 	rep.add(result{row: row, metric: "offset max", tether: tmax.cell("ms"), baseline: bmax.cell("ms"), n: cfg.n})
 	rep.add(result{row: row, metric: "viewers complete per run", tether: strings.Join(completes, ", ") + fmt.Sprintf(" of %d", n),
