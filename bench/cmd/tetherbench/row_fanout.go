@@ -232,6 +232,9 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 
 	wait := time.Duration(o.words)*o.delay + 30*time.Second
 	cs := tetherCPUSet(ts)
+	if _, ok := cs["ws-plugin"]; !ok {
+		return fmt.Errorf("no WS plugin under tether (pid %d)", ts.pid())
+	}
 	runT := func(r int) (fanResult, map[string]cpuTime, error) {
 		for _, v := range vs {
 			v.reset()
@@ -242,6 +245,16 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 		}
 		waitFan(vs, o.words, wait)
 		after := cs.read()
+		// A host that died or a WS plugin that was restarted makes the
+		// run (and its CPU figures) meaningless: the row fails.
+		select {
+		case <-ts.exited:
+			return fanResult{}, nil, fmt.Errorf("run %d: tether exited (%v); stderr:\n%s", r, ts.waitErr, ts.stderr)
+		default:
+		}
+		if pid, err := pluginPID(ts.pid(), "ws"); err != nil || pid != cs["ws-plugin"] {
+			return fanResult{}, nil, fmt.Errorf("run %d: the WS plugin (pid %d) is gone (now %d, %v); tether stderr:\n%s", r, cs["ws-plugin"], pid, err, ts.stderr)
+		}
 		return fanTally(vs, o.words), cpuDelta(before, after), nil
 	}
 	bcs := cpuSet{"baseline": base.cmd.Process.Pid}
