@@ -57,6 +57,8 @@ func runHelper(args []string) int {
 		serveGobwas(ln, gobwasEcho)
 	case "gobwas":
 		serveGobwas(ln, gobwasEcho)
+	case "fanout":
+		serveFanout(ln)
 	case "gobwas-http":
 		// gobwas/ws upgraded through net/http (ws.HTTPUpgrader), as the
 		// WS plugin does: what the net/http path costs per socket.

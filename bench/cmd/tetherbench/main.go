@@ -4,7 +4,8 @@
 // ACP gateway against a bare relay (issue 15); and a reconnect storm after
 // kill -9 of the WS plugin, checking every event of every client (issue
 // 17); and three hosts sharing one session table (the cluster rows, issue
-// 16).
+// 16); and one session fanned out to many viewers (the fanout row, issue
+// 17).
 //
 //	cd bench && go run ./cmd/tetherbench            # every row, recorded sizes
 //	cd bench && go run ./cmd/tetherbench -quick     # every row in < 2 minutes
@@ -63,10 +64,11 @@ type config struct {
 	acp                acpOpts
 	reconnect          reconnectOpts
 	cluster            clusterOpts
+	fanout             fanoutOpts
 }
 
 var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "reconnect-storm", "acp",
-	"cluster-relay", "cluster-storm", "cluster-failover", "cluster-pty"}
+	"cluster-relay", "cluster-storm", "cluster-failover", "cluster-pty", "fanout"}
 
 // tmpRoot holds every state dir and payload of this run.
 var tmpRoot string
@@ -132,6 +134,9 @@ func run() int {
 		clFail     = fs.Int("cluster-failovers", 5, "kills of the owning host per repetition (one fresh cluster each) of the cluster-failover row")
 		clPTYSize  = fs.String("cluster-pty-size", "32MiB", "bytes per stream of the cluster-pty row")
 		clReattach = fs.Int("cluster-reattach", 100, "attaches per host and kind per repetition of the cluster-pty row")
+		fanViewers = fs.String("fanout-viewers", "200,1000", "viewers of the fanout row's one session, comma-separated: one measurement (a fresh host) each")
+		fanWords   = fs.Int("fanout-words", 40, "words of the fanout row's prompt (one message.delta each)")
+		fanDelay   = fs.Duration("fanout-delay", 20*time.Millisecond, "tether --echo-delay of the fanout row (and the baseline's pause before each delta)")
 	)
 	_ = fs.Parse(os.Args[1:])
 	set := map[string]bool{}
@@ -159,6 +164,7 @@ func run() int {
 		quickDefault("cluster-failovers", func() { *clFail = 2 })
 		quickDefault("cluster-pty-size", func() { *clPTYSize = "8MiB" })
 		quickDefault("cluster-reattach", func() { *clReattach = 30 })
+		quickDefault("fanout-viewers", func() { *fanViewers = "100,300" })
 	}
 	cfg := config{n: *n, quick: *quick, verbose: *verbose, checkRuns: *checkRuns, ptyBuffer: *ptyBuffer, ptyBigRing: *ptyBigRing, ptyStreams: *ptyStreams, rpcDur: *rpcDur,
 		reattachN: *reattachN, storm: *storm, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
@@ -240,6 +246,17 @@ func run() int {
 	if cfg.cluster.words < 1 || cfg.cluster.prompts < 1 || cfg.cluster.storm < 3 || cfg.cluster.failovers < 1 || cfg.cluster.reattach < 1 || cfg.cluster.echoDelay < 0 {
 		return fail(fmt.Errorf("-cluster-words, -cluster-prompts, -cluster-failovers and -cluster-reattach must be ≥ 1, -cluster-storm ≥ 3, -cluster-echo-delay ≥ 0"))
 	}
+	cfg.fanout = fanoutOpts{words: *fanWords, delay: *fanDelay}
+	for _, f := range strings.Split(*fanViewers, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k <= 0 {
+			return fail(fmt.Errorf("bad -fanout-viewers %q", *fanViewers))
+		}
+		cfg.fanout.viewers = append(cfg.fanout.viewers, k)
+	}
+	if cfg.fanout.words < 1 || cfg.fanout.delay < 0 {
+		return fail(fmt.Errorf("-fanout-words must be ≥ 1, -fanout-delay ≥ 0"))
+	}
 	if cfg.n < 1 {
 		return fail(fmt.Errorf("-n must be at least 1"))
 	}
@@ -289,6 +306,7 @@ func run() int {
 		{"cluster-storm", rowClusterStorm},
 		{"cluster-failover", rowClusterFailover},
 		{"cluster-pty", rowClusterPTY},
+		{"fanout", rowFanout},
 	}
 	failed := false
 	var busyBefore, loadAfter []string
