@@ -409,7 +409,21 @@ func (t *Table) rebuild(ctx context.Context, sess store.Session, v Viewer, c *cl
 		t.unclaim(key, c)
 		return err
 	}
-	s, err := t.buildClaimed(ctx, sess, id)
+	// Read the stored session again now that the key is ours: another
+	// host may have stored its end (cursor, agent state) between the
+	// first read and its giving the key back.
+	if fresh, ferr := t.store.GetSession(ctx, key); ferr != nil {
+		err = storageErr("load "+key, ferr, ErrBuildFailed)
+		if errors.Is(ferr, store.ErrNotFound) {
+			err = fmt.Errorf("%s: %w", key, ErrStoredNotFound)
+		}
+	} else {
+		sess = fresh
+	}
+	var s *Session
+	if err == nil {
+		s, err = t.buildClaimed(ctx, sess, id)
+	}
 	if err == nil {
 		t.mu.Lock()
 		if !t.closed {
