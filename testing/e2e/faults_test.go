@@ -852,7 +852,11 @@ func storedCount(t *testing.T, c *wsclient.Client, key string) int {
 			MessageCount int    `json:"message_count"`
 		} `json:"sessions"`
 	}
-	call(t, c, "session.list", map[string]any{}, &res)
+	// A list may wait behind the store's write of a huge answer (tens of
+	// MB into SQLite, seconds under -race): a generous bound per call.
+	if err := c.Call(ctxT(t, time.Minute), "session.list", map[string]any{}, &res); err != nil {
+		t.Fatalf("session.list: %v", err)
+	}
 	for _, s := range res.Sessions {
 		if s.ID == key {
 			return s.MessageCount
