@@ -45,7 +45,7 @@ type config struct {
 	ptyBigRing   bool
 	ptyStreams   int
 	ptyModels    []bool // the PTY plugin's screen models on (true) or off, one pty row each
-	ptyLines     bool   // the pty rows stream coloured shell lines, not letters and digits
+	ptyData      []string // kinds of data the pty rows stream (ptyKinds), a row set each
 	rpcClients   []int
 	rpcDur       time.Duration
 	reattachN    int
@@ -55,6 +55,9 @@ type config struct {
 	reattachSizes      []screenSize
 	reattachScrollback int
 	storm              int
+	stormPause         time.Duration
+	stormHistory       int
+	perfDir            string // -perf: CPU profiles of each row's measured phase go here
 	idle               int
 	idleSettle         time.Duration
 	idleProfile        string
@@ -97,7 +100,8 @@ func run() int {
 		ptyBigRing = fs.Bool("pty-big-ring", true, "also stream through a tether with a 1 GiB ring (no overrun possible)")
 		ptyBuffer  = fs.String("pty-buffer", "", "tether --pty-buffer for the pty rows (default: tether's own, 1MiB)")
 		ptyModel   = fs.String("pty-model", "on,off", "the PTY plugin's screen models in the pty rows: on, off (TETHER_PTY_SCREEN_MODEL=off), or on,off for a row each")
-		ptyLines   = fs.Bool("pty-lines", false, "the pty rows stream coloured shell-like lines (tty output processing off) instead of letters and digits")
+		ptyLines   = fs.Bool("pty-lines", false, "the same as -pty-data lines")
+		ptyData    = fs.String("pty-data", "letters", "what the pty rows' child writes, comma-separated, a row set each: letters (no newline), lines (coloured shell lines, tty output processing off), onlcr (the same lines through a tty with ONLCR on, as a shell's), binary (every byte value, raw tty)")
 		rpcClients = fs.String("rpc-clients", "1,16,100", "concurrent JSON-RPC clients, comma-separated")
 		rpcDur     = fs.Duration("rpc-duration", 2*time.Second, "measured time per client count and repetition")
 		reattachN  = fs.Int("reattach", 200, "attaches per repetition of the reattach row")
@@ -105,9 +109,12 @@ func run() int {
 		reattachSz = fs.String("reattach-sizes", "80x24,200x60", "terminal sizes of the reattach row's PTYs, comma-separated (the first also gets the raw ring replay)")
 		reattachSB = fs.Int("reattach-scrollback", 1000, "tether --pty-scrollback of the reattach row")
 		storm      = fs.Int("storm", 256, "sockets resuming one key at once")
+		stormHist  = fs.Int("storm-history", 0, "words of a prompt run in the one session every storm resumes (0: a fresh empty session per repetition)")
+		stormPause = fs.Duration("storm-pause", 0, "pause between storm repetitions (then wait for a quiet machine); 0 starts the next storm while the last one's sockets are torn down")
 		idle       = fs.Int("idle", 10000, "idle sockets held open")
 		idleProf   = fs.String("idle-heap-profile", "", "save the in-process WS transport's heap profile (10,000 idle sockets) to this file")
 		idleSettle = fs.Duration("idle-settle", 3*time.Second, "how long sockets sit before RSS is read (before and after)")
+		perfDir    = fs.String("perf", "", "profile each row's measured phase with perf record (host, plugins, baselines) into this directory; the two largest costs per process go into the report")
 		out        = fs.String("o", "", "also write the table to this file")
 		quietWait  = fs.Duration("wait-quiet", 0, "before each row, wait up to this long for the machine to be under 15% busy")
 		acpUpd     = fs.Int("acp-updates", 10000, "updates of the acp row's throughput phase (and of the session it loads)")
@@ -167,7 +174,7 @@ func run() int {
 		quickDefault("fanout-viewers", func() { *fanViewers = "100,300" })
 	}
 	cfg := config{n: *n, quick: *quick, verbose: *verbose, checkRuns: *checkRuns, ptyBuffer: *ptyBuffer, ptyBigRing: *ptyBigRing, ptyStreams: *ptyStreams, rpcDur: *rpcDur,
-		reattachN: *reattachN, storm: *storm, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
+		reattachN: *reattachN, storm: *storm, stormPause: *stormPause, stormHistory: *stormHist, perfDir: *perfDir, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
 		acp: acpOpts{updates: *acpUpd, burst: *acpBurst, paced: *acpPaced, delayMS: *acpDelay, warmup: *acpWarm, single: *acpSingle, journal: *acpJournal, profile: *acpProf}}
 	var err error
 	if cfg.ptySize, err = parseSize(*ptySize); err != nil {
@@ -187,7 +194,16 @@ func run() int {
 		cfg.reattachSizes = append(cfg.reattachSizes, sz)
 	}
 	cfg.reattachScrollback = *reattachSB
-	cfg.ptyLines = *ptyLines
+	if *ptyLines {
+		*ptyData = "lines"
+	}
+	for _, k := range strings.Split(*ptyData, ",") {
+		k = strings.TrimSpace(k)
+		if _, ok := ptyKinds[k]; !ok {
+			return fail(fmt.Errorf("bad -pty-data %q (letters, lines, onlcr, binary)", *ptyData))
+		}
+		cfg.ptyData = append(cfg.ptyData, k)
+	}
 	for _, f := range strings.Split(*ptyModel, ",") {
 		switch strings.TrimSpace(f) {
 		case "on":
@@ -267,6 +283,14 @@ func run() int {
 		return fail(err)
 	}
 	raiseNoFile()
+	if cfg.perfDir != "" {
+		if _, err := exec.LookPath("perf"); err != nil {
+			return fail(fmt.Errorf("-perf needs perf (Debian: linux-perf): %w", err))
+		}
+		if err := os.MkdirAll(cfg.perfDir, 0o755); err != nil {
+			return fail(err)
+		}
+	}
 
 	tmpRoot, err = os.MkdirTemp("", "tetherbench-")
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -286,6 +287,17 @@ func ratioCell(a, b sample) string {
 // longer than 80 columns — to a file, the same for the same seed, with
 // the sha256 of "R" + the file as makePayload.
 func makeShellLines(size int64, seed uint64) (*payload, error) {
+	return shellLines(size, seed, false)
+}
+
+// makeShellLinesONLCR is makeShellLines for a tty that keeps its output
+// processing on (ONLCR, as a shell's terminal does): the hash is of what
+// the client receives, every \n turned into \r\n.
+func makeShellLinesONLCR(size int64, seed uint64) (*payload, error) {
+	return shellLines(size, seed, true)
+}
+
+func shellLines(size int64, seed uint64, onlcr bool) (*payload, error) {
 	p := &payload{path: filepath.Join(tmpRoot, fmt.Sprintf("shell-%d-%d", size, seed))}
 	f, err := os.Create(p.path)
 	if err != nil {
@@ -294,7 +306,12 @@ func makeShellLines(size int64, seed uint64) (*payload, error) {
 	defer f.Close()
 	h := sha256.New()
 	h.Write([]byte("R"))
-	w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	var w *bufio.Writer
+	if onlcr {
+		w = bufio.NewWriterSize(io.MultiWriter(f, crlfWriter{h}), 1<<20)
+	} else {
+		w = bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	}
 	r := mrand.New(mrand.NewPCG(seed, uint64(size)))
 	word := func() string {
 		const letters = "abcdefghijklmnopqrstuvwxyz"
@@ -329,4 +346,16 @@ func makeShellLines(size int64, seed uint64) (*payload, error) {
 	}
 	copy(p.sum[:], h.Sum(nil))
 	return p, nil
+}
+
+// crlfWriter writes to w what a tty with ONLCR makes of its input: every
+// \n as \r\n.
+type crlfWriter struct{ w io.Writer }
+
+func (c crlfWriter) Write(b []byte) (int, error) {
+	out := bytes.ReplaceAll(b, []byte("\n"), []byte("\r\n"))
+	if _, err := c.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }

@@ -64,14 +64,26 @@ func rowStorm(cfg config, rep *report) error {
 	var p50, p99, pmax sample
 	exact := 0
 	var bad []string
-	for r := 0; r < cfg.n; r++ {
-		// A stored key: create a session and close it (persisted, not live).
-		snap, err := ctl.Create(ctx, wire.CreateParams{Title: fmt.Sprintf("storm-%d", r)})
-		if err != nil {
+	var kept wire.Snapshot // -storm-history: the one key every storm resumes
+	if cfg.stormHistory > 0 {
+		if kept, err = stormHistory(ctx, ctl, cfg.stormHistory); err != nil {
 			return err
 		}
-		if _, err := ctl.CloseSession(ctx, snap.SessionID); err != nil {
-			return err
+	}
+	// -perf: 10 more rounds, sampled while they resume, not counted.
+	pp := startPerf(cfg, fmt.Sprintf("resume storm ×%d", cfg.storm), tetherCPUSet(ts))
+	defer stopPerf(cfg, rep, pp)
+	for r := 0; r < cfg.n+10*profiled(cfg); r++ {
+		profiling := r >= cfg.n
+		// A stored key: create a session and close it (persisted, not live).
+		snap := kept
+		if cfg.stormHistory == 0 {
+			if snap, err = ctl.Create(ctx, wire.CreateParams{Title: fmt.Sprintf("storm-%d", r)}); err != nil {
+				return err
+			}
+			if _, err := ctl.CloseSession(ctx, snap.SessionID); err != nil {
+				return err
+			}
 		}
 		socks, err := dialMany(ctx, ts, cfg.storm)
 		if err != nil {
@@ -95,8 +107,14 @@ func rowStorm(cfg config, rep *report) error {
 			}()
 		}
 		time.Sleep(20 * time.Millisecond) // every goroutine parked at the gate
+		if profiling {
+			pp.on()
+		}
 		close(gate)
 		wg.Wait()
+		if profiling {
+			pp.off()
+		}
 		distinct := map[string]bool{}
 		for i := range socks {
 			if errs[i] != nil {
@@ -115,15 +133,21 @@ func rowStorm(cfg config, rep *report) error {
 				liveID = s.ID
 			}
 		}
-		if live == 1 && len(distinct) == 1 && distinct[liveID] && len(active) == 1 {
+		switch {
+		case profiling:
+		case live == 1 && len(distinct) == 1 && distinct[liveID] && len(active) == 1:
 			exact++
-		} else {
+		default:
 			bad = append(bad, fmt.Sprintf("rep %d: %d live sessions for the key, %d in all, %d distinct ids answered", r, live, len(active), len(distinct)))
 		}
 		lms := durationsMS(lat)
-		p50.add(percentile(lms, .5))
-		p99.add(percentile(lms, .99))
-		pmax.add(percentile(lms, 1))
+		if profiling {
+			logf(cfg, "storm profiled round: p99 %.2fms", percentile(lms, .99))
+		} else {
+			p50.add(percentile(lms, .5))
+			p99.add(percentile(lms, .99))
+			pmax.add(percentile(lms, 1))
+		}
 		logf(cfg, "storm rep %d: p50 %.2fms p99 %.2fms max %.2fms; live for key %d", r, percentile(lms, .5), percentile(lms, .99), percentile(lms, 1), live)
 		// Clean up: close it (so the next repetition starts from none).
 		if liveID != "" {
@@ -134,10 +158,13 @@ func rowStorm(cfg config, rep *report) error {
 		for _, c := range socks {
 			c.Abort()
 		}
-		// Let the host finish tearing down 256 viewers before the next
-		// storm, so that it does not race the previous one's cleanup.
-		time.Sleep(300 * time.Millisecond)
-		waitQuiet(2 * time.Second)
+		// -storm-pause lets the host finish tearing down 256 viewers
+		// before the next storm; 0 (the default) starts the next storm
+		// while it does, as an outside client would.
+		if cfg.stormPause > 0 {
+			time.Sleep(cfg.stormPause)
+			waitQuiet(2 * time.Second)
+		}
 	}
 	row := fmt.Sprintf("resume storm ×%d", cfg.storm)
 	rep.add(result{row: row, metric: "p50", tether: p50.cell("ms"), n: cfg.n})
@@ -149,4 +176,30 @@ func rowStorm(cfg config, rep *report) error {
 		rep.note("%s: %s", row, b)
 	}
 	return nil
+}
+
+// stormHistory creates the session the storms of -storm-history resume:
+// a prompt of words words run to its message.complete, then closed, so
+// that every resume rebuilds it from the store with that history.
+func stormHistory(ctx context.Context, ctl *client.Conn, words int) (wire.Snapshot, error) {
+	snap, err := ctl.Create(ctx, wire.CreateParams{Title: "storm-history"})
+	if err != nil {
+		return snap, err
+	}
+	if _, err := ctl.Submit(ctx, snap.SessionID, fanPrompt(0, words)); err != nil {
+		return snap, err
+	}
+	for {
+		select {
+		case e := <-ctl.Events():
+			if e.Type == wire.EventMessageComplete && e.SessionID == snap.SessionID {
+				_, err := ctl.CloseSession(ctx, snap.SessionID)
+				return snap, err
+			}
+		case <-ctl.Done():
+			return snap, ctl.Err()
+		case <-ctx.Done():
+			return snap, ctx.Err()
+		}
+	}
 }
