@@ -44,7 +44,7 @@ type config struct {
 	ptyBuffer    string
 	ptyBigRing   bool
 	ptyStreams   int
-	ptyModels    []bool // the PTY plugin's screen models on (true) or off, one pty row each
+	ptyModels    []bool   // the PTY plugin's screen models on (true) or off, one pty row each
 	ptyData      []string // kinds of data the pty rows stream (ptyKinds), a row set each
 	rpcClients   []int
 	rpcDur       time.Duration
