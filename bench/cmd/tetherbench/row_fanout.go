@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -326,6 +327,22 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 			percentile(br.offsets, .5), percentile(br.offsets, .99), percentile(br.offsets, 1), br.complete, n)
 	}
 	row := fmt.Sprintf("fan-out ×%d", n)
+	if cfg.perfDir != "" {
+		// One more run of each, profiled and not counted.
+		pp := startPerf(cfg, row+" tether", cs)
+		pp.on()
+		_, _, errT := runT(cfg.n)
+		pp.off()
+		stopPerf(cfg, rep, pp)
+		pp = startPerf(cfg, row+" baseline", bcs)
+		pp.on()
+		_, _, errB := runB()
+		pp.off()
+		stopPerf(cfg, rep, pp)
+		if err := errors.Join(errT, errB); err != nil {
+			return fmt.Errorf("profiled run: %w", err)
+		}
+	}
 	rep.add(result{row: row, metric: "offset p50", tether: t50.cell("ms"), baseline: b50.cell("ms"), ratio: r50.cell("×"), n: cfg.n})
 	rep.add(result{row: row, metric: "offset p99", tether: t99.cell("ms"), baseline: b99.cell("ms"), ratio: r99.cell("×"),
 		target: "≤ 50 ms every run", met: yesNo(worstP99 <= 50), n: cfg.n})
