@@ -136,17 +136,36 @@ func stopPerf(cfg config, rep *report, p *perfRecs) {
 		_ = os.Remove(base + ".ack")
 	}
 	for _, r := range p.recs {
-		self := perfTable(r.file, false)
-		cum := perfTable(r.file, true)
-		txt := fmt.Sprintf("# %s, %s: perf record -F 1999 -g, %d measured phase(s) within %.1fs\n\n## self (flat)\n%s\n\n## cumulative (children), our code and its libraries\n%s\n",
-			p.row, r.name, p.windows, time.Since(p.start).Seconds(), strings.Join(self, "\n"), strings.Join(cum, "\n"))
-		out := strings.TrimSuffix(r.file, ".data") + ".txt"
-		if err := os.WriteFile(out, []byte(txt), 0o644); err != nil {
-			logf(cfg, "perf %s: %v", out, err)
+		if err := writePerfTables(r.file, p.row, r.name, p.windows, time.Since(p.start)); err != nil {
+			logf(cfg, "perf %s: %v", r.file, err)
+			continue
 		}
-		rep.note("%s, CPU profile of %s (%s): largest self: %s; largest cumulative: %s", p.row, r.name, filepath.Base(out),
-			strings.Join(first(self, 2), "; "), strings.Join(first(cum, 2), "; "))
+		self, cum := perfTable(r.file, false), perfTable(r.file, true)
+		if len(self) == 0 {
+			continue // a process that did nothing in the phase (the PTY plugin of an RPC row)
+		}
+		rep.note("%s, CPU profile of %s (%s): largest self in user space: %s; largest cumulative: %s", p.row, r.name,
+			filepath.Base(strings.TrimSuffix(r.file, ".data")+".txt"),
+			strings.Join(first(userSpace(self), 2), "; "), strings.Join(first(cum, 2), "; "))
 	}
+}
+
+// writePerfTables writes the tables of the recording file (FILE.data)
+// to FILE.txt: the largest self costs and the largest cumulative ones in
+// user space. A recording with no samples gets no file.
+func writePerfTables(file, row, proc string, windows int, d time.Duration) error {
+	self := perfTable(file, false)
+	if len(self) == 0 {
+		return nil
+	}
+	cum := perfTable(file, true)
+	head := fmt.Sprintf("# %s", row)
+	if proc != "" {
+		head += fmt.Sprintf(", %s: perf record -F 1999 -g, %d measured phase(s) within %.1fs", proc, windows, d.Seconds())
+	}
+	txt := fmt.Sprintf("%s\n\n## self (flat)\n%s\n\n## cumulative (children), user space, entry points left out\n%s\n",
+		head, strings.Join(self, "\n"), strings.Join(cum, "\n"))
+	return os.WriteFile(strings.TrimSuffix(file, ".data")+".txt", []byte(txt), 0o644)
 }
 
 // profiled is the number of extra rounds a row runs under perf: 1 with
@@ -156,6 +175,17 @@ func profiled(cfg config) int {
 		return 0
 	}
 	return 1
+}
+
+// userSpace drops the kernel's rows of a perfTable.
+func userSpace(rows []string) []string {
+	var out []string
+	for _, r := range rows {
+		if !strings.HasSuffix(r, " [kernel]") {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func first(s []string, n int) []string {
@@ -171,7 +201,7 @@ func first(s []string, n int) []string {
 
 // perfLine is a `perf report --stdio` row: a percentage (two with
 // --children) then the symbol.
-var perfLine = regexp.MustCompile(`^\s+([0-9.]+)%\s+(?:([0-9.]+)%\s+)?\S+\s+\[[.k]\]\s+(.+)$`)
+var perfLine = regexp.MustCompile(`^\s+([0-9.]+)%\s+(?:[0-9.]+%\s+)?\S+\s+\[([.k])\]\s+(.+)$`)
 
 // perfTable is the top of perf report of file: by self time, or by
 // cumulative time restricted to frames that say where the time goes
@@ -195,14 +225,15 @@ func perfTable(file string, cumulative bool) []string {
 		if m == nil {
 			continue
 		}
-		sym := m[3]
-		if cumulative {
-			if !strings.Contains(sym, ".") || perfEntryPoint.MatchString(sym) {
-				continue
-			}
+		sym, kernel := m[3], m[2] == "k"
+		if cumulative && (kernel || perfEntryPoint.MatchString(sym)) {
+			continue
+		}
+		if kernel {
+			sym += " [kernel]"
 		}
 		rows = append(rows, fmt.Sprintf("%6s%%  %s", m[1], sym))
-		if len(rows) == 12 {
+		if len(rows) == 15 {
 			break
 		}
 	}

@@ -259,6 +259,19 @@ func (a *cpuAcc) add(before, after map[string]cpuTime, n int64) {
 	a.bytes += n
 }
 
+// total is the CPU seconds per GiB of every process, children and the
+// client included.
+func (a *cpuAcc) total() float64 {
+	if a.bytes == 0 {
+		return 0
+	}
+	t := 0.0
+	for _, c := range a.sum {
+		t += c.self + c.children
+	}
+	return t / (float64(a.bytes) / (1 << 30))
+}
+
 func (a *cpuAcc) String() string {
 	if a.bytes == 0 {
 		return "—"
@@ -465,6 +478,21 @@ func ptyRows(cfg config, rep *report, direct *server, big, check *payload, ring,
 		target: fmt.Sprintf("%d/%d", cfg.n, cfg.n), met: yesNo(completeT == cfg.n), n: cfg.n})
 	for _, f := range fails {
 		rep.note("%s: %s", name, f)
+	}
+	if len(ratio.xs) > 0 {
+		// The spread of single pairs is wide on two vCPUs shared by five
+		// processes: the quartiles of the pairs' ratios, and the ratio of
+		// the totals (all bytes over all time, each side), say how far
+		// the median can be trusted.
+		var tt, dt float64
+		for i := range tput.xs {
+			if i < len(dput.xs) {
+				tt += 1 / tput.xs[i]
+				dt += 1 / dput.xs[i]
+			}
+		}
+		rep.note("%s: ratio per pair (tether/direct, %d pairs): quartiles %.2f / %.2f / %.2f, min %.2f, max %.2f; ratio of the totals (seconds per MiB summed on each side) %.2f; CPU per GiB tether/direct %.2f",
+			name, len(ratio.xs), percentile(ratio.xs, .25), median(ratio.xs), percentile(ratio.xs, .75), percentile(ratio.xs, 0), percentile(ratio.xs, 1), dt/tt, tcpu.total()/max(dcpu.total(), 1e-9))
 	}
 	rep.note("%s CPU per GiB streamed, tether: %s; %s per WebSocket frame", name, &tcpu, tframe.cell("KiB"))
 	rep.note("%s CPU per GiB streamed, direct: %s; %s per WebSocket frame", name, &dcpu, dframe.cell("KiB"))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -560,6 +561,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 			}
 		}()
 	}
+	overflowsBefore := listenOverflows()
 	killAt := time.Now()
 	logf(cfg, "killing the WS plugin (pid %d) at %s", pid, killAt.UTC().Format("15:04:05.000"))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -589,6 +591,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 	}
 	wg.Wait()
 	total := time.Since(killAt)
+	overflows := listenOverflows() - overflowsBefore
 	inFlight := 0 // runs whose end the old socket did not push
 	for _, c := range cs {
 		c.mu.Lock()
@@ -677,6 +680,7 @@ func reconnectStorm(cfg config, o reconnectOpts, n int, rep *report) error {
 		h = fmt.Sprintf("%s ms", num(ms(time.Duration(v))))
 	}
 	rep.add(result{row: row, metric: "kill → new plugin's /healthz 200", tether: h, n: 1})
+	rep.add(result{row: row, metric: "listen queue overflows (TcpExt ListenOverflows)", tether: fmt.Sprint(overflows), n: 1})
 	var cl []string
 	for k, v := range classes {
 		cl = append(cl, fmt.Sprintf("%s: %d", k, v))
@@ -722,4 +726,28 @@ func rowReconnect(cfg config, rep *report) error {
 	}
 	rep.note("reconnect storm: each client its own session and run (tether --echo-delay %v), kill -9 of the WS plugin mid-run; each reconnects after full-jitter exponential backoff (%v doubling to %v), session.resume by its key, session.events.since(last contiguous seq), then reads live events; events are merged by seq", cfg.reconnect.delay, cfg.reconnect.backoff, cfg.reconnect.backoffMax)
 	return errors.Join(errs...)
+}
+
+// listenOverflows is the kernel's count of connections dropped because
+// a listen queue was full (TcpExt ListenOverflows in /proc/net/netstat):
+// each such client waits for a retransmission, 1 s and then 2 s more.
+func listenOverflows() int64 {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return 0
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) == 0 || names[0] != "TcpExt:" || len(vals) != len(names) {
+			continue
+		}
+		for j, n := range names {
+			if n == "ListenOverflows" {
+				v, _ := strconv.ParseInt(vals[j], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
 }
