@@ -57,6 +57,7 @@ type config struct {
 	storm              int
 	stormPause         time.Duration
 	stormHistory       int
+	stormDial          bool
 	perfDir            string // -perf: CPU profiles of each row's measured phase go here
 	idle               int
 	idleSettle         time.Duration
@@ -109,6 +110,7 @@ func run() int {
 		reattachSz = fs.String("reattach-sizes", "80x24,200x60", "terminal sizes of the reattach row's PTYs, comma-separated (the first also gets the raw ring replay)")
 		reattachSB = fs.Int("reattach-scrollback", 1000, "tether --pty-scrollback of the reattach row")
 		storm      = fs.Int("storm", 256, "sockets resuming one key at once")
+		stormDial  = fs.Bool("storm-dial", false, "the storm's sockets are dialed in the storm (connect, upgrade, gateway.ready and resume timed together) instead of before it")
 		stormHist  = fs.Int("storm-history", 0, "words of a prompt run in the one session every storm resumes (0: a fresh empty session per repetition)")
 		stormPause = fs.Duration("storm-pause", 0, "pause between storm repetitions (then wait for a quiet machine); 0 starts the next storm while the last one's sockets are torn down")
 		idle       = fs.Int("idle", 10000, "idle sockets held open")
@@ -174,7 +176,7 @@ func run() int {
 		quickDefault("fanout-viewers", func() { *fanViewers = "100,300" })
 	}
 	cfg := config{n: *n, quick: *quick, verbose: *verbose, checkRuns: *checkRuns, ptyBuffer: *ptyBuffer, ptyBigRing: *ptyBigRing, ptyStreams: *ptyStreams, rpcDur: *rpcDur,
-		reattachN: *reattachN, storm: *storm, stormPause: *stormPause, stormHistory: *stormHist, perfDir: *perfDir, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
+		reattachN: *reattachN, storm: *storm, stormPause: *stormPause, stormHistory: *stormHist, stormDial: *stormDial, perfDir: *perfDir, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
 		acp: acpOpts{updates: *acpUpd, burst: *acpBurst, paced: *acpPaced, delayMS: *acpDelay, warmup: *acpWarm, single: *acpSingle, journal: *acpJournal, profile: *acpProf}}
 	var err error
 	if cfg.ptySize, err = parseSize(*ptySize); err != nil {

@@ -229,6 +229,9 @@ func perfTable(file string, cumulative bool) []string {
 		if cumulative && (kernel || perfEntryPoint.MatchString(sym)) {
 			continue
 		}
+		if len(sym) > 160 {
+			sym = sym[:157] + "…" // grpc's generic stream types run to a screen each
+		}
 		if kernel {
 			sym += " [kernel]"
 		}

@@ -87,21 +87,35 @@ func rowStorm(cfg config, rep *report) error {
 				return err
 			}
 		}
-		socks, err := dialMany(ctx, ts, cfg.storm)
-		if err != nil {
-			return fmt.Errorf("dialing %d sockets: %w", cfg.storm, err)
+		// -storm-dial: the sockets are dialed in the storm itself (connect,
+		// upgrade, gateway.ready, then resume, all timed), as a client
+		// that opens its socket to resume does; else they are open first.
+		socks := make([]*client.Conn, cfg.storm)
+		if !cfg.stormDial {
+			if socks, err = dialMany(ctx, ts, cfg.storm); err != nil {
+				return fmt.Errorf("dialing %d sockets: %w", cfg.storm, err)
+			}
 		}
 		lat := make([]time.Duration, len(socks))
 		ids := make([]string, len(socks))
 		errs := make([]error, len(socks))
 		gate := make(chan struct{})
 		var wg sync.WaitGroup
-		for i, c := range socks {
+		for i := range socks {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-gate
 				t0 := time.Now()
+				c := socks[i]
+				if c == nil {
+					var err error
+					if c, err = client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token}); err != nil {
+						errs[i] = err
+						return
+					}
+					socks[i] = c
+				}
 				s, err := c.Resume(ctx, wire.ResumeParams{SessionID: snap.SessionKey})
 				errs[i] = err
 				lat[i] = time.Since(t0)
@@ -161,7 +175,9 @@ func rowStorm(cfg config, rep *report) error {
 			}
 		}
 		for _, c := range socks {
-			c.Abort()
+			if c != nil {
+				c.Abort()
+			}
 		}
 		// -storm-pause lets the host finish tearing down 256 viewers
 		// before the next storm; 0 (the default) starts the next storm
