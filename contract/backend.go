@@ -73,6 +73,14 @@ type BackendInfo struct {
 // Prove on every Start.
 const EnvPluginSecret = "TETHER_PLUGIN_SECRET"
 
+// EnvPluginLogLevel names the environment variable through which the
+// host tells every plugin it starts the least level it logs: "trace",
+// "debug", "info", "warn" or "error" (zerolog's names). The host
+// re-emits a plugin's JSON stderr lines at their level and drops those
+// below its own, after parsing each: a plugin that skips them instead
+// saves both processes the work. Missing, it means every level.
+const EnvPluginLogLevel = "TETHER_PLUGIN_LOG_LEVEL"
+
 // Prove is the proof of a secret for a challenge: hex HMAC-SHA256.
 func Prove(secret, challenge string) string {
 	m := hmac.New(sha256.New, []byte(secret))

@@ -276,9 +276,9 @@ type Transport interface {
 // tether's own settings (the access token among them) reaches a PTY's
 // shell, an agent's process or a plugin the host starts. The only
 // TETHER_* variables a plugin then gets are those of its handshake, set
-// by the host: TETHER_PLUGIN (go-plugin's cookie) and
-// TETHER_PLUGIN_STATE_DIR, and the PTY plugin its instance secret,
-// TETHER_PLUGIN_SECRET.
+// by the host: TETHER_PLUGIN (go-plugin's cookie),
+// TETHER_PLUGIN_STATE_DIR and TETHER_PLUGIN_LOG_LEVEL, and the PTY
+// plugin its instance secret, TETHER_PLUGIN_SECRET.
 func WithoutTetherEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {

@@ -20,7 +20,7 @@ func pluginMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: tether plugin ws|pty")
 		return 2
 	}
-	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
+	log := zerolog.New(os.Stderr).Level(pluginLogLevel()).With().Timestamp().Logger()
 	switch args[0] {
 	case "ws":
 		srv := ws.New(log)
@@ -35,6 +35,18 @@ func pluginMain(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "tether plugin: unknown plugin %q (built in: ws, pty)\n", args[0])
 	return 2
+}
+
+// pluginLogLevel is the least level a built-in plugin logs: the host's
+// (contract.EnvPluginLogLevel), or every level when the variable is
+// missing or not a level. A PTY plugin that outlives its host keeps the
+// level it was started with.
+func pluginLogLevel() zerolog.Level {
+	l, err := zerolog.ParseLevel(os.Getenv(contract.EnvPluginLogLevel))
+	if err != nil || l == zerolog.NoLevel {
+		return zerolog.TraceLevel
+	}
+	return l
 }
 
 // exitWithParent exits the process once its parent (the host) is gone:

@@ -34,7 +34,7 @@ const ptyLogMax = 8 << 20
 func ptyPluginMain() int {
 	detachStdin()
 	out := newHostLogWriter(os.Stderr, logFile(os.Getenv(host.EnvPluginStateDir), "pty"))
-	log := zerolog.New(out).With().Timestamp().Logger()
+	log := zerolog.New(out).Level(pluginLogLevel()).With().Timestamp().Logger()
 	b := pty.New(log)
 	// The instance secret the host proves this process by when it
 	// reattaches: taken, then gone from the environment (no PTY's shell

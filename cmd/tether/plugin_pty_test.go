@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/contract"
 )
 
 // TestHostLogWriter: lines go to the host's pipe while it is read; once
@@ -73,4 +77,18 @@ func TestHostLogWriter(t *testing.T) {
 			t.Errorf("rotated log: %v", err)
 		}
 	})
+}
+
+// TestPluginLogLevel: a built-in plugin logs from the host's level up,
+// and everything when the host said nothing usable.
+func TestPluginLogLevel(t *testing.T) {
+	for env, want := range map[string]zerolog.Level{
+		"warn": zerolog.WarnLevel, "debug": zerolog.DebugLevel, "error": zerolog.ErrorLevel,
+		"": zerolog.TraceLevel, "loud": zerolog.TraceLevel,
+	} {
+		t.Setenv(contract.EnvPluginLogLevel, env)
+		if got := pluginLogLevel(); got != want {
+			t.Errorf("%s=%q: level %v, want %v", contract.EnvPluginLogLevel, env, got, want)
+		}
+	}
 }

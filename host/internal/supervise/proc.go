@@ -137,7 +137,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 		path = verified
 	}
 	cmd := exec.Command(path, spec.Args...)
-	cmd.Env = mergeEnv(contract.WithoutTetherEnv(os.Environ()), opts.Env)
+	cmd.Env = pluginEnv(os.Environ(), opts.Env, log)
 	cmd.ExtraFiles = opts.ExtraFiles
 	if opts.Setsid {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -178,6 +178,19 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 	}
 	p.logw, p.log, p.argv = logw, log.With().Str("plugin", spec.Name).Logger(), slices.Clone(cmd.Args)
 	return p, nil
+}
+
+// pluginEnv is a plugin's environment: the host's without its TETHER_*
+// settings, the log level the host logs at (contract.EnvPluginLogLevel:
+// a plugin need not write lines the host would parse only to drop; a
+// PTY plugin's debug line per attach cost the host an eighth of its CPU
+// in an attach storm), then extra.
+func pluginEnv(host, extra []string, log zerolog.Logger) []string {
+	level := log.GetLevel()
+	if level == zerolog.NoLevel {
+		level = zerolog.TraceLevel
+	}
+	return mergeEnv(contract.WithoutTetherEnv(host), append([]string{contract.EnvPluginLogLevel + "=" + level.String()}, extra...))
 }
 
 // openHook, when set (by tests), runs after a checksum-verified plugin's

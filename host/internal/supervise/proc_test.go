@@ -92,6 +92,34 @@ func TestMergeEnv(t *testing.T) {
 	}
 }
 
+// TestPluginEnvLogLevel: a plugin learns the host's log level, and none
+// of the host's own TETHER_* settings.
+func TestPluginEnvLogLevel(t *testing.T) {
+	host := []string{"PATH=/bin", "TETHER_TOKEN=secret", contract.EnvPluginLogLevel + "=trace"}
+	for _, tc := range []struct {
+		log  zerolog.Logger
+		want string
+	}{
+		{zerolog.Nop().Level(zerolog.WarnLevel), "warn"},
+		{zerolog.Nop().Level(zerolog.DebugLevel), "debug"},
+		{zerolog.Nop(), "disabled"}, // a host that logs nothing
+	} {
+		env := pluginEnv(host, []string{"X=1"}, tc.log)
+		var level []string
+		for _, kv := range env {
+			if strings.HasPrefix(kv, "TETHER_TOKEN=") {
+				t.Errorf("the host's token reached the plugin: %q", env)
+			}
+			if v, ok := strings.CutPrefix(kv, contract.EnvPluginLogLevel+"="); ok {
+				level = append(level, v)
+			}
+		}
+		if len(level) != 1 || level[0] != tc.want || !slices.Contains(env, "X=1") || !slices.Contains(env, "PATH=/bin") {
+			t.Errorf("host at %v: plugin env %q, want %s=%s once, X=1 and PATH", tc.log.GetLevel(), env, contract.EnvPluginLogLevel, tc.want)
+		}
+	}
+}
+
 // TestVerifiedExecTOCTOU swaps the plugin's path for another program
 // between the host's open of it and its reading: the bytes that run are
 // the bytes that were hashed (the good plugin answers the handshake), the
