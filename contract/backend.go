@@ -75,7 +75,7 @@ const EnvPluginSecret = "TETHER_PLUGIN_SECRET"
 
 // EnvPluginLogLevel names the environment variable through which the
 // host tells every plugin it starts the least level it logs: "trace",
-// "debug", "info", "warn" or "error" (zerolog's names). The host
+// "debug", "info", "warn", "error" or "disabled" (zerolog's names). The host
 // re-emits a plugin's JSON stderr lines at their level and drops those
 // below its own, after parsing each: a plugin that skips them instead
 // saves both processes the work. Missing, it means every level.
