@@ -51,32 +51,7 @@ var ptyKinds = map[string]ptyKind{
 // makeBinary is makePayload with every byte value: what a raw tty passes
 // through unchanged (an image, a compressed stream).
 func makeBinary(size int64, seed uint64) (*payload, error) {
-	p := &payload{path: filepath.Join(tmpRoot, fmt.Sprintf("binary-%d-%d", size, seed)), size: size}
-	f, err := os.Create(p.path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	h.Write([]byte("R"))
-	w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
-	r := mrand.New(mrand.NewPCG(seed, uint64(size)))
-	buf := make([]byte, 64<<10)
-	for left := size; left > 0; {
-		k := min(int64(len(buf)), left)
-		for i := range buf[:k] {
-			buf[i] = byte(r.Uint32())
-		}
-		if _, err := w.Write(buf[:k]); err != nil {
-			return nil, err
-		}
-		left -= k
-	}
-	if err := w.Flush(); err != nil {
-		return nil, err
-	}
-	copy(p.sum[:], h.Sum(nil))
-	return p, nil
+	return randomPayload("binary", size, seed, func(r *mrand.Rand) byte { return byte(r.Uint32()) })
 }
 
 // payload is a file the child writes: letters and digits only, so the
@@ -91,7 +66,13 @@ type payload struct {
 
 func makePayload(size int64, seed uint64) (*payload, error) {
 	const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	p := &payload{path: filepath.Join(tmpRoot, fmt.Sprintf("payload-%d-%d", size, seed)), size: size}
+	return randomPayload("payload", size, seed, func(r *mrand.Rand) byte { return alnum[r.IntN(len(alnum))] })
+}
+
+// randomPayload writes size bytes drawn by next from a generator seeded
+// with seed, to a file named after kind, with the sha256 of "R" + them.
+func randomPayload(kind string, size int64, seed uint64, next func(*mrand.Rand) byte) (*payload, error) {
+	p := &payload{path: filepath.Join(tmpRoot, fmt.Sprintf("%s-%d-%d", kind, size, seed)), size: size}
 	f, err := os.Create(p.path)
 	if err != nil {
 		return nil, err
@@ -105,7 +86,7 @@ func makePayload(size int64, seed uint64) (*payload, error) {
 	for left := size; left > 0; {
 		k := min(int64(len(buf)), left)
 		for i := range buf[:k] {
-			buf[i] = alnum[r.IntN(len(alnum))]
+			buf[i] = next(r)
 		}
 		if _, err := w.Write(buf[:k]); err != nil {
 			return nil, err
