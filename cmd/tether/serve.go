@@ -228,6 +228,12 @@ flags:
 			}
 		}
 	}()
+	served := make(chan struct{})
+	defer close(served)
+	go stopWatchdog(ctx, served, stopDeadline, func() {
+		log.Error().Dur("after", stopDeadline).Msg("the stop did not finish in time; exiting now (the lines above say what was not persisted)")
+		os.Exit(0)
+	})
 	err = host.Run(ctx, host.Config{
 		Listen:      *listen,
 		Token:       *token,
@@ -287,6 +293,30 @@ flags:
 		return 1
 	}
 	return 0
+}
+
+// stopDeadline bounds a stop (SIGINT, SIGTERM): the host persists and
+// hands back within about 4 s, but when a step cannot finish — a cluster
+// that lost its quorum takes no write, and each step then waits out its
+// own timeout — the process exits anyway this long after the signal,
+// before systemd's TimeoutStopSec (10 s) would kill it.
+const stopDeadline = 8 * time.Second
+
+// stopWatchdog calls exit when ctx ends (the stop signal) and served is
+// not closed within d.
+func stopWatchdog(ctx context.Context, served <-chan struct{}, d time.Duration, exit func()) {
+	select {
+	case <-ctx.Done():
+	case <-served:
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		exit()
+	case <-served:
+	}
 }
 
 // exitPrimaryFailed is tether serve's exit status when the primary
