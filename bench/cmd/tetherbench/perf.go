@@ -68,19 +68,40 @@ func startPerfRec(name, base string, pid int) (perfRec, error) {
 	var err error
 	// O_RDWR: opening a FIFO so never waits for the other end.
 	if r.ctl, err = os.OpenFile(base+".ctl", os.O_RDWR, 0); err != nil {
+		r.closeFiles()
 		return r, err
 	}
 	if r.ack, err = os.OpenFile(base+".ack", os.O_RDWR, 0); err != nil {
+		r.closeFiles()
 		return r, err
 	}
 	r.cmd = exec.Command("perf", "record", "-q", "-F", "1999", "-g", "-D", "-1",
 		"--control", "fifo:"+base+".ctl,"+base+".ack", "-p", fmt.Sprint(pid), "-o", r.file)
 	r.cmd.Stderr = os.Stderr
 	if err := r.cmd.Start(); err != nil {
+		r.closeFiles()
 		return r, err
 	}
 	// perf answers the first command once it is attached.
-	return r, r.command("ping")
+	if err := r.command("ping"); err != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+		r.closeFiles()
+		return r, err
+	}
+	return r, nil
+}
+
+// closeFiles closes and removes the control FIFOs.
+func (r perfRec) closeFiles() {
+	base := strings.TrimSuffix(r.file, ".data")
+	for _, f := range []*os.File{r.ctl, r.ack} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+	_ = os.Remove(base + ".ctl")
+	_ = os.Remove(base + ".ack")
 }
 
 // command sends perf one control command and waits for its ack.
@@ -129,11 +150,7 @@ func stopPerf(cfg config, rep *report, p *perfRecs) {
 	}
 	for _, r := range p.recs {
 		_ = r.cmd.Wait()
-		_ = r.ctl.Close()
-		_ = r.ack.Close()
-		base := strings.TrimSuffix(r.file, ".data")
-		_ = os.Remove(base + ".ctl")
-		_ = os.Remove(base + ".ack")
+		r.closeFiles()
 	}
 	for _, r := range p.recs {
 		if err := writePerfTables(r.file, p.row, r.name, p.windows, time.Since(p.start)); err != nil {
