@@ -549,3 +549,37 @@ func TestClusterCommandAlone(t *testing.T) {
 		t.Errorf("tether cluster --json: exit %d, stdout %q", code, out)
 	}
 }
+
+// TestClusterStopWithoutQuorumEndsInTime: a host whose two peers died
+// (kill -9) has no quorum left: none of its stop's writes (persisting the
+// session, giving back its ownership, leaving the registry) can succeed,
+// and each waits out its own timeout. SIGTERM must still end it within
+// tether serve's stop deadline (8 s), with exit status 0; when the
+// deadline is what ended it, the log says so.
+func TestClusterStopWithoutQuorumEndsInTime(t *testing.T) {
+	hosts := startCluster3(t)
+	owner := hosts[2].Dial(t)
+	var created snapshot
+	call(t, owner, "session.create", map[string]any{"title": "no quorum at the stop"}, &created)
+	call(t, owner, "prompt.submit", map[string]any{"session_id": created.SessionID, "text": "a turn in flight when the peers die"}, nil)
+	for _, h := range hosts[:2] {
+		if err := h.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = h.Wait(10 * time.Second) // killed: the error names the signal
+	}
+	sent := time.Now()
+	if err := hosts[2].Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, err := hosts[2].Wait(9500 * time.Millisecond)
+	took := time.Since(sent)
+	if err != nil || code != 0 {
+		t.Fatalf("h3 after SIGTERM with no quorum: exit %d %v after %v, want 0 within the 8 s stop deadline", code, err, took)
+	}
+	cut := strings.Contains(hosts[2].Stderr.String(), "the stop did not finish in time; exiting now")
+	if took >= 8*time.Second && !cut {
+		t.Errorf("h3 took %v to stop and did not say the deadline ended it", took)
+	}
+	t.Logf("h3 stopped %v after SIGTERM with no quorum (deadline cut it: %v)", took, cut)
+}
