@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"bytes"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
@@ -239,6 +242,42 @@ func TestAccessAdminListener(t *testing.T) {
 		if got := get("/debug/pprof/cmdline?token="+s.Token, "", ""); got != want {
 			t.Errorf("pprof=%v: /debug/pprof/cmdline?token=: %d, want %d", pprof, got, want)
 		}
+	}
+}
+
+// TestPluginsGetTheHostsLogLevel: both built-in plugins, real
+// subprocesses of a host started with --log-level warn, are told that
+// level (and nothing else of the host's TETHER_* settings), so they do
+// not write debug lines the host would parse only to drop.
+func TestPluginsGetTheHostsLogLevel(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--log-level", "warn"}, Env: []string{"TETHER_TOKEN=env-given-token-1234567890"}})
+	found := map[string]bool{}
+	for _, pid := range childPIDs(t, s.Cmd.Process.Pid) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		var name string
+		switch {
+		case bytes.Contains(cmdline, []byte("plugin\x00ws")):
+			name = "ws"
+		case bytes.Contains(cmdline, []byte("plugin\x00pty")):
+			name = "pty"
+		default:
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vars := strings.Split(string(env), "\x00")
+		if !slices.Contains(vars, contract.EnvPluginLogLevel+"=warn") {
+			t.Errorf("plugin %s (pid %d): no %s=warn in its environment", name, pid, contract.EnvPluginLogLevel)
+		}
+		if strings.Contains(string(env), "TETHER_TOKEN") || strings.Contains(string(env), s.Token) {
+			t.Errorf("plugin %s (pid %d): the host's token reached its environment", name, pid)
+		}
+		found[name] = true
+	}
+	if !found["ws"] || !found["pty"] {
+		t.Fatalf("plugins found among the host's children: %v, want ws and pty", found)
 	}
 }
 
