@@ -263,9 +263,10 @@ func perfTable(file string, cumulative bool) []string {
 // perfEntryPoint: frames every goroutine or thread has under it.
 var perfEntryPoint = regexp.MustCompile(`^(runtime\.(goexit|main|mstart|mcall|systemstack|goexit1|park_m|schedule|findRunnable|morestack)|main\.main|.*\.gowrap[0-9]+$|.*\.func[0-9]+$|entry_SYSCALL|do_syscall_64|x64_sys_call|__x64_sys)`)
 
+// perfUnsafe is what a file name made of a row's name leaves out.
+var perfUnsafe = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
 func perfFileName(row, proc string) string {
-	clean := func(s string) string {
-		return strings.Trim(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(s, "-"), "-")
-	}
+	clean := func(s string) string { return strings.Trim(perfUnsafe.ReplaceAllString(s, "-"), "-") }
 	return clean(row) + "." + clean(proc)
 }
