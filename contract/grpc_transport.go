@@ -2,7 +2,6 @@ package contract
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -50,9 +49,7 @@ func (c *TransportGRPCClient) Start(ctx context.Context, req StartRequest) (Star
 		HeaderTimeoutMs: req.HeaderTimeout.Milliseconds(),
 		TlsCertFile:     req.TLSCertFile,
 		TlsKeyFile:      req.TLSKeyFile,
-	}
-	if req.PageTokenSHA256 != ([sha256.Size]byte{}) {
-		p.PageTokenSha256 = req.PageTokenSHA256[:]
+		PageAuth:        req.PageAuth,
 	}
 	resp, err := c.client.Start(ctx, p)
 	if err != nil {
@@ -168,13 +165,7 @@ func (s *TransportGRPCServer) Start(ctx context.Context, req *tetherv1.StartRequ
 		HeaderTimeout:  time.Duration(req.GetHeaderTimeoutMs()) * time.Millisecond,
 		TLSCertFile:    req.GetTlsCertFile(),
 		TLSKeyFile:     req.GetTlsKeyFile(),
-	}
-	switch sum := req.GetPageTokenSha256(); len(sum) {
-	case 0:
-	case sha256.Size:
-		r.PageTokenSHA256 = [sha256.Size]byte(sum)
-	default:
-		return nil, ToGRPC(fmt.Errorf("start: page token hash of %d bytes, want %d: %w", len(sum), sha256.Size, ErrInvalidArgument))
+		PageAuth:       req.GetPageAuth(),
 	}
 	resp, err := s.Impl.Start(ctx, r)
 	if err != nil {
@@ -279,11 +270,29 @@ func eventToProto(e *Event) *tetherv1.Event {
 		Data:   e.Data,
 		Code:   int32(e.Code),
 		Reason: e.Reason,
+		Page:   e.Page,
 	}
-	for k, v := range e.Header {
-		p.Header = append(p.Header, &tetherv1.Header{Name: k, Values: v})
-	}
+	p.Header = headersToProto(e.Header)
 	return p
+}
+
+func headersToProto(h map[string][]string) []*tetherv1.Header {
+	var out []*tetherv1.Header
+	for k, v := range h {
+		out = append(out, &tetherv1.Header{Name: k, Values: v})
+	}
+	return out
+}
+
+func headersFromProto(hs []*tetherv1.Header) map[string][]string {
+	if len(hs) == 0 {
+		return nil
+	}
+	h := make(map[string][]string, len(hs))
+	for _, x := range hs {
+		h[http.CanonicalHeaderKey(x.GetName())] = x.GetValues()
+	}
+	return h
 }
 
 func eventFromProto(p *tetherv1.Event) Event {
@@ -298,12 +307,8 @@ func eventFromProto(p *tetherv1.Event) Event {
 		Data:   p.GetData(),
 		Code:   int(p.GetCode()),
 		Reason: p.GetReason(),
-	}
-	if hs := p.GetHeader(); len(hs) > 0 {
-		e.Header = make(map[string][]string, len(hs))
-		for _, h := range hs {
-			e.Header[http.CanonicalHeaderKey(h.GetName())] = h.GetValues()
-		}
+		Page:   p.GetPage(),
+		Header: headersFromProto(p.GetHeader()),
 	}
 	return e
 }
@@ -316,6 +321,7 @@ func commandToProto(c Command) *tetherv1.Command {
 		Data:   c.Data,
 		Code:   int32(c.Code),
 		Reason: c.Reason,
+		Header: headersToProto(c.Header),
 	}
 }
 
@@ -327,5 +333,6 @@ func commandFromProto(p *tetherv1.Command) Command {
 		Data:   p.GetData(),
 		Code:   int(p.GetCode()),
 		Reason: p.GetReason(),
+		Header: headersFromProto(p.GetHeader()),
 	}
 }

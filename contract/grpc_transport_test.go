@@ -3,7 +3,6 @@ package contract_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"reflect"
@@ -15,7 +14,6 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/tether-agent/tether/contract"
-	"github.com/tether-agent/tether/contract/proto/tetherv1"
 )
 
 // wait bounds every wait in these tests; nothing should take close to it.
@@ -262,11 +260,11 @@ func TestGRPCTransportStart(t *testing.T) {
 		MaxMessage:   1 << 20,
 		SendQueue:    8 << 20,
 
-		MaxConnections:  50,
-		HeaderTimeout:   300 * time.Millisecond,
-		TLSCertFile:     "/etc/tether/cert.pem",
-		TLSKeyFile:      "/etc/tether/key.pem",
-		PageTokenSHA256: sha256.Sum256([]byte("secret")),
+		MaxConnections: 50,
+		HeaderTimeout:  300 * time.Millisecond,
+		TLSCertFile:    "/etc/tether/cert.pem",
+		TLSKeyFile:     "/etc/tether/key.pem",
+		PageAuth:       true,
 	}
 	resp, err := tc.Start(context.Background(), req)
 	if err != nil {
@@ -287,8 +285,8 @@ func TestGRPCTransportStart(t *testing.T) {
 }
 
 // TestGRPCTransportStartZero checks that a StartRequest with only the
-// old fields set arrives with the new ones zero: no page gate (the zero
-// hash), default limits.
+// old fields set arrives with the new ones zero: no page gate, default
+// limits.
 func TestGRPCTransportStartZero(t *testing.T) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
@@ -300,22 +298,6 @@ func TestGRPCTransportStartZero(t *testing.T) {
 	defer fake.mu.Unlock()
 	if len(fake.starts) != 1 || fake.starts[0] != req {
 		t.Errorf("plugin got %+v, want [%+v]", fake.starts, req)
-	}
-}
-
-// TestGRPCTransportStartBadHash checks that the plugin's side refuses a
-// page token hash that is not a SHA-256, without starting the transport.
-func TestGRPCTransportStartBadHash(t *testing.T) {
-	fake := newFakeTransport()
-	srv := &contract.TransportGRPCServer{Impl: fake}
-	_, err := srv.Start(context.Background(), &tetherv1.StartRequest{Listen: "fd:3", PageTokenSha256: []byte("short")})
-	if !errors.Is(contract.FromGRPC(err), contract.ErrInvalidArgument) {
-		t.Errorf("Start: got error %v, want one matching ErrInvalidArgument", err)
-	}
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
-	if len(fake.starts) != 0 {
-		t.Errorf("the transport was started with %+v", fake.starts)
 	}
 }
 
@@ -399,6 +381,7 @@ func TestGRPCTransportEvents(t *testing.T) {
 			{Kind: contract.EventFrame, Conn: 1, Data: []byte{}},
 			{Kind: contract.EventOpened, Conn: 2, Path: "/api/pty", Remote: "[::1]:1"},
 			{Kind: contract.EventFrame, Conn: 2, Binary: true, Data: bytes.Repeat([]byte{0xab}, 64<<10)},
+			{Kind: contract.EventOpened, Conn: 3, Path: "/", Query: "token=t", Remote: "127.0.0.1:2", Page: true},
 		},
 		{
 			{Kind: contract.EventClosed, Conn: 1, Code: contract.CloseAbnormalNoFrame},
@@ -452,6 +435,7 @@ func TestGRPCTransportCommands(t *testing.T) {
 			{Kind: contract.CommandAdmit, Conn: 1<<64 - 1},
 		},
 		{{Kind: contract.CommandClose, Conn: 1, Code: contract.CloseServiceRestart, Reason: "plugin swap"}},
+		{{Kind: contract.CommandAdmit, Conn: 3, Header: map[string][]string{"Set-Cookie": {"a=b; Path=/", "c=; Max-Age=0"}}}},
 	}
 	var want []contract.Command
 	for _, b := range batches {

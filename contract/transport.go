@@ -3,7 +3,6 @@ package contract
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -105,6 +104,13 @@ type Event struct {
 	// Closed.
 	Code   int    // close code received or sent; 1006 when there was none
 	Reason string // close reason, if any
+
+	// Page marks an Opened event that is a request for a web page, not
+	// a WebSocket (StartRequest.PageAuth): the host answers it with one
+	// CommandAdmit (serve the page, setting the command's Header on the
+	// response) or one CommandClose (refuse it: 4401 is HTTP 401, 4403
+	// and 4408 are 403, anything else 503), and no Closed event follows.
+	Page bool
 }
 
 // CommandKind says what the host asks a transport to do with a connection.
@@ -143,6 +149,9 @@ type Command struct {
 	Data   []byte // Send: payload
 	Code   int    // Close: close code
 	Reason string // Close: close reason
+	// Header is, on the Admit of a page request (Event.Page), headers to
+	// set on the page's response (the page cookie's Set-Cookie).
+	Header map[string][]string
 }
 
 // StartRequest configures a transport before it is linked.
@@ -188,14 +197,16 @@ type StartRequest struct {
 	// fail Start rather than serve in the clear.
 	TLSCertFile string
 	TLSKeyFile  string
-	// PageTokenSHA256 is the SHA-256 of the host's access token. When it
-	// is set (not all zero) the transport serves its web page only to a
-	// request that carries the token (?token=, the tether_token cookie or
-	// Authorization: Bearer) and answers every other request for it with
-	// HTTP 401; a good ?token= also sets the tether_token cookie. The
-	// zero value leaves the page public (the host checks the token of
-	// every upgrade either way). The host sends the hash, never the token.
-	PageTokenSHA256 [sha256.Size]byte
+	// PageAuth asks the transport to let the host decide every request
+	// for its web page: it reports the request as an Opened event with
+	// Page set (path, query, headers, peer, Host, as for an upgrade),
+	// holds it until the host's one command for it, and then serves the
+	// page with the Admit's Header set on the response, or refuses it
+	// (Close 4401: HTTP 401; 4403, 4408: 403; else 503). The host sends
+	// no token: it checks the credential (and sets the page cookie)
+	// itself. false leaves the page public (the host checks every
+	// upgrade either way). tether's host always sets it.
+	PageAuth bool
 }
 
 // StartResponse reports the bound listener.

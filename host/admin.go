@@ -20,12 +20,12 @@ import (
 // (Authorization: Bearer, or ?token= for a browser; else 401): a CPU
 // profile or the process's command line is not for anyone who can reach
 // the port.
-func serveAdmin(cfg Config, m *metrics.Metrics) (stop func(), addr string, err error) {
+func serveAdmin(cfg Config, creds *access.Book, m *metrics.Metrics) (stop func(), addr string, err error) {
 	ln, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
 		return nil, "", fmt.Errorf("admin listener: %w", err)
 	}
-	acc := &access.Access{Token: cfg.Token, Bound: ln.Addr().String(), AllowHosts: cfg.AllowHosts}
+	acc := &access.Access{Book: creds, Bound: ln.Addr().String(), AllowHosts: cfg.AllowHosts}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -45,7 +45,7 @@ func serveAdmin(cfg Config, m *metrics.Metrics) (stop func(), addr string, err e
 		if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 			token = strings.TrimSpace(h[7:])
 		}
-		if !acc.TokenOK(token) {
+		if who, err := acc.Verify(token); err != nil || !who.Admin() {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tether admin"`)
 			http.Error(w, "unauthorized: present the access token (Authorization: Bearer TOKEN, or ?token=TOKEN)", http.StatusUnauthorized)
 			return

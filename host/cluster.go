@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/cluster"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
@@ -128,8 +129,8 @@ type clusterRemote struct{ n *cluster.Node }
 var _ rpc.Remote = clusterRemote{}
 
 // Dial implements rpc.Remote.
-func (r clusterRemote) Dial(ctx context.Context, host, inst string, onCommand func(contract.Command)) (rpc.RemoteLeg, error) {
-	l, err := r.n.Relay().Dial(ctx, host, inst, wire.PathRPC, "", onCommand)
+func (r clusterRemote) Dial(ctx context.Context, host, inst string, who access.Identity, onCommand func(contract.Command)) (rpc.RemoteLeg, error) {
+	l, err := r.n.Relay().Dial(ctx, host, inst, wire.PathRPC, "", who, onCommand)
 	if err != nil {
 		return nil, err
 	}
@@ -256,10 +257,48 @@ func (p clusterPTYs) Locate(ctx context.Context, token string) (string, string, 
 }
 
 // Dial implements ptyroute.Remote.
-func (p clusterPTYs) Dial(ctx context.Context, host, inst, query string, onCommand func(contract.Command)) (ptyroute.Leg, error) {
-	l, err := p.n.Relay().Dial(ctx, host, inst, wire.PathPTY, query, onCommand)
+func (p clusterPTYs) Dial(ctx context.Context, host, inst, query string, who access.Identity, onCommand func(contract.Command)) (ptyroute.Leg, error) {
+	l, err := p.n.Relay().Dial(ctx, host, inst, wire.PathPTY, query, who, onCommand)
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// credentialsTimeout bounds reading the credentials at start.
+const credentialsTimeout = 30 * time.Second
+
+// openCredentials makes the book of the credentials the host accepts:
+// state.db's on a single host, the cluster's (followed as other hosts
+// change them) in a cluster; with the access token in it as "admin" (in
+// a cluster "admin@HOST", so that each host's token is accepted by all).
+func openCredentials(ctx context.Context, cfg Config, st store.Backend, node *cluster.Node) (*access.Book, error) {
+	ctx, cancel := context.WithTimeout(ctx, credentialsTimeout)
+	defer cancel()
+	var book *access.Book
+	id := access.AdminName
+	if node != nil {
+		book = access.NewBook(node.Credentials, cfg.Log)
+		if err := node.Credentials.Watch(ctx, book.Apply); err != nil {
+			return nil, err
+		}
+		id += "@" + nodeID(node)
+	} else {
+		cs, ok := st.(store.CredentialStore)
+		if !ok {
+			return nil, errors.New("credentials: the store keeps none")
+		}
+		book = access.NewBook(cs, cfg.Log)
+		if err := book.Load(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := book.SetAccessToken(ctx, id, cfg.Token); err != nil {
+		cfg.Log.Warn().Err(err).Msg("the access token could not be stored: this host accepts it, other hosts of a cluster do not")
+		return book, nil
+	}
+	if err := book.Prune(ctx); err != nil {
+		cfg.Log.Warn().Err(err).Msg("old page sign-ins could not be removed")
+	}
+	return book, nil
 }

@@ -224,6 +224,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if node != nil {
 		defer leaveCluster(node) // after the table's shutdown
 	}
+	creds, err := openCredentials(ctx, cfg, st, node)
+	if err != nil {
+		return err
+	}
 
 	m := metrics.New()
 	m.BuildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
@@ -289,7 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 		},
 		StateDir:     cfg.StateDir,
 		SocketDir:    sockDir,
-		Token:        cfg.Token,
+		Credentials:  creds,
 		AllowOrigins: cfg.AllowOrigins,
 		AllowHosts:   cfg.AllowHosts,
 		Endpoints:    endpoints,
@@ -358,7 +362,7 @@ func Run(ctx context.Context, cfg Config) error {
 		scheme = "https"
 	}
 	if cfg.AdminListen != "" {
-		stopAdmin, addr, err := serveAdmin(cfg, m)
+		stopAdmin, addr, err := serveAdmin(cfg, creds, m)
 		if err != nil {
 			ts.Stop(context.Background())
 			return err

@@ -24,3 +24,15 @@ func TestConformance(t *testing.T) {
 		return s
 	})
 }
+
+// TestCredentialsConformance runs the credential store checks on SQLite.
+func TestCredentialsConformance(t *testing.T) {
+	storetest.RunCredentials(t, func(t *testing.T) store.CredentialStore {
+		s, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

@@ -59,6 +59,21 @@ var migrations = []string{
 	// 4: what a session's agent keeps across lives (an ACP agent's
 	// session id, its working directory).
 	`ALTER TABLE sessions ADD COLUMN agent_state TEXT NOT NULL DEFAULT '';`,
+
+	// 5: credentials: each one's secret as its SHA-256 (never the
+	// secret), its name, kind and scopes.
+	`CREATE TABLE credentials (
+		hash        TEXT PRIMARY KEY NOT NULL,
+		id          TEXT NOT NULL UNIQUE,
+		name        TEXT NOT NULL,
+		kind        TEXT NOT NULL,
+		scopes      TEXT NOT NULL DEFAULT '[]',
+		parent      TEXT NOT NULL DEFAULT '',
+		parent_hash TEXT NOT NULL DEFAULT '',
+		created_at  INTEGER NOT NULL,
+		expires_at  INTEGER NOT NULL DEFAULT 0,
+		last_used   INTEGER NOT NULL DEFAULT 0
+	) WITHOUT ROWID;`,
 }
 
 // latestVersion is the schema version Open migrates to.

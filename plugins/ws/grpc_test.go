@@ -2,9 +2,10 @@ package ws_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
+	"net/http"
 	"testing"
+	"time"
 
 	gobws "github.com/gobwas/ws"
 	"github.com/hashicorp/go-plugin"
@@ -17,6 +18,7 @@ import (
 // memory.
 func TestGRPC(t *testing.T) {
 	impl := ws.New(testLogger(t))
+	impl.Static = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("page")) })
 	client, server := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{
 		contract.KindTransport: &contract.TransportPlugin{Impl: impl},
 	})
@@ -41,10 +43,10 @@ func TestGRPC(t *testing.T) {
 
 	ctx := context.Background()
 	resp, err := tr.Start(ctx, contract.StartRequest{
-		Instance:        "test",
-		Listen:          "127.0.0.1:0",
-		MaxConnections:  3,
-		PageTokenSHA256: sha256.Sum256([]byte(pageToken)),
+		Instance:       "test",
+		Listen:         "127.0.0.1:0",
+		MaxConnections: 3,
+		PageAuth:       true,
 	})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -88,6 +90,36 @@ func TestGRPC(t *testing.T) {
 	}
 	a.Close()
 	b.Close()
+
+	// A page request crosses the boundary: the host's admit and its
+	// headers come back on the page's response.
+	page := make(chan *http.Response, 1)
+	go func() {
+		// The connections just closed may still count against the bound
+		// for a moment: a 503 is tried again.
+		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitTimeout}
+		for deadline := time.Now().Add(waitTimeout); ; {
+			resp, err := cl.Get("http://" + resp.Addr + "/?token=x")
+			if err != nil {
+				t.Errorf("GET /: %v", err)
+				page <- nil
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				page <- resp
+				return
+			}
+		}
+	}()
+	pe := r.wait(t, "page request", func(e contract.Event) bool { return e.Kind == contract.EventOpened && e.Page })
+	if pe.Path != "/" || pe.Query != "token=x" {
+		t.Errorf("page request: got path %q query %q, want / token=x", pe.Path, pe.Query)
+	}
+	exec(t, tr, contract.Command{Kind: contract.CommandAdmit, Conn: pe.Conn, Header: map[string][]string{"Set-Cookie": {"tether_1=v; Path=/"}}})
+	if pr := <-page; pr != nil && (pr.StatusCode != 200 || pr.Header.Get("Set-Cookie") != "tether_1=v; Path=/") {
+		t.Errorf("GET /: got %d Set-Cookie %q, want 200 with the host's cookie", pr.StatusCode, pr.Header.Get("Set-Cookie"))
+	}
 
 	// A second link, through another client, crosses the boundary.
 	err = dispense().Link(ctx, newRecorder().sink)

@@ -1,133 +1,107 @@
 package ws
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/tether-agent/tether/contract"
 )
 
-// TokenCookie is the cookie that carries the access token: set by a page
-// request with a good ?token=, sent by the browser with every request of
-// the page's origin, its WebSocket upgrades included (the host accepts
-// the token from it as from ?token=).
-const TokenCookie = "tether_token"
-
-// gated reports whether a Static path is a page, which needs the token.
-// The other files (scripts, style sheets, licences) stay public: they
-// hold no secret, and a page that loaded can then tell its user why its
-// WebSocket was refused, e.g. when cookies are blocked.
+// gated reports whether a Static path is a page, which the host must
+// let through. The other files (scripts, style sheets, licences) stay
+// public: they hold no secret, and a page that loaded can then tell its
+// user why its WebSocket was refused, e.g. when cookies are blocked.
 func gated(path string) bool {
 	return path == "/" || strings.HasSuffix(path, "/") || strings.HasSuffix(path, ".html")
 }
 
-// credential is what a request presented for the page.
-type credential uint8
+// pageAnswerTimeout bounds the wait for the host's answer to a page
+// request; past it the request gets HTTP 503.
+const pageAnswerTimeout = 10 * time.Second
 
-const (
-	credNone  credential = iota // no token at all
-	credWrong                   // a token, not the right one
-	credGood                    // the right token
-)
-
-// pageCredential checks the token a page request carries against want
-// (the token's SHA-256), in constant time. An explicit ?token= decides
-// alone (a wrong one is not rescued by a good cookie: its user should
-// learn that the URL is stale); else Authorization: Bearer, else the
-// tether_token cookie. It returns the good ?token= to keep in the cookie.
-func pageCredential(r *http.Request, want *[sha256.Size]byte) (credential, string) {
-	match := func(got string) bool {
-		sum := sha256.Sum256([]byte(got))
-		return got != "" && subtle.ConstantTimeCompare(sum[:], want[:]) == 1
-	}
-	verdict := func(ok bool) credential {
-		if ok {
-			return credGood
-		}
-		return credWrong
-	}
-	if toks, ok := r.URL.Query()["token"]; ok {
-		good := ""
-		for _, t := range toks {
-			if match(t) {
-				good = t
-			}
-		}
-		return verdict(good != ""), good
-	}
-	if auth := r.Header.Values("Authorization"); len(auth) > 0 {
-		ok := false
-		for _, h := range auth {
-			if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-				ok = match(strings.TrimSpace(h[7:])) || ok
-			}
-		}
-		return verdict(ok), ""
-	}
-	found, ok := false, false
-	for _, c := range r.CookiesNamed(TokenCookie) {
-		found = true
-		ok = match(c.Value) || ok
-	}
-	if !found {
-		return credNone, ""
-	}
-	return verdict(ok), ""
-}
-
-// serveStatic serves Static. With a page token hash, a page is served
-// only to a request with the token (and a good ?token= is kept in the
-// cookie); every other page request gets the 401 page. Without one (a
-// host that does not send it checks the token of every upgrade itself),
-// everything is public and a ?token= is only carried into the cookie, as
-// the page used to carry it in its own storage.
+// serveStatic serves Static. With PageAuth, a page is served only when
+// the host admits its request (an opened event with Page set), with the
+// headers the host's admit carries (its page cookie); a refusal gets the
+// 401 or 403 page, and no answer in time 503. Without it every path is
+// public.
 func (s *Server) serveStatic(w http.ResponseWriter, r *http.Request, cfg *config) {
-	if !cfg.pageGate {
-		if tok := r.URL.Query().Get("token"); tok != "" && gated(r.URL.Path) {
-			s.setTokenCookie(w, r, tok)
-		}
-		s.Static.ServeHTTP(w, r)
-		return
-	}
-	if gated(r.URL.Path) {
-		cred, tok := pageCredential(r, &cfg.pageToken)
-		if cred != credGood {
-			s.log.Debug().Str("remote", r.RemoteAddr).Bool("token_given", cred == credWrong).Msg("page refused: 401")
-			unauthorized(w, r, cred)
+	if cfg.pageAuth && gated(r.URL.Path) {
+		cmd, ok := s.askHost(r)
+		switch {
+		case !ok:
+			http.Error(w, "the host did not answer; try again", http.StatusServiceUnavailable)
+			return
+		case cmd.Kind != contract.CommandAdmit:
+			s.log.Debug().Str("remote", r.RemoteAddr).Int("code", cmd.Code).Str("reason", cmd.Reason).Msg("page refused")
+			refused(w, r, cmd.Code, cmd.Reason)
 			return
 		}
-		if tok != "" {
-			s.setTokenCookie(w, r, tok)
+		for k, vs := range cmd.Header {
+			for _, v := range vs {
+				w.Header().Add(k, v)
+			}
 		}
 	}
 	s.Static.ServeHTTP(w, r)
 }
 
-// tokenCookieMaxAge is the cookie's lifetime in seconds: 400 days, the
-// longest browsers keep one.
-const tokenCookieMaxAge = 400 * 24 * 3600
+// askHost reports r to the host as a page request and waits for its one
+// command (admit or close); false when none came in time, or the
+// transport stopped.
+func (s *Server) askHost(r *http.Request) (contract.Command, bool) {
+	answer := make(chan contract.Command, 1)
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return contract.Command{}, false
+	}
+	s.lastID++
+	id := s.lastID
+	s.pages[id] = answer
+	s.pushEvent(contract.Event{
+		Kind:   contract.EventOpened,
+		Conn:   id,
+		Page:   true,
+		Path:   r.URL.Path,
+		Query:  r.URL.RawQuery,
+		Header: r.Header.Clone(),
+		Remote: r.RemoteAddr,
+		Host:   r.Host,
+	})
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pages, id)
+		s.mu.Unlock()
+	}()
+	wait := s.PageAnswerTimeout
+	if wait <= 0 {
+		wait = pageAnswerTimeout
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case cmd := <-answer:
+		return cmd, true
+	case <-t.C:
+		s.log.Warn().Str("remote", r.RemoteAddr).Msg("the host did not answer a page request in time: 503")
+	case <-r.Context().Done():
+	case <-s.stopCh:
+	}
+	return contract.Command{}, false
+}
 
-// setTokenCookie sets the tether_token cookie to tok: HttpOnly (no script
-// reads it), SameSite=Strict (no other site's page sends it), Path=/ (the
-// page and /api/...), Secure under TLS. It lasts tokenCookieMaxAge, like
-// the token file it mirrors, so a bookmark of the bare URL still works in a
-// later browser session.
-func (s *Server) setTokenCookie(w http.ResponseWriter, r *http.Request, tok string) {
-	c := &http.Cookie{
-		Name:     TokenCookie,
-		Value:    tok,
-		Path:     "/",
-		MaxAge:   tokenCookieMaxAge,
-		HttpOnly: true,
-		SameSite: http.SameSiteStrictMode,
-		Secure:   r.TLS != nil,
+// pageAnsweredLocked hands the host's command for page request id to its
+// handler; false when id is no page request waiting.
+func (s *Server) pageAnsweredLocked(cmd *contract.Command) bool {
+	ch, ok := s.pages[cmd.Conn]
+	if !ok {
+		return false
 	}
-	if err := c.Valid(); err != nil {
-		// Never log the token itself.
-		s.log.Warn().Msg("the access token has characters a cookie cannot carry (use letters, digits and -._~): the page cannot stay signed in")
-		return
-	}
-	http.SetCookie(w, c)
+	delete(s.pages, cmd.Conn)
+	ch <- *cmd // buffered, one command per request
+	return true
 }
 
 // unauthorizedCSP is the 401 page's policy: no scripts, its own inline
@@ -165,25 +139,43 @@ var (
 		"This tether server asks for its access token, and this request had none.", 1))
 	// unauthorizedWrong is the 401 page for a request with a wrong token.
 	unauthorizedWrong = []byte(strings.Replace(unauthorizedPage, "%s",
-		"The access token this request carried is not this server's token: it is mistyped, "+
-			"or the server now uses another one (<code>--token</code>, <code>TETHER_TOKEN</code> or a new token file).", 1))
+		"The access token this request carried is not one this server accepts: it is mistyped, "+
+			"was revoked, or the server now uses another one (<code>--token</code>, <code>TETHER_TOKEN</code> or a new token file).", 1))
+	// unauthorizedExpired is the 401 page for an expired credential.
+	unauthorizedExpired = []byte(strings.Replace(unauthorizedPage, "%s",
+		"The credential this request carried has expired: ask for a new link.", 1))
 )
 
-// unauthorized answers the 401 page. It sets no cookie.
-func unauthorized(w http.ResponseWriter, r *http.Request, cred credential) {
-	body := unauthorizedMissing
-	if cred == credWrong {
-		body = unauthorizedWrong
+// refused answers a page request the host refused with code: the 401
+// page for 4401 (saying whether a credential was given), 403 for a
+// forbidden Host or Origin or a peer that is not loopback, else 503.
+func refused(w http.ResponseWriter, r *http.Request, code int, reason string) {
+	status, body := http.StatusServiceUnavailable, []byte(reason+"\n")
+	switch code {
+	case contract.CloseUnauthorized:
+		status, body = http.StatusUnauthorized, unauthorizedWrong
+		switch reason {
+		case "no credential":
+			body = unauthorizedMissing
+		case "credential expired":
+			body = unauthorizedExpired
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
+	case contract.CloseForbidden, contract.CloseNotLoopback:
+		status, body = http.StatusForbidden, []byte("forbidden: "+reason+"\n")
 	}
 	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
+	if status == http.StatusUnauthorized {
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Content-Security-Policy", unauthorizedCSP)
+	} else {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+	}
 	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", unauthorizedCSP)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("WWW-Authenticate", `Bearer realm="tether"`)
-	w.WriteHeader(http.StatusUnauthorized)
+	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(body)
 	}

@@ -1,13 +1,14 @@
 package ws_test
 
 import (
-	"crypto/sha256"
+	"context"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/ws"
@@ -28,6 +29,10 @@ func pageGet(t testing.TB, cl *http.Client, method, target string, hdr http.Head
 		t.Fatal(err)
 	}
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v[0]
+			continue
+		}
 		req.Header[k] = v
 	}
 	resp, err := cl.Do(req)
@@ -44,96 +49,104 @@ func pageGet(t testing.TB, cl *http.Client, method, target string, hdr http.Head
 
 const pageMarker = `<script src="app.js">` // in the page, not in the 401 page
 
-// TestPageToken checks the page's access rules with a page token hash:
-// which requests get the page, which get the 401 page, and which set the
-// cookie, with exactly which attributes.
-func TestPageToken(t *testing.T) {
-	_, addr := startServer(t, contract.StartRequest{PageTokenSHA256: sha256.Sum256([]byte(pageToken))},
-		func(s *ws.Server) { s.Static = web.Handler() })
+// pageHost plays the host's part for page requests: it links the
+// transport and answers each page request as decide says, counting them.
+type pageHost struct {
+	mu   sync.Mutex // guards the fields below
+	asks []contract.Event
+}
+
+func startPageHost(t testing.TB, s *ws.Server, decide func(contract.Event) contract.Command) *pageHost {
+	t.Helper()
+	h := &pageHost{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Link(ctx, func(ctx context.Context, evs []contract.Event) error {
+			for _, e := range evs {
+				if e.Kind != contract.EventOpened || !e.Page {
+					continue
+				}
+				h.mu.Lock()
+				h.asks = append(h.asks, e)
+				h.mu.Unlock()
+				if decide == nil {
+					continue // never answers
+				}
+				cmd := decide(e)
+				cmd.Conn = e.Conn
+				if err := s.Exec(ctx, []contract.Command{cmd}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Link: got error %v, want nil", err)
+		}
+	})
+	return h
+}
+
+func (h *pageHost) asked() []contract.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]contract.Event(nil), h.asks...)
+}
+
+// TestPageAsksTheHost checks the page's access rules with PageAuth: a
+// page is served only when the host admits its request, with the
+// host's headers; a refusal gets the page for its code; scripts and
+// /healthz are public and never asked about.
+func TestPageAsksTheHost(t *testing.T) {
+	s, addr := startServer(t, contract.StartRequest{PageAuth: true}, func(s *ws.Server) { s.Static = web.Handler() })
+	const cookie = "tether_1234=pagecred; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict"
+	h := startPageHost(t, s, func(e contract.Event) contract.Command {
+		q, _ := url.ParseQuery(e.Query)
+		switch tok := q.Get("token"); {
+		case tok == pageToken:
+			return contract.Command{Kind: contract.CommandAdmit, Header: map[string][]string{"Set-Cookie": {cookie, "tether_token=; Path=/; Max-Age=0"}}}
+		case tok == "expired":
+			return contract.Command{Kind: contract.CommandClose, Code: contract.CloseUnauthorized, Reason: "credential expired"}
+		case tok != "":
+			return contract.Command{Kind: contract.CommandClose, Code: contract.CloseUnauthorized, Reason: "unauthorized"}
+		case e.Host == "evil.example":
+			return contract.Command{Kind: contract.CommandClose, Code: contract.CloseForbidden, Reason: "forbidden host or origin"}
+		case len(e.Header["Cookie"]) > 0:
+			return contract.Command{Kind: contract.CommandAdmit}
+		}
+		return contract.Command{Kind: contract.CommandClose, Code: contract.CloseUnauthorized, Reason: "no credential"}
+	})
 	base := "http://" + addr
-	good := "tether_token=" + pageToken
 	tests := []struct {
 		name       string
 		method     string
 		path       string
 		header     http.Header
 		wantStatus int
-		wantBody   string // a substring
-		wantCookie string // the whole Set-Cookie, or "" for none
+		wantBody   string   // a substring
+		wantCookie []string // every Set-Cookie
+		wantAsked  bool
 	}{
-		{
-			name: "good query token", path: "/?token=" + pageToken,
-			wantStatus: 200, wantBody: pageMarker,
-			wantCookie: "tether_token=" + pageToken + "; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict",
-		},
-		{
-			name: "good query token with attach", path: "/?attach=abcdefghijklmnop&token=" + pageToken,
-			wantStatus: 200, wantBody: pageMarker,
-			wantCookie: "tether_token=" + pageToken + "; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict",
-		},
-		{
-			name: "good cookie", path: "/", header: http.Header{"Cookie": {good}},
-			wantStatus: 200, wantBody: pageMarker,
-		},
-		{
-			name: "good cookie among others", path: "/index.html", header: http.Header{"Cookie": {"a=1; tether_token=old; " + good}},
-			wantStatus: 200, wantBody: pageMarker,
-		},
-		{
-			name: "bearer", path: "/", header: http.Header{"Authorization": {"Bearer " + pageToken}},
-			wantStatus: 200, wantBody: pageMarker,
-		},
-		{
-			name: "nothing", path: "/",
-			wantStatus: 401, wantBody: "had none",
-		},
-		{
-			name: "nothing, index.html", path: "/index.html",
-			wantStatus: 401, wantBody: "tether serve",
-		},
-		{
-			name: "wrong query token", path: "/?token=nope",
-			wantStatus: 401, wantBody: "not this server's token",
-		},
-		{
-			name: "empty query token", path: "/?token=",
-			wantStatus: 401, wantBody: "not this server",
-		},
-		{
-			name: "wrong query token, good cookie", path: "/?token=nope", header: http.Header{"Cookie": {good}},
-			wantStatus: 401, wantBody: "not this server",
-		},
-		{
-			name: "token with a suffix", path: "/?token=" + pageToken + "x",
-			wantStatus: 401, wantBody: "not this server",
-		},
-		{
-			name: "wrong cookie", path: "/", header: http.Header{"Cookie": {"tether_token=nope"}},
-			wantStatus: 401, wantBody: "not this server",
-		},
-		{
-			name: "wrong bearer", path: "/", header: http.Header{"Authorization": {"Bearer nope"}},
-			wantStatus: 401, wantBody: "not this server",
-		},
-		{
-			name: "head without token", method: http.MethodHead, path: "/",
-			wantStatus: 401,
-		},
-		{
-			name: "script is public", path: "/app.js",
-			wantStatus: 200, wantBody: "/api/pty",
-		},
-		{
-			name: "vendored file is public", path: "/vendor/xterm.js",
-			wantStatus: 200, wantBody: "Terminal",
-		},
-		{
-			name: "healthz is public", path: "/healthz",
-			wantStatus: 200, wantBody: "ok",
-		},
+		{name: "admitted with headers", path: "/?token=" + pageToken, wantStatus: 200, wantBody: pageMarker,
+			wantCookie: []string{cookie, "tether_token=; Path=/; Max-Age=0"}, wantAsked: true},
+		{name: "admitted, index.html", path: "/index.html", header: http.Header{"Cookie": {"tether_1234=pagecred"}},
+			wantStatus: 200, wantBody: pageMarker, wantAsked: true},
+		{name: "no credential", path: "/", wantStatus: 401, wantBody: "had none", wantAsked: true},
+		{name: "wrong credential", path: "/?token=nope", wantStatus: 401, wantBody: "not one this server accepts", wantAsked: true},
+		{name: "expired credential", path: "/?token=expired", wantStatus: 401, wantBody: "expired", wantAsked: true},
+		{name: "head, refused", method: http.MethodHead, path: "/", wantStatus: 401, wantAsked: true},
+		{name: "forbidden host", path: "/", header: http.Header{"Host": {"evil.example"}}, wantStatus: 403, wantBody: "forbidden", wantAsked: true},
+		{name: "script is public", path: "/app.js", wantStatus: 200, wantBody: "/api/pty"},
+		{name: "vendored file is public", path: "/vendor/xterm.js", wantStatus: 200, wantBody: "Terminal"},
+		{name: "healthz is public", path: "/healthz", wantStatus: 200, wantBody: "ok"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			before := len(h.asked())
 			method := tt.method
 			if method == "" {
 				method = http.MethodGet
@@ -145,8 +158,17 @@ func TestPageToken(t *testing.T) {
 			if !strings.Contains(body, tt.wantBody) {
 				t.Errorf("body: got %.300q, want it to contain %q", body, tt.wantBody)
 			}
-			if got := strings.Join(resp.Header.Values("Set-Cookie"), "\n"); got != tt.wantCookie {
+			if got := resp.Header.Values("Set-Cookie"); strings.Join(got, "\n") != strings.Join(tt.wantCookie, "\n") {
 				t.Errorf("Set-Cookie: got %q, want %q", got, tt.wantCookie)
+			}
+			asks := h.asked()[before:]
+			if tt.wantAsked != (len(asks) == 1) || len(asks) > 1 {
+				t.Fatalf("host asked %d times, want asked=%v", len(asks), tt.wantAsked)
+			}
+			if tt.wantAsked {
+				if u, _ := url.Parse(tt.path); asks[0].Path != u.Path || asks[0].Query != u.RawQuery || asks[0].Remote == "" {
+					t.Errorf("page request: got path %q query %q remote %q, want %q %q and the peer", asks[0].Path, asks[0].Query, asks[0].Remote, u.Path, u.RawQuery)
+				}
 			}
 			if tt.wantStatus == http.StatusUnauthorized {
 				for k, want := range map[string]string{
@@ -169,102 +191,34 @@ func TestPageToken(t *testing.T) {
 	}
 }
 
-// TestPageCookieFlow follows what a browser does: open the printed URL,
-// then the bare URL with the cookie it was given, then a WebSocket
-// upgrade, whose Opened event must carry the cookie for the host.
-func TestPageCookieFlow(t *testing.T) {
-	s, addr := startServer(t, contract.StartRequest{PageTokenSHA256: sha256.Sum256([]byte(pageToken))},
-		func(s *ws.Server) { s.Static = web.Handler() })
-	r := link(t, s)
-	jar, err := cookiejar.New(nil)
-	if err != nil {
-		t.Fatal(err)
+// TestPageHostSilent checks that a page request the host does not
+// answer gets 503 after the wait, and one waiting while the transport
+// stops gets 503 at once.
+func TestPageHostSilent(t *testing.T) {
+	s, addr := startServer(t, contract.StartRequest{PageAuth: true}, func(s *ws.Server) {
+		s.Static = web.Handler()
+		s.PageAnswerTimeout = 200 * time.Millisecond
+	})
+	h := startPageHost(t, s, nil)
+	resp, body := pageGet(t, nil, http.MethodGet, "http://"+addr+"/", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(body, pageMarker) {
+		t.Errorf("GET / with no answer: got %d %.100q, want 503 without the page", resp.StatusCode, body)
 	}
-	cl := &http.Client{Jar: jar, Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitTimeout}
-	base := "http://" + addr
-
-	if resp, body := pageGet(t, cl, http.MethodGet, base+"/?token="+url.QueryEscape(pageToken), nil); resp.StatusCode != 200 || !strings.Contains(body, pageMarker) {
-		t.Fatalf("GET /?token=: got %d, want the page", resp.StatusCode)
-	}
-	for _, path := range []string{"/", "/index.html", "/"} {
-		if resp, body := pageGet(t, cl, http.MethodGet, base+path, nil); resp.StatusCode != 200 || !strings.Contains(body, pageMarker) {
-			t.Errorf("GET %s with the cookie: got %d, want the page", path, resp.StatusCode)
-		}
-	}
-
-	u, _ := url.Parse(base + "/api/pty")
-	cookies := jar.Cookies(u)
-	if len(cookies) != 1 || cookies[0].Name != ws.TokenCookie || cookies[0].Value != pageToken {
-		t.Fatalf("the jar holds %v for /api/pty, want the token cookie", cookies)
-	}
-	hdr := http.Header{"Cookie": {cookies[0].String()}}
-	c := dial(t, addr, "/api/pty?attach=abcdefghijklmnop", hdr)
-	e := r.opened(t, c)
-	if got := e.Header["Cookie"]; len(got) != 1 || got[0] != "tether_token="+pageToken {
-		t.Errorf("Opened: Cookie %q, want the token cookie for the host to check", got)
-	}
-	if strings.Contains(e.Query, "token") {
-		t.Errorf("Opened: query %q carries a token", e.Query)
+	if n := len(h.asked()); n != 1 {
+		t.Errorf("host asked %d times, want 1", n)
 	}
 }
 
-// TestPageTokenTLS checks that the cookie is Secure under TLS.
-func TestPageTokenTLS(t *testing.T) {
-	cert := newTestCert(t, 1)
-	certFile, keyFile := tlsFiles(t, cert)
-	_, addr := startServer(t, contract.StartRequest{
-		TLSCertFile: certFile, TLSKeyFile: keyFile,
-		PageTokenSHA256: sha256.Sum256([]byte(pageToken)),
-	}, func(s *ws.Server) { s.Static = web.Handler() })
-	resp, body := httpsGet(t, clientTLS(cert), "https://"+addr+"/?token="+pageToken, nil)
-	if resp.StatusCode != 200 || !strings.Contains(body, pageMarker) {
-		t.Fatalf("GET /?token= over TLS: got %d, want the page", resp.StatusCode)
-	}
-	want := "tether_token=" + pageToken + "; Path=/; Max-Age=34560000; HttpOnly; Secure; SameSite=Strict"
-	if got := resp.Header.Get("Set-Cookie"); got != want {
-		t.Errorf("Set-Cookie: got %q, want %q", got, want)
-	}
-	resp, _ = httpsGet(t, clientTLS(cert), "https://"+addr+"/", nil)
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("GET / over TLS without a token: got %d, want 401", resp.StatusCode)
-	}
-}
-
-// TestPageWithoutToken checks a host that sends no page token hash: the
-// page stays public, and a ?token= is carried into the cookie (the host
-// checks it on every upgrade).
-func TestPageWithoutToken(t *testing.T) {
-	_, addr := startServer(t, contract.StartRequest{}, func(s *ws.Server) { s.Static = web.Handler() })
-	base := "http://" + addr
-	resp, body := pageGet(t, nil, http.MethodGet, base+"/", nil)
+// TestPageWithoutPageAuth checks a host that does not ask for PageAuth:
+// the page is public, no request is reported and no cookie set.
+func TestPageWithoutPageAuth(t *testing.T) {
+	s, addr := startServer(t, contract.StartRequest{}, func(s *ws.Server) { s.Static = web.Handler() })
+	h := startPageHost(t, s, func(contract.Event) contract.Command { return contract.Command{Kind: contract.CommandAdmit} })
+	resp, body := pageGet(t, nil, http.MethodGet, "http://"+addr+"/?token=anything", nil)
 	if resp.StatusCode != 200 || !strings.Contains(body, pageMarker) || resp.Header.Get("Set-Cookie") != "" {
 		t.Errorf("GET /: got %d (Set-Cookie %q), want the page and no cookie", resp.StatusCode, resp.Header.Get("Set-Cookie"))
 	}
-	resp, body = pageGet(t, nil, http.MethodGet, base+"/?token=anything", nil)
-	if resp.StatusCode != 200 || !strings.Contains(body, pageMarker) {
-		t.Errorf("GET /?token=: got %d, want the page", resp.StatusCode)
-	}
-	if got, want := resp.Header.Get("Set-Cookie"), "tether_token=anything; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict"; got != want {
-		t.Errorf("Set-Cookie: got %q, want %q", got, want)
-	}
-}
-
-// TestPageTokenUnfitForCookie checks that a right token that a cookie
-// cannot carry still gets the page, and no broken cookie.
-func TestPageTokenUnfitForCookie(t *testing.T) {
-	const tok = `semi;colon"quote`
-	_, addr := startServer(t, contract.StartRequest{PageTokenSHA256: sha256.Sum256([]byte(tok))},
-		func(s *ws.Server) { s.Static = web.Handler() })
-	resp, body := pageGet(t, nil, http.MethodGet, "http://"+addr+"/?token="+url.QueryEscape(tok), nil)
-	if resp.StatusCode != 200 || !strings.Contains(body, pageMarker) {
-		t.Errorf("GET /?token=: got %d, want the page", resp.StatusCode)
-	}
-	if got := resp.Header.Get("Set-Cookie"); got != "" {
-		t.Errorf("Set-Cookie: got %q, want none", got)
-	}
-	// Bearer still works for it.
-	resp, _ = pageGet(t, nil, http.MethodGet, "http://"+addr+"/", http.Header{"Authorization": {"Bearer " + tok}})
-	if resp.StatusCode != 200 {
-		t.Errorf("GET / with Bearer: got %d, want 200", resp.StatusCode)
+	if n := len(h.asked()); n != 0 {
+		t.Errorf("host asked %d times, want 0", n)
 	}
 }

@@ -3,7 +3,6 @@ package ws
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -64,8 +63,7 @@ type config struct {
 	refuseGrace  time.Duration
 	certFile     string // with keyFile: serve TLS
 	keyFile      string
-	pageGate     bool // pageToken is set: pages need the token
-	pageToken    [sha256.Size]byte
+	pageAuth     bool // the host decides page requests
 }
 
 // Server is the WebSocket transport. The zero value is not usable; call New.
@@ -76,6 +74,10 @@ type Server struct {
 	// EventBuffer, if set before Start, bounds the bytes of message payload
 	// queued for the link; see the package doc. Zero means 16 MiB.
 	EventBuffer int64
+	// PageAnswerTimeout, if set before Start, bounds the wait for the
+	// host's answer to a page request (PageAuth); past it the page gets
+	// HTTP 503. Zero means 10 s.
+	PageAnswerTimeout time.Duration
 
 	certCheckEvery time.Duration // how often a handshake looks for a renewed certificate
 
@@ -94,6 +96,7 @@ type Server struct {
 	ln       net.Listener
 	served   chan struct{} // closed when the HTTP server's accept loop returned
 	conns    map[uint64]*conn
+	pages    map[uint64]chan contract.Command // page requests waiting for the host's answer
 	lastID   uint64
 	stopCode int // the code of a Stop under way, for upgrades that lose the race
 	stopMsg  string
@@ -124,6 +127,7 @@ func New(log zerolog.Logger) *Server {
 		log:     log,
 		evWake:  make(chan struct{}, 1),
 		conns:   make(map[uint64]*conn),
+		pages:   make(map[uint64]chan contract.Command),
 		stopCh:  make(chan struct{}),
 		evSpace: make(chan struct{}),
 		evLimit: DefaultEventBuffer,
@@ -205,7 +209,7 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	go s.tick(cfg)
 	addr := ln.Addr().String()
 	s.log.Info().Str("addr", addr).Int64("max_connections", maxConns).Bool("tls", tlsCfg != nil).
-		Bool("page_token", cfg.pageGate).Msg("websocket transport listening")
+		Bool("page_auth", cfg.pageAuth).Msg("websocket transport listening")
 	return contract.StartResponse{Addr: addr, Version: Version, MaxConnections: int(maxConns)}, nil
 }
 
@@ -256,8 +260,7 @@ func newConfig(req contract.StartRequest) (*config, error) {
 		headerTO:     orDefault(req.HeaderTimeout, DefaultHeaderTimeout),
 		certFile:     req.TLSCertFile,
 		keyFile:      req.TLSKeyFile,
-		pageGate:     req.PageTokenSHA256 != [sha256.Size]byte{},
-		pageToken:    req.PageTokenSHA256,
+		pageAuth:     req.PageAuth,
 	}
 	switch {
 	case req.Listen == "":
@@ -314,6 +317,9 @@ func (s *Server) exec(cmds []contract.Command, clone bool) {
 		cmd := &cmds[i]
 		s.mu.Lock()
 		c := s.conns[cmd.Conn]
+		if c == nil {
+			s.pageAnsweredLocked(cmd)
+		}
 		s.mu.Unlock()
 		if c == nil {
 			continue

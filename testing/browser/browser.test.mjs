@@ -618,10 +618,15 @@ test("signed in through the cookie", { timeout: 120000 }, (t) =>
     const page = await open(ctx);
     await waitState(page, "connected");
 
-    const cookies = (await ctx.cookies()).filter((c) => c.name === "tether_token");
-    assert.equal(cookies.length, 1, `cookies: ${JSON.stringify(await ctx.cookies())}`);
+    // The cookie is named for this listener's port, and holds a page
+    // credential, never the access token itself.
+    const all = await ctx.cookies();
+    const cookies = all.filter((c) => c.name === `tether_${new URL(url).port}`);
+    assert.equal(cookies.length, 1, `cookies: ${JSON.stringify(all)}`);
+    assert.equal(all.length, 1, `more cookies than the page's: ${JSON.stringify(all)}`);
     const c = cookies[0];
-    assert.equal(c.value, token);
+    assert.notEqual(c.value, token, "the cookie holds the access token");
+    assert.match(c.value, /^[0-9a-f]{32}$/);
     assert.equal(c.path, "/");
     assert.equal(c.httpOnly, true, "the cookie is not HttpOnly");
     assert.equal(c.sameSite, "Strict");
@@ -657,7 +662,7 @@ test("a wrong or missing token gets the 401 page and no cookie", { timeout: 6000
   withContext(t, async (ctx) => {
     const page = await ctx.newPage();
     for (const [target, says] of [
-      [new URL("/?token=wrong", url).href, "not this server's token"],
+      [new URL("/?token=wrong", url).href, "not one this server accepts"],
       [bare(), "had none"],
     ]) {
       const resp = await page.goto(target);
@@ -670,6 +675,36 @@ test("a wrong or missing token gets the 401 page and no cookie", { timeout: 6000
     assert.deepEqual(await ctx.cookies(), [], "a refused page set a cookie");
   }),
 );
+
+test("signed into two hosts on two ports of one machine: both stay signed in", { timeout: 120000 }, async (t) => {
+  const dir = path.join(tmp, "second-state");
+  mkdirSync(dir, { mode: 0o700 });
+  const h = spawnTether(dir, ["--listen", "127.0.0.1:0", "--pty-command", "/bin/sh", "--stop-ptys"], () => {});
+  try {
+    const { url: url2, token: token2 } = await h.started;
+    assert.notEqual(token2, token);
+    await withContext(t, async (ctx) => {
+      const page = await ctx.newPage();
+      // Sign into the first host, then the second, in one browser.
+      assert.equal((await page.goto(url)).status(), 200);
+      await waitState(page, "connected");
+      const page2 = await ctx.newPage();
+      assert.equal((await page2.goto(url2)).status(), 200);
+      await waitState(page2, "connected");
+      const names = (await ctx.cookies()).map((c) => c.name).sort();
+      assert.deepEqual(names, [`tether_${new URL(url).port}`, `tether_${new URL(url2).port}`].sort());
+      // The bare URLs of both (bookmarks) still open their pages, and
+      // their terminals connect: neither sign-in replaced the other.
+      for (const [p, u] of [[page, url], [page2, url2]]) {
+        const resp = await p.goto(new URL("/", u).href);
+        assert.equal(resp.status(), 200, `the bare URL of ${u} after signing into both`);
+        await waitState(p, "connected");
+      }
+    });
+  } finally {
+    await stopTether(h.proc);
+  }
+});
 
 // ---- the chat view (/api/ws)
 

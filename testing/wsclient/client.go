@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +54,7 @@ var (
 type Options struct {
 	// Token is the access token. Dial adds it to the URL as ?token= unless
 	// the URL already has a token parameter or Header carries an
-	// Authorization header or a tether_token cookie.
+	// Authorization header or a page cookie (tether_PORT, or tether_token).
 	Token string
 	// Header holds extra handshake request headers. A "Host" entry replaces
 	// the Host header derived from the URL.
@@ -199,8 +200,12 @@ func hasAuth(h http.Header) bool {
 		return true
 	}
 	r := http.Request{Header: h}
-	_, err := r.Cookie("tether_token")
-	return err == nil
+	for _, c := range r.Cookies() {
+		if strings.HasPrefix(c.Name, "tether_") {
+			return true // a page cookie (tether_PORT) or the old tether_token
+		}
+	}
+	return false
 }
 
 // withTimeout bounds ctx by the client's timeout when it has no deadline.

@@ -144,10 +144,11 @@ type StartRequest struct {
 	// PEM files; both or neither: serve HTTPS/WSS.
 	TlsCertFile string `protobuf:"bytes,9,opt,name=tls_cert_file,json=tlsCertFile,proto3" json:"tls_cert_file,omitempty"`
 	TlsKeyFile  string `protobuf:"bytes,10,opt,name=tls_key_file,json=tlsKeyFile,proto3" json:"tls_key_file,omitempty"`
-	// SHA-256 of the access token (32 bytes), or empty: the page is public.
-	PageTokenSha256 []byte `protobuf:"bytes,11,opt,name=page_token_sha256,json=pageTokenSha256,proto3" json:"page_token_sha256,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Report each request for a page as an opened event with page set and
+	// serve it as the host answers (an admit with headers, or a close).
+	PageAuth      bool `protobuf:"varint,12,opt,name=page_auth,json=pageAuth,proto3" json:"page_auth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartRequest) Reset() {
@@ -250,11 +251,11 @@ func (x *StartRequest) GetTlsKeyFile() string {
 	return ""
 }
 
-func (x *StartRequest) GetPageTokenSha256() []byte {
+func (x *StartRequest) GetPageAuth() bool {
 	if x != nil {
-		return x.PageTokenSha256
+		return x.PageAuth
 	}
-	return nil
+	return false
 }
 
 type StartResponse struct {
@@ -563,8 +564,10 @@ type Event struct {
 	Binary bool   `protobuf:"varint,8,opt,name=binary,proto3" json:"binary,omitempty"`
 	Data   []byte `protobuf:"bytes,9,opt,name=data,proto3" json:"data,omitempty"`
 	// closed
-	Code          int32  `protobuf:"varint,10,opt,name=code,proto3" json:"code,omitempty"`
-	Reason        string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	Code   int32  `protobuf:"varint,10,opt,name=code,proto3" json:"code,omitempty"`
+	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	// opened: a request for a page (page_auth), not a WebSocket.
+	Page          bool `protobuf:"varint,12,opt,name=page,proto3" json:"page,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +679,13 @@ func (x *Event) GetReason() string {
 	return ""
 }
 
+func (x *Event) GetPage() bool {
+	if x != nil {
+		return x.Page
+	}
+	return false
+}
+
 type EventBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
@@ -721,13 +731,15 @@ func (x *EventBatch) GetEvents() []*Event {
 }
 
 type Command struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          Command_Kind           `protobuf:"varint,1,opt,name=kind,proto3,enum=tether.v1.Command_Kind" json:"kind,omitempty"`
-	Conn          uint64                 `protobuf:"varint,2,opt,name=conn,proto3" json:"conn,omitempty"`
-	Binary        bool                   `protobuf:"varint,3,opt,name=binary,proto3" json:"binary,omitempty"`
-	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	Code          int32                  `protobuf:"varint,5,opt,name=code,proto3" json:"code,omitempty"`
-	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   Command_Kind           `protobuf:"varint,1,opt,name=kind,proto3,enum=tether.v1.Command_Kind" json:"kind,omitempty"`
+	Conn   uint64                 `protobuf:"varint,2,opt,name=conn,proto3" json:"conn,omitempty"`
+	Binary bool                   `protobuf:"varint,3,opt,name=binary,proto3" json:"binary,omitempty"`
+	Data   []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	Code   int32                  `protobuf:"varint,5,opt,name=code,proto3" json:"code,omitempty"`
+	Reason string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// admit of a page request: headers to set on its response.
+	Header        []*Header `protobuf:"bytes,7,rep,name=header,proto3" json:"header,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -804,6 +816,13 @@ func (x *Command) GetReason() string {
 	return ""
 }
 
+func (x *Command) GetHeader() []*Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
 type CommandBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
@@ -852,7 +871,7 @@ var File_tetherv1_transport_proto protoreflect.FileDescriptor
 
 const file_tetherv1_transport_proto_rawDesc = "" +
 	"\n" +
-	"\x18tetherv1/transport.proto\x12\ttether.v1\"\x9b\x03\n" +
+	"\x18tetherv1/transport.proto\x12\ttether.v1\"\xa5\x03\n" +
 	"\fStartRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x16\n" +
 	"\x06listen\x18\x02 \x01(\tR\x06listen\x12(\n" +
@@ -867,8 +886,8 @@ const file_tetherv1_transport_proto_rawDesc = "" +
 	"\rtls_cert_file\x18\t \x01(\tR\vtlsCertFile\x12 \n" +
 	"\ftls_key_file\x18\n" +
 	" \x01(\tR\n" +
-	"tlsKeyFile\x12*\n" +
-	"\x11page_token_sha256\x18\v \x01(\fR\x0fpageTokenSha256\"f\n" +
+	"tlsKeyFile\x12\x1b\n" +
+	"\tpage_auth\x18\f \x01(\bR\bpageAuthJ\x04\b\v\x10\fR\x11page_token_sha256\"f\n" +
 	"\rStartResponse\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12'\n" +
@@ -883,7 +902,7 @@ const file_tetherv1_transport_proto_rawDesc = "" +
 	"\fStopResponse\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06values\x18\x02 \x03(\tR\x06values\"\xef\x02\n" +
+	"\x06values\x18\x02 \x03(\tR\x06values\"\x83\x03\n" +
 	"\x05Event\x12)\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x15.tether.v1.Event.KindR\x04kind\x12\x12\n" +
 	"\x04conn\x18\x02 \x01(\x04R\x04conn\x12\x12\n" +
@@ -896,7 +915,8 @@ const file_tetherv1_transport_proto_rawDesc = "" +
 	"\x04data\x18\t \x01(\fR\x04data\x12\x12\n" +
 	"\x04code\x18\n" +
 	" \x01(\x05R\x04code\x12\x16\n" +
-	"\x06reason\x18\v \x01(\tR\x06reason\"N\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12\x12\n" +
+	"\x04page\x18\f \x01(\bR\x04page\"N\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vKIND_OPENED\x10\x01\x12\x0e\n" +
@@ -905,14 +925,15 @@ const file_tetherv1_transport_proto_rawDesc = "" +
 	"\vKIND_CLOSED\x10\x03\"6\n" +
 	"\n" +
 	"EventBatch\x12(\n" +
-	"\x06events\x18\x01 \x03(\v2\x10.tether.v1.EventR\x06events\"\xef\x01\n" +
+	"\x06events\x18\x01 \x03(\v2\x10.tether.v1.EventR\x06events\"\x9a\x02\n" +
 	"\aCommand\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.tether.v1.Command.KindR\x04kind\x12\x12\n" +
 	"\x04conn\x18\x02 \x01(\x04R\x04conn\x12\x16\n" +
 	"\x06binary\x18\x03 \x01(\bR\x06binary\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x12\n" +
 	"\x04code\x18\x05 \x01(\x05R\x04code\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"K\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12)\n" +
+	"\x06header\x18\a \x03(\v2\x11.tether.v1.HeaderR\x06header\"K\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -962,20 +983,21 @@ var file_tetherv1_transport_proto_depIdxs = []int32{
 	8,  // 1: tether.v1.Event.header:type_name -> tether.v1.Header
 	9,  // 2: tether.v1.EventBatch.events:type_name -> tether.v1.Event
 	1,  // 3: tether.v1.Command.kind:type_name -> tether.v1.Command.Kind
-	11, // 4: tether.v1.CommandBatch.commands:type_name -> tether.v1.Command
-	2,  // 5: tether.v1.Transport.Start:input_type -> tether.v1.StartRequest
-	12, // 6: tether.v1.Transport.Link:input_type -> tether.v1.CommandBatch
-	6,  // 7: tether.v1.Transport.Stop:input_type -> tether.v1.StopRequest
-	4,  // 8: tether.v1.Transport.Stats:input_type -> tether.v1.StatsRequest
-	3,  // 9: tether.v1.Transport.Start:output_type -> tether.v1.StartResponse
-	10, // 10: tether.v1.Transport.Link:output_type -> tether.v1.EventBatch
-	7,  // 11: tether.v1.Transport.Stop:output_type -> tether.v1.StopResponse
-	5,  // 12: tether.v1.Transport.Stats:output_type -> tether.v1.StatsResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	8,  // 4: tether.v1.Command.header:type_name -> tether.v1.Header
+	11, // 5: tether.v1.CommandBatch.commands:type_name -> tether.v1.Command
+	2,  // 6: tether.v1.Transport.Start:input_type -> tether.v1.StartRequest
+	12, // 7: tether.v1.Transport.Link:input_type -> tether.v1.CommandBatch
+	6,  // 8: tether.v1.Transport.Stop:input_type -> tether.v1.StopRequest
+	4,  // 9: tether.v1.Transport.Stats:input_type -> tether.v1.StatsRequest
+	3,  // 10: tether.v1.Transport.Start:output_type -> tether.v1.StartResponse
+	10, // 11: tether.v1.Transport.Link:output_type -> tether.v1.EventBatch
+	7,  // 12: tether.v1.Transport.Stop:output_type -> tether.v1.StopResponse
+	5,  // 13: tether.v1.Transport.Stats:output_type -> tether.v1.StatsResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_tetherv1_transport_proto_init() }

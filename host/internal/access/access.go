@@ -5,13 +5,14 @@
 package access
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tether-agent/tether/contract"
 )
@@ -19,8 +20,12 @@ import (
 // Access decides whether a new connection may talk to the host. Its
 // fields are constant after construction.
 type Access struct {
-	// Token is the access token clients must present.
-	Token string
+	// Book holds the credentials the host accepts (its access token,
+	// page sign-ins, and in a cluster every host's).
+	Book *Book
+	// Cookie is the name of this listener's page cookie (CookieName of
+	// Bound): a browser keeps one per host and port.
+	Cookie string
 	// Bound is the public listener's host:port (or unix:PATH).
 	Bound string
 	// AllowHosts are extra accepted Host names: "NAME" accepts NAME with
@@ -29,32 +34,85 @@ type Access struct {
 	AllowHosts []string
 	// AllowOrigins are extra accepted Origin values.
 	AllowOrigins []string
+	// Secure marks the page cookie Secure: the listener serves TLS.
+	Secure bool
 
 	once  sync.Once
 	local map[string]bool // on a wildcard listener: this machine's interface addresses
 }
 
+// LegacyCookie is the page cookie of tether before it was named per
+// listener: it held the access token itself. It is still accepted, and a
+// page load replaces it with the listener's own.
+const LegacyCookie = "tether_token"
+
+// CookieName is the page cookie's name for a listener bound to bound:
+// tether_PORT, so that a browser signed into hosts on several ports of
+// one machine keeps a sign-in for each; tether_unix_HASH for a Unix
+// socket.
+func CookieName(bound string) string {
+	if path, ok := strings.CutPrefix(bound, "unix:"); ok {
+		return "tether_unix_" + Hash(path)[:8]
+	}
+	if _, port, err := net.SplitHostPort(bound); err == nil && port != "" {
+		return "tether_" + port
+	}
+	return "tether_page"
+}
+
+// Via says where a connection's credential came from.
+type Via uint8
+
+// Where a credential was found.
+const (
+	ViaNone   Via = iota // no credential at all
+	ViaQuery             // ?token=
+	ViaBearer            // Authorization: Bearer
+	ViaCookie            // the listener's page cookie
+	ViaLegacy            // the old tether_token cookie
+)
+
+// Decision is what Check decided of a new connection.
+type Decision struct {
+	// Code is 0 when the connection is admitted, else the close code to
+	// refuse it with.
+	Code int
+	// Reason says why, for a refusal.
+	Reason string
+	// Who is the verified identity of an admitted connection.
+	Who Identity
+	// Via is where its credential was found; Given reports whether a
+	// credential was presented at all (a refusal's page says which).
+	Via   Via
+	Given bool
+}
+
 // Check returns 0 when the connection described by ev is admitted, else
-// the close code to refuse it with. The order is fixed: token (4401),
-// Host and Origin (4403), loopback peer (4408).
-func (a *Access) Check(ev contract.Event) int {
-	if !a.tokenOK(ev) {
-		return contract.CloseUnauthorized
+// the close code to refuse it with (see Decide).
+func (a *Access) Check(ev contract.Event) int { return a.Decide(ev).Code }
+
+// Decide decides whether the connection described by ev is admitted,
+// and as whom. The order is fixed: credential (4401), Host and Origin
+// (4403), loopback peer (4408).
+func (a *Access) Decide(ev contract.Event) Decision {
+	d := a.credential(ev)
+	if d.Code != 0 {
+		return d
 	}
 	if !a.HostOK(ev.Host) {
-		return contract.CloseForbidden
+		return Decision{Code: contract.CloseForbidden, Reason: "forbidden host or origin", Given: true}
 	}
 	if origins, ok := header(ev.Header, "Origin"); ok {
 		for _, o := range origins {
 			if !a.originOK(o) {
-				return contract.CloseForbidden
+				return Decision{Code: contract.CloseForbidden, Reason: "forbidden host or origin", Given: true}
 			}
 		}
 	}
 	if a.loopback() && !isLoopback(ev.Remote) {
-		return contract.CloseNotLoopback
+		return Decision{Code: contract.CloseNotLoopback, Reason: "loopback only", Given: true}
 	}
-	return 0
+	return d
 }
 
 func header(h map[string][]string, name string) ([]string, bool) {
@@ -62,40 +120,61 @@ func header(h map[string][]string, name string) ([]string, bool) {
 	return v, ok
 }
 
-// TokenOK reports whether t is the access token, compared in constant time
-// (hashes first, so the length does not leak either).
-func (a *Access) TokenOK(t string) bool {
-	want := sha256.Sum256([]byte(a.Token))
-	g := sha256.Sum256([]byte(t))
-	return t != "" && subtle.ConstantTimeCompare(g[:], want[:]) == 1
+// Verify returns the identity secret names (Book.Verify).
+func (a *Access) Verify(secret string) (Identity, error) {
+	if a.Book == nil {
+		return Identity{}, ErrUnknownCredential
+	}
+	return a.Book.Verify(secret)
 }
 
-// tokenOK looks for the token in ?token=, Authorization: Bearer and the
-// tether_token cookie.
-func (a *Access) tokenOK(ev contract.Event) bool {
-	ok := false
+// credential looks for a credential in ?token=, Authorization: Bearer,
+// the listener's page cookie and the legacy cookie, in that order: the
+// first place that has one decides (a wrong ?token= is not rescued by a
+// good cookie: its user should learn that the URL is stale). Several
+// values in one place are tried each.
+func (a *Access) credential(ev contract.Event) Decision {
 	// ParseQuery keeps the well-formed pairs of a malformed query, so a
 	// good token next to a bad attach is still found (then 4400, not 4401).
 	q, _ := url.ParseQuery(ev.Query)
-	for _, t := range q["token"] {
-		ok = a.TokenOK(t) || ok
-	}
+	var places [4][]string
+	places[0] = q["token"]
 	if auths, found := header(ev.Header, "Authorization"); found {
 		for _, h := range auths {
 			if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-				ok = a.TokenOK(strings.TrimSpace(h[7:])) || ok
+				places[1] = append(places[1], strings.TrimSpace(h[7:]))
 			}
 		}
 	}
 	if cookies, found := header(ev.Header, "Cookie"); found {
 		r := http.Request{Header: http.Header{"Cookie": cookies}}
 		for _, c := range r.Cookies() {
-			if c.Name == "tether_token" {
-				ok = a.TokenOK(c.Value) || ok
+			switch c.Name {
+			case a.Cookie:
+				places[2] = append(places[2], c.Value)
+			case LegacyCookie:
+				places[3] = append(places[3], c.Value)
 			}
 		}
 	}
-	return ok
+	for i, vals := range places {
+		if len(vals) == 0 {
+			continue
+		}
+		var err error
+		for _, v := range vals {
+			var who Identity
+			if who, err = a.Verify(v); err == nil {
+				return Decision{Who: who, Via: Via(i + 1), Given: true}
+			}
+		}
+		reason := "unauthorized"
+		if errors.Is(err, ErrCredentialExpired) {
+			reason = "credential expired"
+		}
+		return Decision{Code: contract.CloseUnauthorized, Reason: reason, Via: Via(i + 1), Given: true}
+	}
+	return Decision{Code: contract.CloseUnauthorized, Reason: "unauthorized"}
 }
 
 // splitHost splits "name", "name:port", "[v6]" or "[v6]:port" into a
@@ -259,4 +338,63 @@ func isLoopback(remote string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ReasonNoCredential is the reason of a 4401 for a request that carried
+// no credential at all (a page says so, rather than "wrong token").
+const ReasonNoCredential = "no credential"
+
+// NeedsCookie reports whether the page request ev, admitted as d, gets
+// the listener's page cookie: it signed in with ?token= (and has no
+// page cookie of that credential yet), or still carries the old cookie.
+func (a *Access) NeedsCookie(ev contract.Event, d Decision) bool {
+	switch d.Via {
+	case ViaLegacy:
+		return true
+	case ViaQuery:
+		return !a.hasPageOf(ev, d.Who.Credential)
+	}
+	return false
+}
+
+// hasPageOf reports whether ev carries a valid page cookie made from the
+// credential id.
+func (a *Access) hasPageOf(ev contract.Event, id string) bool {
+	cookies, found := header(ev.Header, "Cookie")
+	if !found || a.Book == nil {
+		return false
+	}
+	r := http.Request{Header: http.Header{"Cookie": cookies}}
+	for _, c := range r.CookiesNamed(a.Cookie) {
+		if who, err := a.Book.Verify(c.Value); err == nil && a.Book.Parent(who.Credential) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// PageCookies signs the browser of page request ev, admitted as d, in:
+// a new page sign-in made from d's credential, set as the listener's
+// cookie (HttpOnly, SameSite=Strict, Path=/, Secure under TLS, for
+// PageTTL), and the old cookie cleared when it came with it. It returns
+// the response headers to set.
+func (a *Access) PageCookies(ctx context.Context, ev contract.Event, d Decision) (map[string][]string, error) {
+	secret, err := a.Book.SignIn(ctx, d.Who)
+	if err != nil {
+		return nil, err
+	}
+	c := &http.Cookie{
+		Name: a.Cookie, Value: secret, Path: "/", MaxAge: int(PageTTL / time.Second),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: a.Secure,
+	}
+	set := []string{c.String()}
+	if cookies, found := header(ev.Header, "Cookie"); found {
+		r := http.Request{Header: http.Header{"Cookie": cookies}}
+		if _, err := r.Cookie(LegacyCookie); err == nil {
+			old := &http.Cookie{Name: LegacyCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+				SameSite: http.SameSiteStrictMode, Secure: a.Secure}
+			set = append(set, old.String())
+		}
+	}
+	return map[string][]string{"Set-Cookie": set}, nil
 }

@@ -1,14 +1,19 @@
 package access
 
 import (
+	"context"
 	"net"
+	"sync"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/store"
 )
 
 func TestAccessCheck(t *testing.T) {
-	a := &Access{Token: "s3cret", Bound: "127.0.0.1:7717", AllowOrigins: []string{"https://app.example"}}
+	a := withToken(t, "s3cret", &Access{Bound: "127.0.0.1:7717", AllowOrigins: []string{"https://app.example"}})
 	ok := func(mod func(*contract.Event)) contract.Event {
 		ev := contract.Event{
 			Kind:   contract.EventOpened,
@@ -31,7 +36,7 @@ func TestAccessCheck(t *testing.T) {
 		{"query token", ok(nil), 0},
 		{"token beside a malformed pair", ok(func(e *contract.Event) { e.Query = "attach=%zz&token=s3cret" }), 0},
 		{"bearer token", ok(func(e *contract.Event) { e.Query = ""; e.Header["Authorization"] = []string{"Bearer s3cret"} }), 0},
-		{"cookie token", ok(func(e *contract.Event) { e.Query = ""; e.Header["Cookie"] = []string{"a=b; tether_token=s3cret"} }), 0},
+		{"cookie token", ok(func(e *contract.Event) { e.Query = ""; e.Header["Cookie"] = []string{"a=b; tether_7717=s3cret"} }), 0},
 		{"no token", ok(func(e *contract.Event) { e.Query = "" }), contract.CloseUnauthorized},
 		{"wrong token", ok(func(e *contract.Event) { e.Query = "token=nope" }), contract.CloseUnauthorized},
 		{"token prefix", ok(func(e *contract.Event) { e.Query = "token=s3cre" }), contract.CloseUnauthorized},
@@ -58,7 +63,7 @@ func TestAccessCheck(t *testing.T) {
 }
 
 func TestAccessNonLoopbackListenerAdmitsRemotePeers(t *testing.T) {
-	a := &Access{Token: "t", Bound: "192.0.2.1:7717"}
+	a := withToken(t, "t", &Access{Bound: "192.0.2.1:7717"})
 	ev := contract.Event{Query: "token=t", Host: "192.0.2.1:7717", Remote: "192.0.2.9:1234"}
 	if got := a.Check(ev); got != 0 {
 		t.Errorf("Check = %d, want 0", got)
@@ -69,7 +74,7 @@ func TestAccessNonLoopbackListenerAdmitsRemotePeers(t *testing.T) {
 // the token and Host checks; the loopback-peer check does not apply (its
 // peers are local processes and have no address).
 func TestAccessUnixSocket(t *testing.T) {
-	a := &Access{Token: "t", Bound: "unix:/run/tether/unix.sock"}
+	a := withToken(t, "t", &Access{Bound: "unix:/run/tether/unix.sock"})
 	tests := []struct {
 		name string
 		ev   contract.Event
@@ -100,10 +105,10 @@ func TestAccessHosts(t *testing.T) {
 			}
 		}
 	}
-	loop := &Access{Token: "t", Bound: "127.0.0.1:7717"}
-	wild := &Access{Token: "t", Bound: "0.0.0.0:7720"}
-	wild6 := &Access{Token: "t", Bound: "[::]:7720"}
-	proxied := &Access{Token: "t", Bound: "127.0.0.1:7717", AllowHosts: []string{"tether.example", "exact.example:8443"}}
+	loop := withToken(t, "t", &Access{Bound: "127.0.0.1:7717"})
+	wild := withToken(t, "t", &Access{Bound: "0.0.0.0:7720"})
+	wild6 := withToken(t, "t", &Access{Bound: "[::]:7720"})
+	proxied := withToken(t, "t", &Access{Bound: "127.0.0.1:7717", AllowHosts: []string{"tether.example", "exact.example:8443"}})
 	tests := []struct {
 		a      *Access
 		host   string
@@ -167,4 +172,60 @@ func TestBrowserAddr(t *testing.T) {
 			t.Errorf("BrowserAddr(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// memStore is a CredentialStore in memory.
+type memStore struct {
+	mu    sync.Mutex
+	creds map[string]store.Credential
+	fail  error // every write fails with it when set
+}
+
+func newMemStore() *memStore { return &memStore{creds: make(map[string]store.Credential)} }
+
+func (m *memStore) Credentials(context.Context) ([]store.Credential, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.Credential
+	for _, c := range m.creds {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (m *memStore) PutCredential(_ context.Context, c store.Credential) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	for h, o := range m.creds {
+		if o.ID == c.ID {
+			delete(m.creds, h)
+		}
+	}
+	m.creds[c.Hash] = c
+	return nil
+}
+
+func (m *memStore) DeleteCredential(_ context.Context, hash string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	delete(m.creds, hash)
+	return nil
+}
+
+// withToken gives a its listener's cookie name and a book holding token
+// as the access token.
+func withToken(t testing.TB, token string, a *Access) *Access {
+	t.Helper()
+	a.Book = NewBook(newMemStore(), zerolog.Nop())
+	if err := a.Book.SetAccessToken(context.Background(), AdminName, token); err != nil {
+		t.Fatal(err)
+	}
+	a.Cookie = CookieName(a.Bound)
+	return a
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/session"
@@ -97,12 +98,14 @@ func (g *Gateway) Close() {
 }
 
 // Open implements link.Endpoint.
-func (g *Gateway) Open(id contract.TransportID, transport string, _ *contract.Event, out link.FlowSender) link.Conn {
+func (g *Gateway) Open(o link.Opening) link.Conn {
+	id, out := o.ID, o.Out
 	out.Send(contract.Command{Kind: contract.CommandAdmit, Conn: id.Conn})
 	c := &conn{
 		g:          g,
 		id:         id,
-		transport:  transport,
+		transport:  o.Transport,
+		who:        o.Who,
 		out:        out,
 		log:        g.cfg.Log.With().Str("transport_id", id.String()).Str("endpoint", wire.PathACP).Logger(),
 		in:         make(chan inLine, maxQueued),
@@ -136,6 +139,7 @@ type conn struct {
 	g         *Gateway
 	id        contract.TransportID
 	transport string
+	who       access.Identity // who the connection's credential names
 	out       link.Sender
 	log       zerolog.Logger
 	asc       *acp.AgentSideConnection

@@ -19,6 +19,8 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/access"
+	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
@@ -156,7 +158,7 @@ func (e *env) connect() *client {
 	e.conns++
 	pr, pw := io.Pipe()
 	out := newWireSender(pw)
-	c := e.gw.Open(contract.TransportID{Instance: "t", Conn: uint64(e.conns)}, "ws", nil, out).(*conn)
+	c := e.gw.Open(link.Opening{ID: contract.TransportID{Instance: "t", Conn: uint64(e.conns)}, Transport: "ws", Event: &contract.Event{}, Out: out, Who: adminWho}).(*conn)
 	cl := &client{t: e.t, conn: c, out: out, asked: make(chan acp.RequestPermissionRequest, 16), changed: make(chan struct{}, 1)}
 	cl.lw = &lineWriter{c: c}
 	cl.cs = acp.NewClientSideConnection(cl, cl.lw, pr)
@@ -790,3 +792,6 @@ func TestEventQueueBoundedByBytes(t *testing.T) {
 		t.Fatalf("an event queued after the cut")
 	}
 }
+
+// adminWho is the identity of the tests' connections: the access token's.
+var adminWho = access.Identity{Name: access.AdminName, Scopes: []string{access.ScopeAdmin}, Credential: access.AdminName}

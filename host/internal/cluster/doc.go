@@ -22,11 +22,19 @@
 //     sessions before another may take them;
 //   - PTYPlaces, the KV bucket tether_ptys: the host of each attach token,
 //     claimed with a create by the host of its first attach;
+//   - Credentials, the KV bucket tether_credentials: every credential a
+//     host accepts (each host's access token, page sign-ins), keyed by
+//     its secret's SHA-256, watched by every host so that a client signed
+//     in on one host is accepted by all;
 //   - Relay, connections carried between hosts on the NATS subjects
 //     tether.relay.<host>.in and .back: a client's /api/ws socket that
 //     binds a session live elsewhere, or its /api/pty socket of a PTY
 //     elsewhere, gets a leg to that host, which serves it through the same
 //     endpoint as its own sockets (transport name link.RelayTransport).
+//     A leg's open carries the client's identity as its own host verified
+//     it (header Tether-Identity); the serving host applies it and checks
+//     no credential itself: whoever can publish on the cluster's subjects
+//     is a host.
 //
 // # Compare-and-swap
 //

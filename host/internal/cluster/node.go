@@ -67,8 +67,10 @@ type Node struct {
 	// Registry is the heartbeat and the view of the other hosts.
 	Registry *Registry
 	// PTYs places the cluster's PTYs on hosts.
-	PTYs  *PTYPlaces
-	relay *Relay
+	PTYs *PTYPlaces
+	// Credentials are the credentials every host of the cluster accepts.
+	Credentials *Credentials
+	relay       *Relay
 
 	hooks     atomic.Pointer[Hooks]
 	activeSub *nats.Subscription
@@ -159,6 +161,10 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		}},
 		{"pty places", func(ctx context.Context) (err error) {
 			n.PTYs, err = OpenPTYPlaces(ctx, n.js, n.Registry, replicas)
+			return err
+		}},
+		{"credentials", func(ctx context.Context) (err error) {
+			n.Credentials, err = OpenCredentials(ctx, n.js, replicas, cfg.Log)
 			return err
 		}},
 	}
@@ -341,6 +347,9 @@ func (n *Node) Close(ctx context.Context) {
 		}
 		if n.activeSub != nil {
 			_ = n.activeSub.Unsubscribe()
+		}
+		if n.Credentials != nil {
+			n.Credentials.Close()
 		}
 		if n.Registry != nil {
 			if err := n.Registry.Close(ctx); err != nil {

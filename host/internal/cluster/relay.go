@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 )
 
@@ -74,6 +76,10 @@ const (
 	hdrBinary   = "Tether-Binary"
 	hdrCode     = "Tether-Code"
 	hdrReason   = "Tether-Reason"
+	// hdrIdentity carries, on a leg's open, the identity the dialling
+	// host verified for the client (JSON of access.Identity): the host
+	// serving the leg applies it, as it checked no credential itself.
+	hdrIdentity = "Tether-Identity"
 )
 
 // relayPending bounds what a relay subscription may hold undelivered:
@@ -155,10 +161,16 @@ func (r *Relay) open(m *nats.Msg, k legKey) {
 		_ = m.Respond([]byte("no endpoint " + path))
 		return
 	}
+	var who access.Identity
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrIdentity)), &who); err != nil || who.IsZero() {
+		r.log.Warn().Str("from", k.from).Msg("relay: a leg with no client identity refused")
+		_ = m.Respond([]byte("no identity"))
+		return
+	}
 	out := &legSender{r: r, to: k.from, id: k.id}
 	ev := &contract.Event{Kind: contract.EventOpened, Conn: k.id, Path: path, Query: m.Header.Get(hdrQuery), Host: r.self}
 	tid := contract.TransportID{Instance: link.RelayTransport + ":" + k.from, Conn: k.id}
-	conn := ep.Open(tid, link.RelayTransport, ev, out)
+	conn := ep.Open(link.Opening{ID: tid, Transport: link.RelayTransport, Event: ev, Out: out, Who: who})
 	if conn == nil {
 		_ = m.Respond([]byte("refused"))
 		return
@@ -246,11 +258,17 @@ type Leg struct {
 func (l *Leg) Host() string { return l.host }
 
 // Dial opens a leg to path on host, whose process instance is inst (the
-// leg is closed with 1001 when that instance leaves the cluster). What
+// leg is closed with 1001 when that instance leaves the cluster), for a
+// client whose identity this host verified as who (the far host applies
+// it; query must carry no credential). What
 // the far endpoint sends the connection arrives at onCommand, in order,
 // on the relay's goroutine; it must not block. ErrUnreachable when the
 // host does not answer within ctx.
-func (r *Relay) Dial(ctx context.Context, host, inst, path, query string, onCommand func(contract.Command)) (*Leg, error) {
+func (r *Relay) Dial(ctx context.Context, host, inst, path, query string, who access.Identity, onCommand func(contract.Command)) (*Leg, error) {
+	idj, err := json.Marshal(who)
+	if err != nil || who.IsZero() {
+		return nil, fmt.Errorf("relay to %s: no client identity: %w", host, ErrUnreachable)
+	}
 	l := &Leg{r: r, id: r.nextLeg.Add(1), host: host, inst: inst, onCommand: onCommand}
 	r.mu.Lock()
 	r.out[l.id] = l
@@ -259,6 +277,7 @@ func (r *Relay) Dial(ctx context.Context, host, inst, path, query string, onComm
 	m.Header.Set(hdrInstance, r.inst)
 	m.Header.Set(hdrPath, path)
 	m.Header.Set(hdrQuery, query)
+	m.Header.Set(hdrIdentity, string(idj))
 	reply, err := r.nc.RequestMsgWithContext(ctx, m)
 	if err == nil && string(reply.Data) != "ok" {
 		err = fmt.Errorf("%s refused the leg: %s", host, reply.Data)

@@ -3,13 +3,16 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 )
 
@@ -20,8 +23,12 @@ type echoEndpoint struct {
 	mu     sync.Mutex
 	opened []contract.TransportID
 	query  []string
+	who    []access.Identity
 	closed map[contract.TransportID]bool
 }
+
+// alice is the identity the tests' legs carry.
+var alice = access.Identity{Name: "alice", Scopes: []string{"session:20261203_120000_abcdef"}, Credential: "c-1"}
 
 type echoConn struct {
 	ep  *echoEndpoint
@@ -29,14 +36,16 @@ type echoConn struct {
 	out link.FlowSender
 }
 
-func (e *echoEndpoint) Open(id contract.TransportID, transport string, ev *contract.Event, out link.FlowSender) link.Conn {
+func (e *echoEndpoint) Open(o link.Opening) link.Conn {
+	id, out := o.ID, o.Out
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if transport != link.RelayTransport {
-		panic("relayed connection opened under transport " + transport)
+	if o.Transport != link.RelayTransport {
+		panic("relayed connection opened under transport " + o.Transport)
 	}
 	e.opened = append(e.opened, id)
-	e.query = append(e.query, ev.Query)
+	e.query = append(e.query, o.Event.Query)
+	e.who = append(e.who, o.Who)
 	out.Send(contract.Command{Kind: contract.CommandAdmit, Conn: id.Conn})
 	return &echoConn{ep: e, id: id, out: out}
 }
@@ -138,7 +147,7 @@ func TestRelayLeg(t *testing.T) {
 	ctx := t.Context()
 
 	cmds := newCommands()
-	leg, err := ra.Dial(ctx, "b", "b-1", "/api/pty", "attach=x&offset=3", cmds.on)
+	leg, err := ra.Dial(ctx, "b", "b-1", "/api/pty", "attach=x&offset=3", alice, cmds.on)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +170,9 @@ func TestRelayLeg(t *testing.T) {
 	if len(ep.opened) != 1 || ep.query[0] != "attach=x&offset=3" || ep.opened[0].Instance != link.RelayTransport+":a" {
 		t.Errorf("far end opened %v with %q, want one connection of relay:a with the query", ep.opened, ep.query)
 	}
+	if len(ep.who) != 1 || !reflect.DeepEqual(ep.who[0], alice) {
+		t.Errorf("far end opened the leg as %+v, want the identity the dialling host gave, %+v", ep.who, alice)
+	}
 	ep.mu.Unlock()
 
 	// The leg's close closes the far connection.
@@ -175,7 +187,7 @@ func TestRelayLeg(t *testing.T) {
 
 	// The far end closes a second leg: its last command is the close.
 	cmds2 := newCommands()
-	leg2, err := ra.Dial(ctx, "b", "b-1", "/api/pty", "", cmds2.on)
+	leg2, err := ra.Dial(ctx, "b", "b-1", "/api/pty", "", alice, cmds2.on)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,11 +204,46 @@ func TestRelayLeg(t *testing.T) {
 	// A host with no relay: the dial fails (no responders), no leg left.
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if _, err := ra.Dial(cctx, "nobody", "x", "/api/pty", "", func(contract.Command) {}); err == nil {
+	if _, err := ra.Dial(cctx, "nobody", "x", "/api/pty", "", alice, func(contract.Command) {}); err == nil {
 		t.Fatal("dial to a host with no relay succeeded")
 	}
 	if _, out := ra.Legs(); out != 0 {
 		t.Errorf("a has %d legs out after the failed dial, want 0", out)
+	}
+}
+
+// TestRelayNeedsIdentity: a leg is never opened without the client's
+// identity: Dial refuses to make one, and an open published by hand
+// without the header (or with a zero identity) is refused by the host
+// it reaches, whose endpoint never sees it.
+func TestRelayNeedsIdentity(t *testing.T) {
+	ep := &echoEndpoint{}
+	hosts := startRelays(t, 3*time.Second, map[string]map[string]link.Endpoint{"b": {"/api/pty": ep}}, "a", "b")
+	ra := hosts["a"].relay
+	if _, err := ra.Dial(t.Context(), "b", "b-1", "/api/pty", "", access.Identity{}, func(contract.Command) {}); err == nil {
+		t.Fatal("Dial with no identity made a leg")
+	}
+	for _, who := range []string{"", "{}", "not json", `{"name":"","scopes":[]}`} {
+		m := nats.NewMsg(inSubject("b"))
+		m.Header.Set(hdrKind, "open")
+		m.Header.Set(hdrFrom, "a")
+		m.Header.Set(hdrLeg, "77")
+		m.Header.Set(hdrPath, "/api/pty")
+		if who != "" {
+			m.Header.Set(hdrIdentity, who)
+		}
+		reply, err := ra.nc.RequestMsgWithContext(t.Context(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(reply.Data) != "no identity" {
+			t.Errorf("open with identity %q answered %q, want \"no identity\"", who, reply.Data)
+		}
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if len(ep.opened) != 0 {
+		t.Errorf("the endpoint opened %v, want nothing", ep.opened)
 	}
 }
 
@@ -207,7 +254,7 @@ func TestRelayDrain(t *testing.T) {
 	hosts := startRelays(t, 3*time.Second, map[string]map[string]link.Endpoint{"b": {"/api/ws": ep}}, "a", "b")
 	ra, rb := hosts["a"].relay, hosts["b"].relay
 	cmds := newCommands()
-	if _, err := ra.Dial(t.Context(), "b", "b-1", "/api/ws", "", cmds.on); err != nil {
+	if _, err := ra.Dial(t.Context(), "b", "b-1", "/api/ws", "", alice, cmds.on); err != nil {
 		t.Fatal(err)
 	}
 	rb.Close()
@@ -230,10 +277,10 @@ func TestRelaySweep(t *testing.T) {
 	hosts := startRelays(t, ttl, map[string]map[string]link.Endpoint{"b": {"/api/ws": epB}, "c": {"/api/ws": epC}}, "a", "b", "c")
 	ra, regA, regB := hosts["a"].relay, hosts["a"].reg, hosts["b"].reg
 	toB := newCommands()
-	if _, err := ra.Dial(t.Context(), "b", "b-1", "/api/ws", "", toB.on); err != nil {
+	if _, err := ra.Dial(t.Context(), "b", "b-1", "/api/ws", "", alice, toB.on); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ra.Dial(t.Context(), "c", "c-1", "/api/ws", "", func(contract.Command) {}); err != nil {
+	if _, err := ra.Dial(t.Context(), "c", "c-1", "/api/ws", "", alice, func(contract.Command) {}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -45,11 +45,27 @@ type Conn interface {
 	OnClosed()
 }
 
-// Endpoint serves the connections of one path. Open admits ev's
-// connection (it sends the admit, or a close, through out itself) and
+// Opening is a new connection an endpoint is asked to admit.
+type Opening struct {
+	// ID is the connection's transport identity, Transport the name of
+	// its transport (RelayTransport for one another host relayed).
+	ID        contract.TransportID
+	Transport string
+	// Event is its opened event: path, query, headers, peer.
+	Event *contract.Event
+	// Out queues its commands.
+	Out FlowSender
+	// Who is the identity its credential names: verified by this host's
+	// access check, or, for a relayed connection, by the host the
+	// client is connected to.
+	Who access.Identity
+}
+
+// Endpoint serves the connections of one path. Open admits o's
+// connection (it sends the admit, or a close, through o.Out itself) and
 // returns it, or nil when it refused it.
 type Endpoint interface {
-	Open(id contract.TransportID, transport string, ev *contract.Event, out FlowSender) Conn
+	Open(o Opening) Conn
 }
 
 // Config configures a Link.
@@ -76,7 +92,8 @@ type Link struct {
 	access    *access.Access
 	metrics   *metrics.Metrics
 	log       zerolog.Logger
-	notify    chan struct{} // wakes the sender
+	notify    chan struct{}  // wakes the sender
+	pages     sync.WaitGroup // page sign-ins in flight
 
 	mu          sync.Mutex // guards the fields below
 	conns       map[uint64]Conn
@@ -129,6 +146,7 @@ func (l *Link) Run(ctx context.Context) error {
 	err := l.tr.Link(ctx, l.handle)
 	cancel()
 	wg.Wait()
+	l.pages.Wait()
 
 	l.mu.Lock()
 	l.ended = true
@@ -352,16 +370,20 @@ func (l *Link) handle(ctx context.Context, events []contract.Event) error {
 
 // opened decides access and routes a new connection to its endpoint.
 func (l *Link) opened(ev *contract.Event) {
-	tid := contract.TransportID{Instance: l.instance, Conn: ev.Conn}
-	code := l.access.Check(*ev)
-	ep := l.endpoints[ev.Path]
-	if code == 0 && ep == nil {
-		code = contract.CloseNotFound
+	if ev.Page {
+		l.page(ev)
+		return
 	}
-	if code != 0 {
-		l.metrics.Refused.WithLabelValues(strconv.Itoa(code)).Inc()
-		l.log.Debug().Str("transport_id", tid.String()).Str("path", ev.Path).Str("remote", ev.Remote).Int("code", code).Msg("connection refused")
-		l.Send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: code, Reason: refuseReason(code)})
+	tid := contract.TransportID{Instance: l.instance, Conn: ev.Conn}
+	d := l.access.Decide(*ev)
+	ep := l.endpoints[ev.Path]
+	if d.Code == 0 && ep == nil {
+		d.Code, d.Reason = contract.CloseNotFound, refuseReason(contract.CloseNotFound)
+	}
+	if d.Code != 0 {
+		l.metrics.Refused.WithLabelValues(strconv.Itoa(d.Code)).Inc()
+		l.log.Debug().Str("transport_id", tid.String()).Str("path", ev.Path).Str("remote", ev.Remote).Int("code", d.Code).Msg("connection refused")
+		l.Send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: d.Code, Reason: d.Reason})
 		return
 	}
 	l.mu.Lock()
@@ -371,7 +393,7 @@ func (l *Link) opened(ev *contract.Event) {
 		l.Send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: dcode, Reason: dreason})
 		return
 	}
-	c := ep.Open(tid, l.name, ev, l)
+	c := ep.Open(Opening{ID: tid, Transport: l.name, Event: ev, Out: l, Who: d.Who})
 	if c == nil {
 		return // the endpoint refused it (and said why)
 	}
@@ -379,6 +401,44 @@ func (l *Link) opened(ev *contract.Event) {
 	l.conns[ev.Conn] = c
 	l.mu.Unlock()
 	l.metrics.Connections.Inc()
+}
+
+// pageSignInTimeout bounds storing a page sign-in.
+const pageSignInTimeout = 5 * time.Second
+
+// page answers a request for the transport's web page: the same access
+// check as an upgrade's decides it, and a browser that signed in with
+// ?token= (or still has the old cookie) gets the listener's page cookie,
+// made off the event loop since it is a store write.
+func (l *Link) page(ev *contract.Event) {
+	d := l.access.Decide(*ev)
+	if d.Code != 0 {
+		l.metrics.Refused.WithLabelValues(strconv.Itoa(d.Code)).Inc()
+		reason := d.Reason
+		if d.Code == contract.CloseUnauthorized && !d.Given {
+			reason = access.ReasonNoCredential
+		}
+		l.log.Debug().Str("remote", ev.Remote).Int("code", d.Code).Str("reason", reason).Msg("page refused")
+		l.Send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: d.Code, Reason: reason})
+		return
+	}
+	if !l.access.NeedsCookie(*ev, d) {
+		l.Send(contract.Command{Kind: contract.CommandAdmit, Conn: ev.Conn})
+		return
+	}
+	conn := ev.Conn
+	evCopy := *ev
+	l.pages.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), pageSignInTimeout)
+		defer cancel()
+		hdr, err := l.access.PageCookies(ctx, evCopy, d)
+		if err != nil {
+			l.log.Warn().Err(err).Msg("a page sign-in could not be stored; the page is refused (503)")
+			l.Send(contract.Command{Kind: contract.CommandClose, Conn: conn, Code: contract.CloseTryAgainLater, Reason: "sign-in unavailable"})
+			return
+		}
+		l.Send(contract.Command{Kind: contract.CommandAdmit, Conn: conn, Header: hdr})
+	})
 }
 
 // Drain stops admitting connections: new ones are closed with code (1001

@@ -47,6 +47,25 @@ func ParsePTYQuery(raw string) (PTYQuery, error) {
 	return p, nil
 }
 
+// Encode is the query of q as an /api/pty URL carries it, with nothing
+// else (no credential): what a relayed socket's leg asks the PTY's host.
+func (q PTYQuery) Encode() string {
+	v := url.Values{}
+	if q.Attach != "" {
+		v.Set("attach", q.Attach)
+	}
+	if q.HasOffset {
+		v.Set("offset", strconv.FormatInt(q.Offset, 10))
+	}
+	if q.Epoch != "" {
+		v.Set("epoch", q.Epoch)
+	}
+	if q.View {
+		v.Set("view", "1")
+	}
+	return v.Encode()
+}
+
 // ValidAttachToken reports whether t is 16–128 characters of
 // [A-Za-z0-9_-].
 func ValidAttachToken(t string) bool { return wire.ValidAttachToken(t) }

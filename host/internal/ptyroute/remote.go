@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 )
 
@@ -20,7 +21,9 @@ type Remote interface {
 	Locate(ctx context.Context, token string) (host, inst string, err error)
 	// Dial opens a leg to /api/pty on host with query; what that host's
 	// endpoint sends the leg's connection arrives at onCommand in order.
-	Dial(ctx context.Context, host, inst, query string, onCommand func(contract.Command)) (Leg, error)
+	// who is the identity of the socket the leg carries, which that host
+	// applies; query carries no credential.
+	Dial(ctx context.Context, host, inst, query string, who access.Identity, onCommand func(contract.Command)) (Leg, error)
 }
 
 // Leg is a socket's leg to the host of its PTY.
@@ -91,7 +94,7 @@ func (l legConn) OnClosed()                        { l.leg.Close() }
 // (claiming the token for this host on a first attach), then serves the
 // socket here or relays it. A PTY's host that cannot be reached closes
 // the socket with 1013 (try again).
-func (r *Router) openClustered(rem Remote, id contract.TransportID, rawQuery string, q PTYQuery, out link.FlowSender) link.Conn {
+func (r *Router) openClustered(rem Remote, id contract.TransportID, who access.Identity, q PTYQuery, out link.FlowSender) link.Conn {
 	cc := &clusterConn{}
 	r.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), locateTimeout)
@@ -104,12 +107,13 @@ func (r *Router) openClustered(rem Remote, id contract.TransportID, rawQuery str
 		}
 		if host == "" {
 			c := r.newConn(id, q, out)
+			c.who = who
 			if cc.become(c) {
 				c.start()
 			}
 			return
 		}
-		leg, err := rem.Dial(ctx, host, inst, rawQuery, func(cmd contract.Command) {
+		leg, err := rem.Dial(ctx, host, inst, q.Encode(), who, func(cmd contract.Command) {
 			if cmd.Kind == contract.CommandAdmit {
 				return
 			}

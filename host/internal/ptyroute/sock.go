@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/wire"
 )
@@ -22,6 +23,7 @@ type ptyConn struct {
 	token  string
 	q      PTYQuery
 	legacy bool
+	who    access.Identity // who the socket's credential names
 	log    zerolog.Logger
 	opened time.Time // admitted
 
@@ -43,8 +45,9 @@ var _ link.Endpoint = (*Router)(nil)
 
 // Open implements link.Endpoint: it admits a new /api/pty socket and
 // starts attaching it (a malformed query is refused with 4400).
-func (r *Router) Open(id contract.TransportID, transport string, ev *contract.Event, out link.FlowSender) link.Conn {
-	q, err := ParsePTYQuery(ev.Query)
+func (r *Router) Open(o link.Opening) link.Conn {
+	id, out := o.ID, o.Out
+	q, err := ParsePTYQuery(o.Event.Query)
 	if err != nil {
 		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseBadRequest, Reason: "bad attach token or offset"})
 		return nil
@@ -52,10 +55,11 @@ func (r *Router) Open(id contract.TransportID, transport string, ev *contract.Ev
 	r.mu.Lock()
 	remote := r.remote
 	r.mu.Unlock()
-	if remote != nil && q.Attach != "" && transport != link.RelayTransport {
-		return r.openClustered(remote, id, ev.Query, q, out)
+	if remote != nil && q.Attach != "" && o.Transport != link.RelayTransport {
+		return r.openClustered(remote, id, o.Who, q, out)
 	}
 	c := r.newConn(id, q, out)
+	c.who = o.Who
 	c.start()
 	return c
 }

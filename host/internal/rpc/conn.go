@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/wire"
@@ -23,7 +24,8 @@ const maxPending = 256
 // bound.
 type conn struct {
 	id        contract.TransportID
-	transport string // the transport's name
+	transport string          // the transport's name
+	who       access.Identity // who the connection's credential names
 	out       link.Sender
 	gw        *Gateway
 	log       zerolog.Logger

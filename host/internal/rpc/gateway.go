@@ -52,10 +52,11 @@ func (g *Gateway) Close() {
 
 // Open implements link.Endpoint: it admits the connection and sends it
 // gateway.ready.
-func (g *Gateway) Open(id contract.TransportID, transport string, _ *contract.Event, out link.FlowSender) link.Conn {
-	c := g.newConn(id, transport, out)
-	out.Send(contract.Command{Kind: contract.CommandAdmit, Conn: id.Conn})
-	if transport != link.RelayTransport {
+func (g *Gateway) Open(o link.Opening) link.Conn {
+	c := g.newConn(o.ID, o.Transport, o.Out)
+	c.who = o.Who
+	o.Out.Send(contract.Command{Kind: contract.CommandAdmit, Conn: o.ID.Conn})
+	if o.Transport != link.RelayTransport {
 		// A relayed connection's client had gateway.ready from its own
 		// host.
 		c.ready()

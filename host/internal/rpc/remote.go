@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/wire"
@@ -22,7 +23,9 @@ type Remote interface {
 	// Dial opens a leg to the /api/ws endpoint of host (process inst).
 	// What that endpoint sends the leg's connection arrives at onCommand
 	// in order (sends, then at most one close); it must not block.
-	Dial(ctx context.Context, host, inst string, onCommand func(contract.Command)) (RemoteLeg, error)
+	// who is the identity of the connection the leg carries, which that
+	// host applies.
+	Dial(ctx context.Context, host, inst string, who access.Identity, onCommand func(contract.Command)) (RemoteLeg, error)
 	// Active lists the live sessions of every other live host.
 	Active(ctx context.Context) []session.ActiveEntry
 	// Hosts lists the cluster's hosts (cluster.hosts).
@@ -69,7 +72,7 @@ func (c *conn) relayBind(cl call, held *ownership.HeldError) error {
 	if l == nil {
 		l = &leg{host: held.Host, pending: make(map[string]bool)}
 		ctx, cancel := context.WithTimeout(c.gw.ctx, dialTimeout)
-		rl, err := c.gw.remote.Dial(ctx, held.Host, held.Instance, func(cmd contract.Command) { c.fromLeg(l, cmd) })
+		rl, err := c.gw.remote.Dial(ctx, held.Host, held.Instance, c.who, func(cmd contract.Command) { c.fromLeg(l, cmd) })
 		cancel()
 		if err != nil {
 			return errorf(CodeOwnerUnreachable, "owner unreachable; retry: session live on host %s: %v", held.Host, err)

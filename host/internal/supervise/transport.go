@@ -2,7 +2,6 @@ package supervise
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -43,9 +42,10 @@ type Options struct {
 	// <state-dir>/plugins, or a private directory when that path is too
 	// long for a socket.
 	SocketDir string
-	// Token, AllowOrigins and AllowHosts configure each transport link's
-	// access checks.
-	Token        string
+	// Credentials, AllowOrigins and AllowHosts configure each transport
+	// link's access checks: the credentials it accepts, and the Origins
+	// and Hosts beside its own.
+	Credentials  *access.Book
 	AllowOrigins []string
 	AllowHosts   []string
 	// Endpoints serve the transports' connections, by path.
@@ -230,12 +230,12 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 	sctx, cancel := context.WithTimeout(t.ctx, startRPCTimeout)
 	defer cancel()
 	req := contract.StartRequest{
-		Instance:        instance,
-		Listen:          listen,
-		PingInterval:    t.opts.PingInterval,
-		PeerTimeout:     t.opts.PeerTimeout,
-		MaxConnections:  t.opts.MaxConnections,
-		PageTokenSHA256: sha256.Sum256([]byte(t.opts.Token)),
+		Instance:       instance,
+		Listen:         listen,
+		PingInterval:   t.opts.PingInterval,
+		PeerTimeout:    t.opts.PeerTimeout,
+		MaxConnections: t.opts.MaxConnections,
+		PageAuth:       true,
 	}
 	if t.name == PrimaryTransport {
 		req.TLSCertFile, req.TLSKeyFile = t.opts.TLSCert, t.opts.TLSKey
@@ -258,9 +258,11 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 			Instance:  instance,
 			Transport: proc.tr,
 			Endpoints: t.opts.Endpoints,
-			Access:    &access.Access{Token: t.opts.Token, Bound: t.addr, AllowHosts: t.opts.AllowHosts, AllowOrigins: t.opts.AllowOrigins},
-			Metrics:   t.metrics,
-			Log:       t.log,
+			Access: &access.Access{Book: t.opts.Credentials, Cookie: access.CookieName(t.addr), Bound: t.addr,
+				AllowHosts: t.opts.AllowHosts, AllowOrigins: t.opts.AllowOrigins,
+				Secure: t.name == PrimaryTransport && t.opts.TLSCert != ""},
+			Metrics: t.metrics,
+			Log:     t.log,
 		}),
 		instance: instance,
 	}
