@@ -17,31 +17,24 @@
 // tether's own ws plugin sets Static to package web's site: the browser
 // page, with a terminal (xterm.js on /api/pty) and a chat view (sessions,
 // streamed answers and permission requests on the JSON-RPC gateway,
-// /api/ws), whose WebSockets both carry the token in the cookie below.
+// /api/ws), whose WebSockets both carry the browser's credential in the
+// page cookie.
 //
-// When the host sends StartRequest.PageTokenSHA256 (the SHA-256 of its
-// access token; the transport never sees the token until a client sends
-// it), a page of Static — the path "/", or one ending in "/" or ".html" —
-// is served only to a request that carries the token: in ?token= (which
-// alone decides when present), else in Authorization: Bearer, else in the
-// tether_token cookie, compared in constant time (hashes compared with
-// crypto/subtle). A good ?token= also sets the cookie
-//
-//	tether_token=TOKEN; Path=/; Max-Age=34560000; HttpOnly; SameSite=Strict
-//
-// (plus Secure under TLS; it lasts 400 days, the most browsers keep a
-// cookie, so a bookmark of the bare URL keeps working), which the browser
-// then sends with the bare URL, other tabs
-// and the page's WebSocket upgrades, where the host checks it as it
-// checks ?token=. Any other request for a page gets HTTP 401 and a page
-// that says what to do (open the URL `tether serve` printed; the token is
-// in <state-dir>/token) and sets nothing. The page's scripts, style
-// sheets and licences stay public: they hold no secret, and a page that
-// loaded can tell its user why its WebSocket was refused. Without a hash
-// (a host that does not send one checks the token of every upgrade
-// itself) every path is public and a ?token= on a page is only carried
-// into the cookie, unchecked, as the page used to carry it in its own
-// storage.
+// With StartRequest.PageAuth (tether's host always sets it), the host
+// decides every request for a page of Static — the path "/", or one
+// ending in "/" or ".html": the transport reports it as an Opened event
+// with Page set (path, query, headers, peer and Host, as for an
+// upgrade), holds it until the host's one command for it (at most
+// Server.PageAnswerTimeout, default 10 s, else HTTP 503), and then serves
+// the page with the Admit's Header set on the response (the host's page
+// cookie, tether_PORT: see docs/PROTOCOL.md, "The page and its cookie"),
+// or answers the host's Close: 4401 with the 401 page that says what to
+// do (open the URL `tether serve` printed; the token is in
+// <state-dir>/token), 4403 and 4408 with 403, anything else with 503,
+// setting nothing. The transport never sees a token it could check. The
+// page's scripts, style sheets and licences stay public: they hold no
+// secret, and a page that loaded can tell its user why its WebSocket was
+// refused. Without PageAuth every path is public.
 //
 // # Connections and limits
 //

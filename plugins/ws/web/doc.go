@@ -15,10 +15,10 @@
 // itself also gets a Content-Security-Policy that allows only its own
 // scripts and same-origin connections, and refuses framing.
 //
-// Handler checks no access token: the ws transport that serves it does
-// (see plugins/ws, "The page"). It answers the page only to a request
-// that carries the token and keeps a ?token= in the HttpOnly cookie
-// tether_token; the page's scripts, style sheets and licences are public.
+// Handler checks no credential: the host does, for every page request
+// the ws transport reports (see plugins/ws, "The page"), and signs a
+// browser that came with ?token= in with the HttpOnly page cookie
+// tether_PORT; the page's scripts, style sheets and licences are public.
 //
 // # The page
 //
@@ -26,7 +26,7 @@
 // shows it in a full-window xterm.js terminal with a status bar; the
 // status bar's Terminal and Chat tabs switch to the chat view (see "The
 // chat view"), which opens a WebSocket of its own to /api/ws. It never
-// reads the access token: the browser sends the tether_token cookie with
+// reads the access token: the browser sends the page cookie with
 // the page's WebSocket upgrades (same origin), so the WebSocket URLs carry
 // none, and a reload, a second tab or a bookmark of the bare URL stays
 // signed in. The page removes ?token= (and ?attach=) from the visible URL

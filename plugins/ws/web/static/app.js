@@ -130,10 +130,10 @@
 
   // takeURLParams removes ?token= and ?attach= from the visible URL (and
   // so from the history) and returns ?attach=. The page never reads the
-  // access token: the server answered this page because the request
-  // carried it, and keeps it in the HttpOnly cookie tether_token, which
-  // the browser sends with every request of this origin, the WebSocket
-  // upgrades included.
+  // access token: the host answered this page because the request
+  // carried a credential, and signed the browser in with the HttpOnly
+  // page cookie (tether_PORT), which the browser sends with every
+  // request of this origin, the WebSocket upgrades included.
   function takeURLParams() {
     const url = new URL(location.href);
     const token = url.searchParams.get("token");
