@@ -157,7 +157,7 @@ func (k *kit) require(t *testing.T, c Capability) {
 //     bound.
 //
 // The StartRequest fields for HTTP (MaxConnections, HeaderTimeout, TLS,
-// PageTokenSHA256) are left zero: what they do is HTTP's, not the
+// PageAuth) are left zero: what they do is HTTP's, not the
 // contract's, so a transport that serves HTTP tests them itself (plugins/ws
 // does).
 //
