@@ -361,6 +361,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.TLSCert != "" {
 		scheme = "https"
 	}
+	publicURL := scheme + "://" + access.BrowserAddr(sup.Addr())
+	if supervise.HostListens(cfg.Listen) {
+		// Client commands given only the state dir reach this host (recorded
+		// before the listening line, which a client may act on at once).
+		if err := writeURL(cfg.StateDir, publicURL); err != nil {
+			cfg.Log.Warn().Err(err).Msg("client commands need --url to reach this host")
+		} else {
+			defer removeURL(cfg.StateDir, publicURL)
+		}
+	}
 	if cfg.AdminListen != "" {
 		stopAdmin, addr, err := serveAdmin(cfg, creds, m)
 		if err != nil {
@@ -368,10 +378,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer stopAdmin()
-		fmt.Fprintf(cfg.Stdout, "tether listening on %s://%s/?token=%s\n", scheme, access.BrowserAddr(sup.Addr()), cfg.Token)
+		fmt.Fprintf(cfg.Stdout, "tether listening on %s/?token=%s\n", publicURL, cfg.Token)
 		fmt.Fprintf(cfg.Stdout, "tether admin on http://%s\n", access.BrowserAddr(addr))
 	} else {
-		fmt.Fprintf(cfg.Stdout, "tether listening on %s://%s/?token=%s\n", scheme, access.BrowserAddr(sup.Addr()), cfg.Token)
+		fmt.Fprintf(cfg.Stdout, "tether listening on %s/?token=%s\n", publicURL, cfg.Token)
 	}
 	serving = true
 	cfg.Log.Info().Str("addr", sup.Addr()).Msg("tether serving")

@@ -23,7 +23,6 @@ import (
 // itself.
 func acpBridge(args []string) int {
 	fs := flag.NewFlagSet("tether acp", flag.ContinueOnError)
-	base := fs.String("url", "http://127.0.0.1:7717", "URL of the running host (its /acp endpoint is used)")
 	tf := addTokenFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -34,15 +33,16 @@ func acpBridge(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	_, urlToken, err := client.Endpoint(*base, wire.PathACP)
+	base, from := tf.base()
+	_, urlToken, err := client.Endpoint(base, wire.PathACP)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tether acp:", err)
 		return 2
 	}
 	token, file := tf.resolve(urlToken)
-	mc, err := client.DialMessages(ctx, *base, wire.PathACP, client.Options{Token: token})
+	mc, err := client.DialMessages(ctx, base, wire.PathACP, client.Options{Token: token})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "tether acp: connecting to %s: %v\n", *base, err)
+		fmt.Fprintf(os.Stderr, "tether acp: connecting to %s: %v%s\n", redactURL(base), err, tf.connectHelp(from))
 		return 1
 	}
 	defer mc.Close()

@@ -106,7 +106,6 @@ func attach(args []string) int {
 func parseAttach(args []string, stderr io.Writer) (*attachClient, int) {
 	fs := flag.NewFlagSet("tether attach", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", "http://127.0.0.1:7717", "URL of the running host")
 	tf := addTokenFlags(fs)
 	view := fs.Bool("view", false, "watch only: send no input and no resizes")
 	fresh := fs.Bool("new", false, "generate a fresh attach token, use it and print it on stderr once attached")
@@ -138,7 +137,8 @@ flags:
 		fmt.Fprintln(stderr, "tether attach:", err)
 		return nil, 2
 	}
-	endpoint, urlToken, err := ptyEndpoint(*base)
+	base, _ := tf.base()
+	endpoint, urlToken, err := ptyEndpoint(base)
 	if err != nil {
 		fmt.Fprintln(stderr, "tether attach:", err)
 		return nil, 2

@@ -104,7 +104,6 @@ func (f *clusterFlags) config() (*host.ClusterConfig, error) {
 // clusterCmd lists the hosts of a running host's cluster.
 func clusterCmd(args []string) int {
 	fs := flag.NewFlagSet("tether cluster", flag.ContinueOnError)
-	base := fs.String("url", "http://127.0.0.1:7717", "URL of a running host of the cluster")
 	tf := addTokenFlags(fs)
 	asJSON := fs.Bool("json", false, "print the hosts as JSON")
 	fs.Usage = func() {
@@ -127,7 +126,7 @@ flags:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := tf.dial(ctx, "tether cluster", *base)
+	c := tf.dial(ctx, "tether cluster")
 	if c == nil {
 		return 1
 	}

@@ -3,6 +3,8 @@
 //
 //	tether serve            run the host (see --help for flags)
 //	tether sessions         list live and stored sessions of a running host
+//	tether sessions tail    follow one session's events
+//	tether prompt           submit a prompt and stream the answer
 //	tether attach           join a PTY of a running host from this terminal
 //	tether ptys             list the live PTYs of a running host
 //	tether acp              the host's /acp endpoint on stdio, for editors
@@ -35,7 +37,12 @@ func run(args []string) int {
 	case "serve":
 		return serve(args[1:])
 	case "sessions":
+		if len(args) > 1 && args[1] == "tail" {
+			return sessionsTail(args[2:])
+		}
 		return sessions(args[1:])
+	case "prompt":
+		return prompt(args[1:])
 	case "attach":
 		return attach(args[1:])
 	case "acp":
@@ -69,7 +76,8 @@ func usage(w io.Writer) {
 
 commands:
   serve      run the host: the session table, the gateway and its plugins
-  sessions   list the live and stored sessions of a running host
+  sessions   list the live and stored sessions of a running host ("sessions tail KEY" follows one)
+  prompt     submit a prompt to a new or stored session and stream the answer
   attach     join a PTY of a running host from this terminal (ATTACH_TOKEN or --new)
   ptys       list the live PTYs of a running host (attach tokens: join one with attach)
   cluster    list the hosts of a running host's cluster

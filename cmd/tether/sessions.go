@@ -15,16 +15,19 @@ import (
 // its JSON-RPC gateway.
 func sessions(args []string) int {
 	fs := flag.NewFlagSet("tether sessions", flag.ContinueOnError)
-	base := fs.String("url", "http://127.0.0.1:7717", "URL of the running host")
 	tf := addTokenFlags(fs)
 	limit := fs.Int("limit", 20, "stored sessions to list at most")
 	asJSON := fs.Bool("json", false, "print {\"live\": [...], \"stored\": [...]} as JSON")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: tether sessions [--json] [--url U] [--limit N]
+		fmt.Fprint(fs.Output(), `usage: tether sessions [--json] [--url U | --state-dir DIR] [--limit N]
+       tether sessions tail [--json] KEY
 
-Lists the live and the stored sessions of a running host. The access token
-comes from TETHER_TOKEN, or from the host's token file (<state-dir>/token)
-when the host runs on this machine as this user.
+Lists the live and the stored sessions of a running host; "tail KEY"
+follows one (see tether sessions tail --help). The host is --url, else
+the one serving --state-dir (it records its address there), else
+http://127.0.0.1:7717. The access token comes from TETHER_TOKEN, or from
+the host's token file (<state-dir>/token) when the host runs on this
+machine as this user.
 
 flags:
 `)
@@ -39,7 +42,7 @@ flags:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := tf.dial(ctx, "tether sessions", *base)
+	c := tf.dial(ctx, "tether sessions")
 	if c == nil {
 		return 1
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tether-agent/tether/contract"
@@ -32,6 +33,11 @@ func (s *Session) Submit(text string) (string, error) {
 		return "", fmt.Errorf("%s: %w", s.id, ErrSessionBusy)
 	}
 	s.submitting = true
+	// A session made with no title is named by its first prompt.
+	title := ""
+	if s.title == "" {
+		title = TitleFrom(text)
+	}
 	s.mu.Unlock()
 
 	now := t.now()
@@ -39,6 +45,11 @@ func (s *Session) Submit(text string) (string, error) {
 	prompt := agent.Message{Role: agent.RoleUser, Text: text}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := t.store.StartTurn(ctx, s.key, prompt, store.Run{ID: runID, Status: statusRunning, StartedAt: now})
+	if err == nil && title != "" {
+		if terr := t.store.SetTitle(ctx, s.key, title); terr != nil {
+			s.log.Warn().Err(terr).Msg("the title from the first prompt is not stored (the live session has it)")
+		}
+	}
 	cancel()
 	s.mu.Lock()
 	s.submitting = false
@@ -51,6 +62,9 @@ func (s *Session) Submit(text string) (string, error) {
 		// by the next host's (or rebuild's) recovery, as after a kill.
 		s.mu.Unlock()
 		return "", fmt.Errorf("%s: %w", s.id, ErrUnknownSession)
+	}
+	if s.title == "" {
+		s.title = title
 	}
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	ru := &run{id: runID, started: now, cancel: cancelRun, done: make(chan struct{}), progress: now}
@@ -68,6 +82,31 @@ func (s *Session) Submit(text string) (string, error) {
 
 	go s.runAgent(runCtx, ru, history, text)
 	return ru.id, nil
+}
+
+// maxAutoTitle bounds a title made from a prompt, in characters.
+const maxAutoTitle = 60
+
+// TitleFrom is the title of a session named by its first prompt: the
+// prompt's first line that is not blank, spaces folded, cut at a word
+// to at most maxAutoTitle characters (with "…" when cut).
+func TitleFrom(prompt string) string {
+	line := ""
+	for l := range strings.SplitSeq(prompt, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			line = l
+			break
+		}
+	}
+	r := []rune(line)
+	if len(r) <= maxAutoTitle {
+		return line
+	}
+	cut := string(r[:maxAutoTitle-1])
+	if i := strings.LastIndexByte(cut, ' '); i > maxAutoTitle/2 {
+		cut = cut[:i]
+	}
+	return strings.TrimRight(cut, " ,.;:") + "…"
 }
 
 // runAgent runs the agent for one prompt and records its end: the answer,
