@@ -119,7 +119,7 @@ func startCluster(ctx context.Context, cfg Config) (*cluster.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Log.Info().Str("host_id", id).Str("nats", n.NC.ConnectedUrlRedacted()).Dur("ttl", ttl).Msg("joined the cluster")
+	cfg.Log.Info().Str("host_id", id).Str("nats", n.NC.ConnectedUrlRedacted()).Str("ttl", ttl.String()).Msg("joined the cluster")
 	return n, nil
 }
 

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -169,6 +170,10 @@ type PTYConfig struct {
 	Spec PluginSpec
 	contract.BackendConfig
 }
+
+// defaultMaxConnections is a transport's bound on open connections when
+// MaxConnections is 0.
+const defaultMaxConnections = 20000
 
 // shutdownBudget is how long a shutdown may take in all (the host exits
 // within 5 s).
@@ -385,6 +390,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	serving = true
 	cfg.Log.Info().Str("addr", sup.Addr()).Msg("tether serving")
+	if asked, applied := cmp.Or(cfg.MaxConnections, defaultMaxConnections), sup.MaxConnections(); applied > 0 && applied < asked {
+		cfg.Log.Info().Int("asked", asked).Int("applied", applied).Msgf("open connections are bounded at %d, not the %d asked, to stay under the transport's limit of open files (raise it with ulimit -n, or LimitNOFILE= under systemd)", applied, asked)
+	}
+	if cfg.TokenCreated {
+		cfg.Log.Info().Str("file", tokenFileOf(cfg)).Msg("new access token created")
+	}
 
 	var runErr error
 	select {
@@ -448,11 +459,7 @@ func reloadOnSignal(ctx context.Context, cfg Config, ts *supervise.Transports) (
 // dir that was used before (it has a token file): the host starts with no
 // history, and the operator should know that it was not found.
 func warnIfHistoryMissing(cfg Config, dbPath string) {
-	tokenFile := cfg.TokenFile
-	if tokenFile == "" {
-		tokenFile = filepath.Join(cfg.StateDir, "token")
-	}
-	if _, err := os.Stat(tokenFile); err != nil || cfg.TokenCreated {
+	if _, err := os.Stat(tokenFileOf(cfg)); err != nil || cfg.TokenCreated {
 		return // a new state dir
 	}
 	fi, err := os.Stat(dbPath)
@@ -462,6 +469,14 @@ func warnIfHistoryMissing(cfg Config, dbPath string) {
 	case err == nil && fi.Size() == 0:
 		cfg.Log.Warn().Str("file", dbPath).Msg("state.db is empty on a state dir used before: starting with no history (restore it from a backup to get the sessions back)")
 	}
+}
+
+// tokenFileOf is the token file of cfg: TokenFile, else <state-dir>/token.
+func tokenFileOf(cfg Config) string {
+	if cfg.TokenFile != "" {
+		return cfg.TokenFile
+	}
+	return filepath.Join(cfg.StateDir, "token")
 }
 
 // agentCwd is the working directory of sessions made without one.

@@ -93,7 +93,7 @@ func exitWhenIdle(b *pty.Backend, log zerolog.Logger, exit func()) {
 		case since.IsZero():
 			since = time.Now()
 		case time.Since(since) >= after:
-			log.Info().Dur("idle", time.Since(since)).Msg("no host and no PTY: exiting")
+			log.Info().Str("idle", time.Since(since).Round(time.Second).String()).Msg("no host and no PTY: exiting")
 			exit()
 		}
 	}

@@ -202,9 +202,6 @@ flags:
 			fmt.Fprintln(os.Stderr, "tether serve:", err)
 			return 1
 		}
-		if created {
-			log.Info().Str("file", *tokenFile).Msg("new access token created")
-		}
 		*token, tokenCreated = t, created
 	}
 
@@ -231,7 +228,7 @@ flags:
 	served := make(chan struct{})
 	defer close(served)
 	go stopWatchdog(ctx, served, stopDeadline, func() {
-		log.Error().Dur("after", stopDeadline).Msg("the stop did not finish in time; exiting now (the lines above say what was not persisted)")
+		log.Error().Str("after", stopDeadline.String()).Msg("the stop did not finish in time; exiting now (the lines above say what was not persisted)")
 		os.Exit(0)
 	})
 	err = host.Run(ctx, host.Config{

@@ -165,7 +165,7 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 	}
 	b.mu.Unlock()
 	wake(b.reapWake)
-	b.log.Info().Str("instance", cfg.Instance).Strs("argv", cfg.Argv).Dur("ttl", cfg.TTL).
+	b.log.Debug().Str("instance", cfg.Instance).Strs("argv", cfg.Argv).Str("ttl", cfg.TTL.String()).
 		Int("max_sessions", cfg.MaxSessions).Int64("buffer", cfg.Buffer).Int("scrollback", cfg.Scrollback).Msg("pty backend started")
 	info := contract.BackendInfo{Version: Version, Pid: os.Getpid()}
 	if b.secret != "" && cfg.Challenge != "" {

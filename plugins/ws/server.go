@@ -167,8 +167,8 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	}
 	maxConns, fdLimit := connLimit(cfg.maxConns)
 	if maxConns < cfg.maxConns {
-		s.log.Warn().Int64("asked", cfg.maxConns).Int64("applied", maxConns).Uint64("fd_limit", fdLimit).
-			Msg("max connections lowered to stay under the file descriptor limit (raise it with ulimit -n or LimitNOFILE=)")
+		s.log.Debug().Int64("asked", cfg.maxConns).Int64("applied", maxConns).Uint64("fd_limit", fdLimit).
+			Msgf("open connections are bounded at %d, not the %d asked, to stay under this process's limit of %d open files (raise it with ulimit -n, or LimitNOFILE= under systemd)", maxConns, cfg.maxConns, fdLimit)
 	}
 	var tlsCfg *tls.Config
 	if certs != nil {
@@ -208,7 +208,7 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	}()
 	go s.tick(cfg)
 	addr := ln.Addr().String()
-	s.log.Info().Str("addr", addr).Int64("max_connections", maxConns).Bool("tls", tlsCfg != nil).
+	s.log.Debug().Str("addr", addr).Int64("max_connections", maxConns).Bool("tls", tlsCfg != nil).
 		Bool("page_auth", cfg.pageAuth).Msg("websocket transport listening")
 	return contract.StartResponse{Addr: addr, Version: Version, MaxConnections: int(maxConns)}, nil
 }

@@ -214,7 +214,7 @@ func (f *Factory) watch(p *process) {
 		}
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			p.unresponsive.Store(true)
-			f.log.Warn().Int("pid", p.cmd.Process.Pid).Dur("timeout", timeout).Msg("acp agent did not answer its health ping in time; killing it to restart it")
+			f.log.Warn().Int("pid", p.cmd.Process.Pid).Str("timeout", timeout.String()).Msg("acp agent did not answer its health ping in time; killing it to restart it")
 			p.kill()
 			return
 		}

@@ -195,7 +195,7 @@ func (r *Registry) heartbeat() {
 		r.mu.Unlock()
 		r.cfg.Log.Warn().Err(err).Msg("cluster heartbeat not written")
 		if fence && r.cfg.OnFenced != nil {
-			r.cfg.Log.Error().Dur("ttl", r.cfg.TTL).Msg("no heartbeat for ttl/2: releasing every live session before another host takes them")
+			r.cfg.Log.Error().Str("ttl", r.cfg.TTL.String()).Msg("no heartbeat for ttl/2: releasing every live session before another host takes them")
 			r.cfg.OnFenced()
 		}
 	}

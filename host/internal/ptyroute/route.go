@@ -107,7 +107,7 @@ func (r *Router) cutStalled(out link.Sender) {
 	for _, c := range cut {
 		c.closeWith(contract.CloseTryAgainLater, "output stalled")
 	}
-	r.log.Warn().Int("sockets", len(cut)).Dur("waited", ptyStallTimeout).Msg("transport stalled: pty sockets closed with 1013")
+	r.log.Warn().Int("sockets", len(cut)).Str("waited", ptyStallTimeout.String()).Msg("transport stalled: pty sockets closed with 1013")
 }
 
 // fanOutLocked queues outs to the attached sockets (buffering them for

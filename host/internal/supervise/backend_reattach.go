@@ -154,7 +154,7 @@ func (b *Backend) launch() (*bgen, error) {
 		b.log.Warn().Err(err).Str("plugin", b.name).Msg("no reattach record: the PTY plugin stops with this host")
 	}
 	g := b.newGen(proc, cfg.Instance, info.Version, rec)
-	b.log.Info().Str("plugin", b.name).Str("instance", cfg.Instance).Int("pid", proc.pid).
+	b.log.Debug().Str("plugin", b.name).Str("instance", cfg.Instance).Int("pid", proc.pid).
 		Str("version", info.Version).Str("path", b.spec.Path).Msg("plugin started")
 	return g, nil
 }

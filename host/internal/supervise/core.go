@@ -190,7 +190,7 @@ func (c *core) health(g gen) {
 			continue
 		}
 		st.unresponsive.Store(true)
-		c.log.Error().Str("plugin", c.name).Int("pid", st.proc.pid).Dur("timeout", c.healthTimeout).
+		c.log.Error().Str("plugin", c.name).Int("pid", st.proc.pid).Str("timeout", c.healthTimeout.String()).
 			Msg(c.what + " did not answer its health ping in time; killing it to restart it")
 		st.proc.killNow()
 		return

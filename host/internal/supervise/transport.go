@@ -108,6 +108,9 @@ type Transport struct {
 	ln     *net.TCPListener // the host's listener for it (stop closes it); nil: the transport binds listen
 	addr   string           // the bound address; set by the first start when ln is nil
 	ids    *instanceIDs
+	// maxConns is the bound on open connections the first process
+	// applies (StartResponse.MaxConnections); set by the first start.
+	maxConns int
 
 	// spec is the binary the next process runs; guarded by core.mu.
 	spec PluginSpec
@@ -184,6 +187,10 @@ func (t *Transport) Name() string { return t.name }
 // Addr is the address the transport serves.
 func (t *Transport) Addr() string { return t.addr }
 
+// MaxConnections is the bound on open connections the transport's first
+// process applies (0: none reported).
+func (t *Transport) MaxConnections() int { return t.maxConns }
+
 // start launches the first plugin process and keeps it running.
 func (t *Transport) start(ctx context.Context) error {
 	t.init(ctx)
@@ -251,6 +258,9 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 	if t.addr == "" {
 		t.addr = resp.Addr // only the first start, before anything runs concurrently
 	}
+	if t.maxConns == 0 {
+		t.maxConns = resp.MaxConnections // likewise
+	}
 	g := &tgen{
 		genState: genState{proc: proc, version: resp.Version, started: time.Now(), done: make(chan struct{})},
 		link: link.New(link.Config{
@@ -266,7 +276,7 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 		}),
 		instance: instance,
 	}
-	t.log.Info().Str("plugin", spec.Name).Str("instance", instance).Int("pid", proc.pid).
+	t.log.Debug().Str("plugin", spec.Name).Str("instance", instance).Int("pid", proc.pid).
 		Str("version", resp.Version).Str("path", spec.Path).Int("max_connections", resp.MaxConnections).Msg("plugin started")
 	return g, nil
 }

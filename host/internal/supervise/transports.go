@@ -162,7 +162,7 @@ func (ts *Transports) Load(ctx context.Context, spec TransportSpec, ln *net.TCPL
 	}
 	ts.sups[spec.Name] = sup
 	ts.mu.Unlock()
-	ts.opts.Log.Info().Str("plugin", spec.Name).Str("addr", sup.Addr()).Str("path", spec.Path).Msg("transport loaded")
+	ts.opts.Log.Debug().Str("plugin", spec.Name).Str("addr", sup.Addr()).Str("path", spec.Path).Msg("transport loaded")
 	return sup, nil
 }
 
