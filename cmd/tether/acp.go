@@ -24,6 +24,23 @@ import (
 func acpBridge(args []string) int {
 	fs := flag.NewFlagSet("tether acp", flag.ContinueOnError)
 	tf := addTokenFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tether acp [--url U | --state-dir DIR]
+
+Connects stdin and stdout to a running host's /acp endpoint, for an
+editor that starts its ACP agent as a command (Zed's agent_servers,
+JetBrains, Neovim): each line of stdin goes to the host as one message,
+each message from the host comes out as one line. The host is found and
+the access token read as for tether sessions (TETHER_TOKEN, or the host's
+token file on this machine), so no credential appears in the editor's
+settings. It speaks no ACP itself: tether is the agent (see docs/PROTOCOL.md,
+"ACP"). It exits when either side ends; 1 with the reason when the host
+refuses or cannot be reached.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

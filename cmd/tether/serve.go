@@ -26,7 +26,7 @@ func serve(args []string) int {
 	fs := flag.NewFlagSet("tether serve", flag.ContinueOnError)
 	var (
 		listen       = fs.String("listen", "127.0.0.1:7717", "address of the public listener")
-		token        = fs.String("token", "", "access token clients must present (default: random, printed)")
+		token        = fs.String("token", "", "access token clients must present (default: the one in --token-file, made there at random the first time; prefer TETHER_TOKEN or the file: a flag's value shows in ps)")
 		stateDir     = fs.String("state-dir", defaultStateDir(), "directory for state.db (created with mode 0700)")
 		orphanGrace  = fs.Duration("orphan-grace", 20*time.Second, "how long a session with no viewer is kept parked before it is reaped (0 = forever)")
 		sessionTTL   = fs.Duration("session-ttl", 6*time.Hour, "a parked, idle live session older than this is persisted and released (0 = never)")
@@ -39,7 +39,7 @@ func serve(args []string) int {
 		agentCommand = fs.String("agent-command", "", "for --agent exec: command run per prompt (prompt on stdin, stdout streamed); for --agent acp: the ACP agent, started once and spoken to on stdio")
 		agentCwd     = fs.String("agent-cwd", "", "for --agent acp: the agent's working directory, and that of sessions made without one (default: the current directory)")
 		echoDelay    = fs.Duration("echo-delay", 0, "for --agent echo: pause before each streamed word")
-		adminListen  = fs.String("admin-listen", "", "address for Prometheus /metrics and /debug/pprof (off when empty)")
+		adminListen  = fs.String("admin-listen", "", "address of the admin listener: Prometheus /metrics and /healthz, and /debug/pprof with --pprof, all behind the access token (off when empty)")
 		logLevel     = fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 		logFormat    = fs.String("log-format", "", "log format: json or console (default: console on a terminal)")
 		ptyCommand   = fs.String("pty-command", defaultShell(), "command line run in each new PTY, split like a POSIX shell (quotes respected, no expansion); empty switches /api/pty off")
