@@ -453,3 +453,35 @@ func TestEventsSinceFromTheJournalHidesUncommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStorageFaultCloseUnstoredEnd: a close on a healthy-looking table
+// whose storage then fails to take the session's end answers
+// ErrStorageUnavailable (5003) — the session is no longer live, and its
+// end is stored once the storage takes writes again — never a plain
+// success.
+func TestStorageFaultCloseUnstoredEnd(t *testing.T) {
+	ft := newFaultTable(t, filepath.Join(t.TempDir(), "state.db"))
+	defer ft.stop(t)
+	v := &fakeViewer{id: contract.TransportID{Instance: "a", Conn: 1}}
+	s, snap := ft.open(t, v)
+	ft.st.SetWriteFault(func() error { return errDiskFull })
+	start := time.Now()
+	closed, err := ft.tbl.Close(context.Background(), s.id)
+	if !errors.Is(err, ErrStorageUnavailable) || !closed {
+		t.Fatalf("close with a full disk: %v, %v; want closed with ErrStorageUnavailable", closed, err)
+	}
+	if took := time.Since(start); took > 8*time.Second {
+		t.Errorf("close took %v; want it bounded", took)
+	}
+	if _, err := ft.tbl.Lookup(snap.SessionID); err == nil {
+		t.Error("the session is still live after its close")
+	}
+	ft.st.SetWriteFault(nil)
+	if err := ft.flush(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ft.st.GetSession(context.Background(), snap.SessionKey)
+	if err != nil || got.EndReason != "closed" {
+		t.Errorf("stored after the fault: %+v, %v; want end reason closed", got, err)
+	}
+}

@@ -1,7 +1,9 @@
 package session
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tether-agent/tether/contract"
@@ -329,9 +331,11 @@ func (t *Table) finish(s *Session, ru *run, reason Reason) {
 	case err := <-t.journal.addOps(ops{cursor: &store.Cursor{Key: s.key, Epoch: epoch, LastSeq: seq}, ends: []store.End{{Key: s.key, Reason: reason.String(), At: t.now()}}}):
 		if err != nil {
 			s.log.Error().Err(err).Msg("recording the session's end")
+			s.endErr = err
 		}
 	case <-ctx.Done():
 		s.log.Error().Err(t.journal.health()).Msg("the session's end is not stored yet; released anyway")
+		s.endErr = cmp.Or(t.journal.health(), errors.New("not stored within 5 s"))
 	}
 	if err := s.agent.Close(); err != nil {
 		s.log.Debug().Err(err).Msg("closing agent")

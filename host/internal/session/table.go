@@ -392,6 +392,10 @@ func (t *Table) Close(ctx context.Context, id string) (bool, error) {
 	}
 	select {
 	case <-s.released:
+		// endErr is written before released is closed.
+		if s.endErr != nil {
+			return true, fmt.Errorf("close %s: closed, but its end is not stored yet (it is once the storage takes writes): %v: %w", id, s.endErr, ErrStorageUnavailable)
+		}
 		return true, nil
 	case <-ctx.Done():
 		return true, ctx.Err()
