@@ -248,3 +248,41 @@ func TestDiskFullForReal(t *testing.T) {
 	}
 	t.Logf("%d events received, all in the journal after kill -9 and restart", len(col.got))
 }
+
+// TestDiskFullClose: session.close on a full disk that the host has not
+// yet failed to write (the session idle) answers 5003, not
+// {"closed": true}: the session is no longer live (a second close says
+// so), and its end is stored once the disk has room.
+func TestDiskFullClose(t *testing.T) {
+	dir := mountTmpfs(t, "4m")
+	s := e2e.Start(t, e2e.Config{StateDir: dir, Args: []string{"--pty-command", ""}})
+	c := s.Dial(t)
+	var snap snapshot
+	call(t, c, "session.create", map[string]any{"title": "closed on a full disk"}, &snap)
+	filler := fill(t, dir)
+	err := c.Call(ctxT(t, 20*time.Second), "session.close", map[string]any{"session_id": snap.SessionID}, nil)
+	var re *wsclient.RPCError
+	if !errors.As(err, &re) || re.Code != 5003 || !strings.Contains(re.Message, "storage unavailable") {
+		t.Fatalf("session.close on a full disk: %v; want 5003 storage unavailable", err)
+	}
+	var again struct {
+		Closed bool `json:"closed"`
+	}
+	call(t, c, "session.close", map[string]any{"session_id": snap.SessionID}, &again)
+	if again.Closed {
+		t.Error("a second close found the session live")
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		var list struct {
+			Sessions []struct {
+				ID        string `json:"id"`
+				EndReason string `json:"end_reason"`
+			} `json:"sessions"`
+		}
+		call(t, c, "session.list", nil, &list)
+		return len(list.Sessions) == 1 && list.Sessions[0].EndReason == "closed"
+	}, "the session's end to be stored once the disk had room")
+}
