@@ -23,9 +23,13 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	defer f.Close()
 	keys := map[string][]string{}
+	var comments strings.Builder
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "#") {
+			comments.WriteString(line + "\n")
+		}
 		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "[") {
 			continue
 		}
@@ -44,8 +48,14 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("%s = %v, want %s", k, got, want)
 		}
 	}
-	if got := strings.Fields(strings.Join(keys["RestartPreventExitStatus"], " ")); !slices.Contains(got, "1") || slices.Contains(got, "3") {
-		t.Errorf("RestartPreventExitStatus = %v: want 1 (a refusal to start) and never 3", got)
+	if got := strings.Fields(strings.Join(keys["RestartPreventExitStatus"], " ")); !slices.Contains(got, "1") || !slices.Contains(got, "2") || slices.Contains(got, "3") {
+		t.Errorf("RestartPreventExitStatus = %v: want 1 (a refusal to start) and 2 (a bad flag), never 3", got)
+	}
+	// The install steps make the User= the unit runs as.
+	if users := keys["User"]; len(users) == 1 && !strings.Contains(comments.String(), "useradd") {
+		t.Errorf("the unit runs as User=%s, but its install steps never create that user", users[0])
+	} else if len(users) == 1 && !strings.Contains(comments.String(), " "+users[0]+"\n") {
+		t.Errorf("the install steps' useradd does not name User=%s", users[0])
 	}
 	exec := strings.Fields(strings.Join(keys["ExecStart"], " "))
 	if len(exec) < 2 || exec[1] != "serve" {
