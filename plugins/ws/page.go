@@ -127,8 +127,9 @@ code { background: #eee; padding: 0 .2em; }
 (<code>http://HOST:PORT/?token=…</code>). This browser then keeps the token
 in a cookie, so this address works without it afterwards.</p>
 <p>Lost the URL? The token is kept in the file <code>&lt;state-dir&gt;/token</code>
-(by default <code>~/.local/state/tether/token</code>), and <code>tether serve</code>
-prints the URL again when it starts.</p>
+(the host's <code>--state-dir</code>: by default <code>$XDG_STATE_HOME/tether</code>,
+else <code>~/.local/state/tether</code>), and <code>tether serve</code> prints the
+URL again when it starts.</p>
 </body>
 </html>
 `

@@ -428,7 +428,7 @@ test("a second tab supersedes the first: dimmed, input blocked", { timeout: 1200
     assert.match(await a.textContent("#status-text"), /another tab/);
     assert.equal(await b.evaluate(() => window.tether.attach()), await a.evaluate(() => window.tether.attach()));
     await waitDimmed(a);
-    assert.match(await a.textContent("#overlay"), /Opened in another tab/);
+    assert.match(await a.textContent("#overlay"), /Taken over by another client/);
     assert.ok(await a.isVisible("#reconnect"), "no Take it back button in the superseded tab");
 
     // Typing in the superseded tab is refused, and it says so.

@@ -53,7 +53,7 @@
     4403: "forbidden origin or host",
     4404: "terminal endpoint switched off",
     4408: "this host only accepts local connections",
-    4409: "opened in another tab or window",
+    4409: "taken over by another client (a tab, a window or tether attach)",
     4410: "session ended",
     4411: "no such terminal",
   };
@@ -528,8 +528,8 @@
     restoring = false;
     if (wasRestoring) fitTerminal();
     if (c.code === 4409) {
-      setState("superseded", "opened in another tab or window (4409) — input blocked here", {
-        title: "Opened in another tab",
+      setState("superseded", "taken over by another client: a tab, a window or tether attach (4409) — input blocked here", {
+        title: "Taken over by another client",
         text: "Another tab or window took this terminal (4409). This tab stays as it was and sends nothing; Take it back makes it the terminal's writer again.",
         reconnect: "Take it back",
       });
