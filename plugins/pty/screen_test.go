@@ -176,3 +176,20 @@ func TestScreenModelSwitch(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotLinkControls: a program's hyperlink whose id and URI hold
+// C1 controls (U+009B 6n: a CPR query to a terminal that decodes UTF-8
+// first) is re-emitted by the snapshot without them: the snapshot holds
+// no query, in its 8-bit forms either, and the link text stays.
+func TestSnapshotLinkControls(t *testing.T) {
+	tm := newTerm(80, 24, 100)
+	tm.write([]byte("\x1b]8;id=x\u009b6n;https://example.com/\u009b6n\x1b\\linked\x1b]8;;\x1b\\ plain"))
+	snap := tm.snapshot(nil)
+	if bytes.Contains(snap, []byte("\u009b")) || bytes.Contains(snap, []byte{0x9b}) {
+		t.Errorf("snapshot %q holds a C1 CSI", snap)
+	}
+	if !bytes.Contains(snap, []byte("linked")) || !bytes.Contains(snap, []byte("plain")) {
+		t.Errorf("snapshot %q lost the text", snap)
+	}
+	noQueries(t, "snapshot", snap)
+}

@@ -152,7 +152,11 @@ func appendCells(b []byte, pen *uv.Style, link *uv.Link, width int, cell func(x 
 			*pen = c.Style
 		}
 		if c.Link != *link {
-			b = append(b, ansi.SetHyperlink(c.Link.URL, c.Link.Params)...)
+			// A program chose the link's URI and id: they go through
+			// cleanTitle too, so that no control inside them (a C1 CSI
+			// in an id, say) can start a sequence in the viewer's
+			// terminal.
+			b = append(b, ansi.SetHyperlink(cleanTitle(c.Link.URL), cleanTitle(c.Link.Params))...)
 			*link = c.Link
 		}
 		if printable(c.Content) {
@@ -203,8 +207,10 @@ func printable(s string) bool {
 	return true
 }
 
-// cleanTitle drops control characters from a title, so that it cannot end
-// the OSC it is sent in and start another sequence.
+// cleanTitle drops control characters — C0, DEL and C1 (U+0080–U+009F,
+// which a terminal that decodes UTF-8, xterm.js among them, takes for
+// 8-bit controls) — from a title or a hyperlink's URI or parameters, so
+// that it cannot end the OSC it is sent in and start another sequence.
 func cleanTitle(s string) string {
 	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {

@@ -14,7 +14,11 @@
 // a control executed inside a query stays.
 // The escape sequences are recognised by the parser of
 // github.com/charmbracelet/x/ansi, which follows the DEC state machine
-// (vt100.net/emu/dec_ansi_parser) as xterm and xterm.js do.
+// (vt100.net/emu/dec_ansi_parser) as xterm and xterm.js do. Their 8-bit
+// forms count too: a C1 control as a raw byte (0x9B for CSI, 0x9D for
+// OSC, 0x90 for DCS, 0x9C for ST), and as a UTF-8-encoded code point
+// (U+009B is C2 9B), which a terminal that decodes UTF-8 before it parses
+// — xterm.js — takes for the same control.
 package vtquery
 
 import (
@@ -56,6 +60,7 @@ type Filter struct {
 	mangled   bool         // a control was executed inside the unfinished sequence
 	scratch   *ansi.Parser // parses a mangled sequence again
 	scratchEv kind
+	c2        bool // a 0xC2 is held back: with 0x80–0x9F after it, it is a C1 control
 }
 
 // New returns a Filter at the start of a stream.
@@ -110,6 +115,9 @@ func (f *Filter) reclassify() kind {
 			ctl = ctl[1:]
 			continue
 		}
+		if b == 0xc2 && i+1 < len(f.pend) && isC1(f.pend[i+1]) {
+			continue // the C1 control's byte comes next
+		}
 		f.scratchEv = none
 		f.scratch.Advance(b)
 	}
@@ -131,16 +139,38 @@ func (f *Filter) Dropped() int { return f.dropped }
 // unfinished are held back until a later Append finishes it (or Flush).
 func (f *Filter) Append(dst, src []byte) []byte {
 	for _, b := range src {
-		dst = f.advance(dst, b)
+		if f.c2 {
+			f.c2 = false
+			if isC1(b) {
+				// U+0080–U+009F: the parser is given the control's 8-bit
+				// byte, the output keeps both.
+				dst = f.advance(dst, b, []byte{0xc2, b})
+				continue
+			}
+			dst = f.advance(dst, 0xc2, nil)
+		}
+		if b == 0xc2 {
+			f.c2 = true
+			continue
+		}
+		dst = f.advance(dst, b, nil)
 	}
 	return dst
 }
+
+// isC1 reports whether b, after a 0xC2, makes the UTF-8 encoding of a C1
+// control (U+0080–U+009F).
+func isC1(b byte) bool { return b >= 0x80 && b <= 0x9f }
 
 // Flush appends the bytes held back of an unfinished sequence — the end of
 // the stream came first, so it is not a query — and resets the Filter to
 // the start of a stream.
 func (f *Filter) Flush(dst []byte) []byte {
 	dst = append(dst, f.pend...)
+	if f.c2 {
+		dst = append(dst, 0xc2)
+		f.c2 = false
+	}
 	f.reset()
 	f.p.Reset()
 	return dst
@@ -168,7 +198,12 @@ func (f *Filter) emit(dst []byte) []byte {
 	return dst
 }
 
-func (f *Filter) advance(dst []byte, b byte) []byte {
+// advance feeds the parser b, which stands for the bytes orig of the
+// stream (b itself when orig is nil; a C1 control's UTF-8 encoding).
+func (f *Filter) advance(dst []byte, b byte, orig []byte) []byte {
+	if orig == nil {
+		orig = []byte{b}
+	}
 	if f.stEsc {
 		// The byte after the ESC that ended a string sequence: a '\'
 		// completes ST; anything else begins a new sequence with that
@@ -177,16 +212,17 @@ func (f *Filter) advance(dst []byte, b byte) []byte {
 		if b == '\\' {
 			f.ev = none
 			f.p.Advance(b)
-			f.pend = append(f.pend, b)
+			f.pend = append(f.pend, orig...)
 			if f.stQuery {
 				return f.drop(dst)
 			}
 			return f.emit(dst)
 		}
 		if f.stQuery {
+			esc := f.pend[len(f.pend)-1]
 			f.pend = f.pend[:len(f.pend)-1]
 			dst = f.drop(dst)
-			f.pend = append(f.pend, ansi.ESC)
+			f.pend = append(f.pend, esc)
 		}
 		// Else the string stays held with the sequence its ESC begins,
 		// like a CSI that an ESC aborts: were that one a query and the
@@ -199,13 +235,13 @@ func (f *Filter) advance(dst []byte, b byte) []byte {
 	f.ev = none
 	f.p.Advance(b)
 	if f.passing {
-		dst = append(dst, b)
+		dst = append(dst, orig...)
 		if f.p.State() == parser.GroundState || f.ev == other || f.ev == query {
 			f.reset()
 		}
 		return dst
 	}
-	f.pend = append(f.pend, b)
+	f.pend = append(f.pend, orig...)
 	if f.mangled && (f.ev == query || f.ev == other) {
 		f.ev = f.reclassify()
 	}
@@ -220,7 +256,9 @@ func (f *Filter) advance(dst []byte, b byte) []byte {
 		}
 		return f.emit(dst)
 	case executed:
-		f.keep = append(f.keep, len(f.pend)-1)
+		for i := range orig {
+			f.keep = append(f.keep, len(f.pend)-len(orig)+i)
+		}
 		f.mangled = true
 	case enq:
 		f.pend = f.pend[:len(f.pend)-1] // executed on its own, inside a sequence or not

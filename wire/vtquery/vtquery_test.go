@@ -181,3 +181,50 @@ func FuzzFilter(f *testing.F) {
 		}
 	})
 }
+
+// TestC1Forms: the 8-bit forms of queries — a C1 control as a raw byte,
+// and as the UTF-8 encoding of its code point, which xterm.js takes for
+// the same control — are removed like their 7-bit forms, split across
+// pieces too; everything else with those bytes passes byte for byte (the
+// hyperlink id of the report that found it held U+009B 6n).
+func TestC1Forms(t *testing.T) {
+	csi, osc, dcs, st := "\u009b", "\u009d", "\u0090", "\u009c"
+	for _, q := range []struct{ name, seq string }{
+		{"CPR utf-8 CSI", csi + "6n"},
+		{"DA1 utf-8 CSI", csi + "c"},
+		{"DECRQM utf-8 CSI", csi + "?2004$p"},
+		{"CPR raw CSI", "\x9b6n"},
+		{"OSC 11 utf-8 OSC and ST", osc + "11;?" + st},
+		{"OSC 11 utf-8 OSC and BEL", osc + "11;?\a"},
+		{"OSC 11 utf-8 OSC and ESC ST", osc + "11;?\x1b\\"},
+		{"DECRQSS utf-8 DCS and ST", dcs + "$qm" + st},
+		{"XTGETTCAP raw DCS", "\x90+q544e\x9c"},
+	} {
+		t.Run(q.name, func(t *testing.T) {
+			in := "before" + q.seq + "after"
+			for cut := 0; cut <= len(in); cut++ {
+				out, dropped := filter([]byte(in[:cut]), []byte(in[cut:]))
+				if string(out) != "beforeafter" || dropped != 1 {
+					t.Fatalf("cut at %d: %q -> %q (dropped %d), want %q", cut, in, out, dropped, "beforeafter")
+				}
+			}
+		})
+	}
+	for _, o := range []struct{ name, seq string }{
+		{"SGR utf-8 CSI", csi + "1m"},
+		{"cent sign", "¢ and Â"},
+		{"lone C2 at end", "x\xc2"},
+		{"C2 before ASCII", "x\xc2y"},
+		{"title with utf-8 OSC", osc + "2;hello" + st},
+		{"NEL", "a\u0085b"},
+	} {
+		t.Run(o.name, func(t *testing.T) {
+			for cut := 0; cut <= len(o.seq); cut++ {
+				out, dropped := filter([]byte(o.seq[:cut]), []byte(o.seq[cut:]))
+				if string(out) != o.seq || dropped != 0 {
+					t.Fatalf("cut at %d: %q -> %q (dropped %d), want it unchanged", cut, o.seq, out, dropped)
+				}
+			}
+		})
+	}
+}
