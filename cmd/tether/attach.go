@@ -124,7 +124,10 @@ starting it if it does not exist ("tether ptys" lists the live ones, the
 browser's terminals too). Type Enter ~ . to detach; Enter ~ ~ sends one ~.
 With --view, nothing typed is sent (watch only) and a token with no live
 PTY is refused. With stdin not a terminal, what it holds is typed in and
-the command detaches once the output has settled after its end.
+the command detaches once the output has settled after its end; with
+--new, the end of stdin is also the end of input for the PTY's shell
+(^D), so it ends with its script (exit 0, "session ended"). With stdout
+not a terminal, nothing but the PTY's output is written to it.
 
 flags:
 `)
@@ -198,6 +201,9 @@ type attachClient struct {
 	attach    string   // attach token
 	view      bool     // view=1: never send input or resizes
 	fresh     bool     // the attach token was made here (--new): print it once attached
+	// endOfInput: stdin is no terminal, so its end is the end of input
+	// for the PTY's program too (with fresh; see endInput).
+	endOfInput bool
 
 	stdin  io.Reader // nil: no input
 	stdout io.Writer // the terminal stream, nothing else
@@ -430,16 +436,31 @@ func readInput(r io.Reader, in chan<- []byte, done <-chan struct{}) {
 }
 
 // endInput notes that stdin has ended and returns what is left to send:
-// a "~" held back at the start of a line.
+// a "~" held back at the start of a line; and, when this command made
+// the PTY (--new) and stdin is not a terminal, the end of input for its
+// program (^D at the start of a line, one more after a partial line), so
+// that a shell fed a script ends with it instead of living on for
+// --pty-ttl.
 func (a *attachClient) endInput() []byte {
 	a.in = nil
 	a.inputEnded = time.Now()
+	var out []byte
 	if a.esc.tilde {
 		a.esc.tilde = false
-		return []byte{'~'}
+		out = append(out, '~')
 	}
-	return nil
+	if a.fresh && a.endOfInput && !a.view {
+		if !a.esc.lineStart || len(out) > 0 {
+			out = append(out, eot)
+		}
+		out = append(out, eot)
+	}
+	return out
 }
+
+// eot is ^D: at the start of a line, the end of input for the program
+// reading the PTY.
+const eot = 0x04
 
 // idleInput takes a chunk of input that arrives while not attached: it
 // is held for the next attachment.
@@ -715,6 +736,7 @@ func runTerminal(ctx context.Context, a *attachClient, in, out *os.File) int {
 		defer signal.Stop(winch)
 		a.winch = winch
 	}
+	a.endOfInput = !term.IsTerminal(inFd)
 	restore := func() {}
 	if term.IsTerminal(inFd) {
 		old, err := term.MakeRaw(inFd)

@@ -26,9 +26,13 @@ func (a *attachClient) readLoop(p *client.PTY, reattach bool, activity chan<- st
 		// What is shown no longer continues; a snapshot draws a fresh
 		// terminal. Held bytes belonged to the old screen.
 		a.filter = nil
-		w.write([]byte(clearScreen))
-		if reattach {
-			w.write([]byte(clearScrollback))
+		if a.term {
+			// Only a terminal is reset: to a file or a pipe tether
+			// writes nothing of its own.
+			w.write([]byte(clearScreen))
+			if reattach {
+				w.write([]byte(clearScrollback))
+			}
 		}
 		if w.err == nil {
 			a.announce(r, true)

@@ -79,7 +79,7 @@ func TestAttachAnnounces(t *testing.T) {
 			// The hint (and token) once, on the cleared terminal before
 			// the snapshot; the reconnected line after the resumed
 			// replay, before live output.
-			want := clearScreen + tc.hint + "SNAP" + "live1" +
+			want := tc.hint + "SNAP" + "live1" +
 				"tether: connection lost, reconnecting…\n" +
 				"xy" + "tether: reconnected\n" +
 				"tether: session ended (4410)\n"
@@ -112,9 +112,9 @@ func TestAttachReconnectedSaysHow(t *testing.T) {
 			c.stdout.waitFor(t, "live")
 			p.closeWith(4410, "")
 			c.wait(t)
-			want := clearScreen + "tether: attached; Enter ~. to detach\n" + "old" +
+			want := "tether: attached; Enter ~. to detach\n" + "old" +
 				"tether: connection lost, reconnecting…\n" +
-				clearScreen + clearScrollback + tc.line + "NEW" + "live" + "tether: session ended (4410)\n"
+				tc.line + "NEW" + "live" + "tether: session ended (4410)\n"
 			if got := c.stdout.String(); got != want {
 				t.Errorf("terminal %q\nwant     %q", got, want)
 			}
@@ -139,7 +139,7 @@ func TestAttachRawStatusLines(t *testing.T) {
 	p.replay("e1", 0, 2, false, "resume")
 	p.closeWith(4410, "")
 	c.wait(t)
-	want := clearScreen + "tether: attached; Enter ~. to detach\r\n" + "$ " +
+	want := "tether: attached; Enter ~. to detach\r\n" + "$ " +
 		"\r\ntether: connection lost, reconnecting…\r\n" +
 		"\r\ntether: reconnected\r\n" +
 		"\r\ntether: session ended (4410)\r\n"
@@ -175,7 +175,7 @@ func TestAttachReplayQueriesRemoved(t *testing.T) {
 	c.stdout.waitFor(t, "F")
 	p.closeWith(4410, "")
 	c.wait(t)
-	want := clearScreen + "\x1b[1mA\x1b[m" + "B" + qCPR + "CDE" + qDA + "F"
+	want := "\x1b[1mA\x1b[m" + "B" + qCPR + "CDE" + qDA + "F"
 	if got := c.stdout.String(); got != want {
 		t.Errorf("stdout %q\nwant   %q", got, want)
 	}
@@ -217,7 +217,7 @@ func TestAttachResetDropsHeldBytes(t *testing.T) {
 	c.stdout.waitFor(t, "live")
 	p.closeWith(4410, "")
 	c.wait(t)
-	if got, want := c.stdout.String(), "ab"+clearScreen+clearScrollback+"NEWlive"; got != want {
+	if got, want := c.stdout.String(), "ab"+"NEWlive"; got != want {
 		t.Errorf("stdout %q, want %q", got, want)
 	}
 }
@@ -246,7 +246,7 @@ func TestAttachSnapshotCutShort(t *testing.T) {
 	p.snapshot("e1", 40, "initial", "whole")
 	p.closeWith(4410, "")
 	c.wait(t)
-	if got, want := c.stdout.String(), clearScreen+clearScreen+clearScrollback+"half"+clearScreen+clearScrollback+"whole"; got != want {
+	if got, want := c.stdout.String(), "half"+"whole"; got != want {
 		t.Errorf("stdout %q, want %q", got, want)
 	}
 }
@@ -290,6 +290,51 @@ func TestAttachEndOfInput(t *testing.T) {
 			}
 			if got, want := c.stderr.String(), "tether: attached; Enter ~. to detach\ntether: end of input: detached\n"; got != want {
 				t.Errorf("stderr %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestAttachEndOfInputEndsItsShell: with --new and stdin not a terminal,
+// the end of stdin is sent as the end of input for the PTY's program
+// (^D at the start of a line; two after a partial line), so a shell fed
+// a script ends with it; a PTY this command did not make (no --new),
+// or stdin that is a terminal, gets no ^D.
+func TestAttachEndOfInputEndsItsShell(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		fresh, eoi bool
+		in, want   string
+	}{
+		{"new, piped", true, true, "echo x\n", "echo x\n\x04"},
+		{"new, piped, partial line", true, true, "echo x", "echo x\x04\x04"},
+		{"joined, piped", false, true, "echo x\n", "echo x\n"},
+		{"new, terminal", true, false, "echo x\n", "echo x\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host := newFakePTYHost(t)
+			c := startAttach(t, host, func(a *attachClient) {
+				a.settle = 50 * time.Millisecond
+				a.fresh, a.endOfInput = tc.fresh, tc.eoi
+			})
+			p := host.accept(t, c)
+			p.snapshot("e1", 0, "initial", "")
+			c.typeIn(t, tc.in)
+			_ = c.stdin.Close()
+			var got string
+			for len(got) < len(tc.want) {
+				op, msg := p.read()
+				if op != ws.OpBinary {
+					t.Fatalf("got %v %q, want input %q", op, msg, tc.want)
+				}
+				got += msg
+			}
+			if got != tc.want {
+				t.Fatalf("the PTY got %q, want %q", got, tc.want)
+			}
+			p.closeWith(4410, "")
+			if code := c.wait(t); code != 0 {
+				t.Errorf("exit status %d, want 0", code)
 			}
 		})
 	}

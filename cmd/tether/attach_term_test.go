@@ -88,7 +88,7 @@ func TestAttachLeavesNoTerminalAlone(t *testing.T) {
 	c.typeIn(t, "~.")
 	p.readClose()
 	c.wait(t)
-	want := clearScreen + "tether: attached; Enter ~. to detach\n" + "\x1b[?1049hvim" + "tether: detached\n"
+	want := "tether: attached; Enter ~. to detach\n" + "\x1b[?1049hvim" + "tether: detached\n"
 	if got := c.stdout.String(); got != want {
 		t.Errorf("terminal %q\nwant     %q", got, want)
 	}

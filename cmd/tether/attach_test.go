@@ -380,33 +380,44 @@ func TestAttachOutputExactlyOnceAcrossReattach(t *testing.T) {
 	}
 }
 
+// TestAttachReattachReset: a reattach the host could not resume starts
+// a new window; on a terminal the screen and its scrollback are cleared
+// first, to a file or a pipe nothing of tether's own is written.
 func TestAttachReattachReset(t *testing.T) {
-	host := newFakePTYHost(t)
-	c := startAttach(t, host, nil)
+	for _, onTerm := range []bool{true, false} {
+		t.Run(map[bool]string{true: "terminal", false: "pipe"}[onTerm], func(t *testing.T) {
+			host := newFakePTYHost(t)
+			c := startAttach(t, host, func(a *attachClient) { a.term = onTerm })
 
-	p := host.accept(t, c)
-	p.replay("e1", 0, 5, true, "initial")
-	p.output("hello")
-	c.stdout.waitFor(t, "hello")
-	p.drop()
+			p := host.accept(t, c)
+			p.replay("e1", 0, 5, true, "initial")
+			p.output("hello")
+			c.stdout.waitFor(t, "hello")
+			p.drop()
 
-	p = host.accept(t, c)
-	p.wantQuery(map[string]string{"attach": testAttachToken, "token": "sekrit", "offset": "5", "epoch": "e1"})
-	p.replay("e2", 100, 103, true, "epoch_mismatch")
-	p.output("new")
-	c.stdout.waitFor(t, "new")
-	p.drop()
+			p = host.accept(t, c)
+			p.wantQuery(map[string]string{"attach": testAttachToken, "token": "sekrit", "offset": "5", "epoch": "e1"})
+			p.replay("e2", 100, 103, true, "epoch_mismatch")
+			p.output("new")
+			c.stdout.waitFor(t, "new")
+			p.drop()
 
-	p = host.accept(t, c)
-	p.wantQuery(map[string]string{"attach": testAttachToken, "token": "sekrit", "offset": "103", "epoch": "e2"})
-	p.replay("e2", 100, 103, false, "resume")
-	p.closeWith(4410, "")
+			p = host.accept(t, c)
+			p.wantQuery(map[string]string{"attach": testAttachToken, "token": "sekrit", "offset": "103", "epoch": "e2"})
+			p.replay("e2", 100, 103, false, "resume")
+			p.closeWith(4410, "")
 
-	if code := c.wait(t); code != 0 {
-		t.Errorf("exit status %d, want 0", code)
-	}
-	if got, want := c.stdout.String(), "hello"+clearScreen+clearScrollback+"new"; got != want {
-		t.Errorf("stdout %q, want %q (screen cleared before the new window)", got, want)
+			if code := c.wait(t); code != 0 {
+				t.Errorf("exit status %d, want 0", code)
+			}
+			want := "hello" + "new"
+			if onTerm {
+				want = "hello" + clearScreen + clearScrollback + "new" + c.a.alt.leave()
+			}
+			if got := c.stdout.String(); got != want {
+				t.Errorf("stdout %q, want %q", got, want)
+			}
+		})
 	}
 }
 

@@ -62,9 +62,12 @@ func runCLIEnv(t *testing.T, env []string, stdin string, args ...string) (string
 	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
 }
 
-// TestAttachCLIEndOfInput: `echo CMD | tether attach --new` types CMD
-// into a new PTY, shows its output, says the token once attached, and
-// exits 0 once the output has settled after the end of input.
+// TestAttachCLIEndOfInput: `echo CMD | tether attach --new | od -c`
+// types CMD into a new PTY, shows its output, says the token once
+// attached, writes nothing but the PTY's output to a stdout that is not a
+// terminal (no screen reset, no mode resets), and ends the shell with its
+// input: exit 0 with "session ended", and the PTY is gone, not left for
+// --pty-ttl.
 func TestAttachCLIEndOfInput(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "sh"}})
 	// --settle gives sh time to start on a loaded machine: its echo of
@@ -76,14 +79,37 @@ func TestAttachCLIEndOfInput(t *testing.T) {
 	if !strings.Contains(stdout, "hi-42") {
 		t.Errorf("stdout %q lacks the command's output hi-42", stdout)
 	}
-	m := regexp.MustCompile(`^tether: attach token (\S+)\ntether: attached; Enter ~\. to detach\ntether: end of input: detached\n$`).FindStringSubmatch(stderr)
-	if m == nil || !wire.ValidAttachToken(m[1]) {
-		t.Fatalf("stderr %q, want the token line, the attached line and the end-of-input line", stderr)
+	for _, seq := range []string{"\x1b[?1049l", "\x1bc", "\x1b[3J", "\x1b[?25h", "\x1b[?2004l"} {
+		if strings.Contains(stdout, seq) {
+			t.Errorf("stdout %q holds %q: tether wrote a control sequence of its own to a pipe", stdout, seq)
+		}
 	}
-	// The token printed is the PTY's: it is still there to be joined.
+	m := regexp.MustCompile(`^tether: attach token (\S+)\ntether: attached; Enter ~\. to detach\ntether: session ended \(4410\)\n$`).FindStringSubmatch(stderr)
+	if m == nil || !wire.ValidAttachToken(m[1]) {
+		t.Fatalf("stderr %q, want the token line, the attached line and the session's end", stderr)
+	}
+	// The shell ended with its input: no PTY is left behind.
+	waitFor(t, func() bool {
+		out, _, code := runCLI(t, "", "ptys", "--json", "--state-dir", s.StateDir)
+		return code == 0 && !strings.Contains(out, m[1])
+	}, "the PTY of the piped attach to be gone")
+}
+
+// TestAttachCLIPipedJoinLeavesTheShell: piping into `tether attach TOKEN`
+// of a PTY this command did not make types the input and detaches, and
+// leaves that shell running (it is someone's terminal).
+func TestAttachCLIPipedJoinLeavesTheShell(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "sh"}})
+	tok := attachToken(t)
+	page := ptyDial(t, s, "attach="+tok)
+	defer page.Close()
+	_, stderr, code := runCLI(t, "echo joined\n", "attach", "--settle", "1s", "--url", s.URL, "--state-dir", s.StateDir, tok)
+	if code != 0 || !strings.Contains(stderr, "end of input: detached") {
+		t.Fatalf("piped join: exit %d, stderr %q; want a detach at the end of input", code, stderr)
+	}
 	out, _, code := runCLI(t, "", "ptys", "--json", "--state-dir", s.StateDir)
-	if code != 0 || !strings.Contains(out, `"token": "`+m[1]+`"`) {
-		t.Errorf("tether ptys (status %d) %s does not list %s", code, out, m[1])
+	if code != 0 || !strings.Contains(out, tok) {
+		t.Errorf("after a piped join, tether ptys (status %d) %s no longer lists %s", code, out, tok)
 	}
 }
 
