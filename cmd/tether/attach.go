@@ -409,7 +409,7 @@ func closeVerdict(code int, reason string) (int, string, bool) {
 	default:
 		why = "connection closed by the host"
 	}
-	if reason != "" {
+	if reason != "" && !strings.Contains(why, reason) {
 		why += ": " + reason
 	}
 	return 1, fmt.Sprintf("tether: %s (%d)", why, code), true
