@@ -601,7 +601,7 @@ func TestAttachCloseCodes(t *testing.T) {
 		{4408, "", false, 1, "tether: refused: the host accepts loopback clients only (4408)"},
 		{4400, "", false, 1, "tether: refused: malformed attach token or offset (4400)"},
 		{4404, "", false, 1, "tether: refused: the PTY endpoint is switched off (4404)"},
-		{4411, "no such terminal", false, 1, "tether: no such terminal: no such terminal (4411)"},
+		{4411, "no such terminal", false, 1, "tether: no such terminal (4411)"},
 		{1011, "registry full", false, 1, "tether: host error: registry full (1011)"},
 	} {
 		t.Run(tc.line, func(t *testing.T) {
