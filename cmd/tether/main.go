@@ -72,7 +72,7 @@ commands:
   sessions   list the live and stored sessions of a running host
   attach     join a PTY of a running host from this terminal (ATTACH_TOKEN or --new)
   ptys       list the live PTYs of a running host (attach tokens: join one with attach)
-  cluster    list the hosts of a running host's cluster
+  cluster    list the hosts of a running host's cluster ("cluster secret": make a cluster's secret)
   acp        the host's /acp endpoint on stdin/stdout: an editor's ACP agent command
   plugins    list, reload or stop the plugins of a running host (control socket)
   doctor     check the state dir, database, plugins, disk, port and token file

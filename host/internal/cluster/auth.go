@@ -191,17 +191,33 @@ func Loopback(addr string) bool {
 }
 
 // RedactURLs returns urls (comma-separated) with any user information
-// replaced, for errors and logs.
+// masked — a password, or a user name alone, which NATS takes as a
+// token — for errors and logs. A host:port is kept as it is.
 func RedactURLs(urls []string) string {
 	out := make([]string, len(urls))
 	for i, s := range urls {
-		u, err := url.Parse(s)
-		switch {
-		case err != nil:
-			out[i] = "(a URL that does not parse)"
-		default:
-			out[i] = u.Redacted()
-		}
+		out[i] = redactURL(s)
 	}
 	return strings.Join(out, ",")
+}
+
+func redactURL(s string) string {
+	if !strings.Contains(s, "://") {
+		if i := strings.LastIndex(s, "@"); i >= 0 {
+			return "xxxxx" + s[i:]
+		}
+		return s
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "(a URL that does not parse)"
+	case u.User == nil:
+		return s
+	}
+	if _, ok := u.User.Password(); !ok {
+		u.User = url.User("xxxxx")
+		return u.String()
+	}
+	return u.Redacted()
 }

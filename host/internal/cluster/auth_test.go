@@ -374,6 +374,14 @@ func TestLoopback(t *testing.T) {
 	}
 }
 
+func TestRedactURLs(t *testing.T) {
+	got := RedactURLs([]string{"nats://a:4222", "nats://u:hunter2@a:4222", "tls://tok3n@b:4222", "u:hunter2@c:4222", "127.0.0.1:4222", "nats://%zz@a"})
+	want := "nats://a:4222,nats://u:xxxxx@a:4222,tls://xxxxx@b:4222,xxxxx@c:4222,127.0.0.1:4222,(a URL that does not parse)"
+	if got != want {
+		t.Errorf("RedactURLs = %q, want %q", got, want)
+	}
+}
+
 // startAuthServer starts a plain nats-server (no JetStream) in this test
 // with the authorization adjust sets, and returns its client URL.
 func startAuthServer(tb testing.TB, adjust func(*server.Options)) string {
