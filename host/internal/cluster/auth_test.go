@@ -247,7 +247,8 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 // TestRoutesMutualTLS: servers with TLS route with each other (mutual
 // TLS, the cluster's CA); a server with the right route password but no
 // client certificate, or one from another CA, is refused; clients must
-// speak TLS, and one with the CA and the password gets in.
+// speak TLS, and one with the CA and the password gets in; the host's
+// in-process connection needs no TLS and reaches a replicated bucket.
 func TestRoutesMutualTLS(t *testing.T) {
 	ca := certtest.NewCA(t, "cluster")
 	logs := new(logBuffer)
@@ -295,6 +296,21 @@ func TestRoutesMutualTLS(t *testing.T) {
 	}
 	if err := dial(tlsURL, nats.RootCAs(ca.File), nats.UserInfo(clientUser, e.clientPass)); err != nil {
 		t.Errorf("a TLS client with the CA and the password: %v", err)
+	}
+	// The host's own connection is in-process: no TLS, and it works.
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	nc, err := e.Connect(nats.Timeout(5 * time.Second))
+	if err != nil {
+		t.Fatalf("in-process connection to a TLS server: %v", err)
+	}
+	defer nc.Close()
+	kv, err := mustJS(t, nc).CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "tether_sessions", Replicas: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
 	}
 }
 
