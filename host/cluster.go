@@ -139,7 +139,7 @@ func (c *ClusterConfig) load() (clusterAuth, error) {
 			return a, fmt.Errorf("--cluster embedded needs --cluster-secret-file FILE, the cluster's shared secret: make one with %s and give every host of the cluster the same", makeSecret)
 		}
 		var err error
-		if a.secret, err = readSecretFile(c.SecretFile); err != nil {
+		if a.secret, err = readSecretFile(c.SecretFile, os.Geteuid()); err != nil {
 			return a, err
 		}
 		for _, r := range c.EmbeddedRoutes {
@@ -226,10 +226,10 @@ func (c *ClusterConfig) load() (clusterAuth, error) {
 	return a, nil
 }
 
-// readSecretFile reads a cluster secret: a regular file of this user's,
-// readable and writable by nobody else, of at least
+// readSecretFile reads a cluster secret: a regular file of user uid's
+// (this process's), readable and writable by nobody else, of at least
 // cluster.MinSecretBytes (surrounding white space aside).
-func readSecretFile(path string) ([]byte, error) {
+func readSecretFile(path string, uid int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--cluster-secret-file: %w (make one with %s)", err, makeSecret)
@@ -245,8 +245,8 @@ func readSecretFile(path string) ([]byte, error) {
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return nil, fmt.Errorf("--cluster-secret-file %s: mode %04o lets other users read or change it: chmod 600 %s", path, perm, path)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("--cluster-secret-file %s: owned by uid %d, not by this user (uid %d)", path, st.Uid, os.Geteuid())
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid {
+		return nil, fmt.Errorf("--cluster-secret-file %s: owned by uid %d, not by this user (uid %d)", path, st.Uid, uid)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
