@@ -35,8 +35,8 @@ func addClusterFlags(fs *flag.FlagSet) *clusterFlags {
 	f := &clusterFlags{
 		hostID:      fs.String("host-id", "", "this host's name in a cluster (letters, digits, '_', '-'); default: a random one made once and kept in <state-dir>/host-id"),
 		ttl:         fs.Duration("cluster-ttl", host.DefaultClusterTTL, "a cluster host whose heartbeat (every ttl/3) is older than this has lost its sessions to the others"),
-		listen:      fs.String("cluster-listen", "", "with --cluster embedded: the embedded NATS server's client address (default 127.0.0.1 with a free port)"),
-		routeListen: fs.String("cluster-route-listen", "", "with --cluster embedded: the embedded NATS server's route address, to route with other hosts' (host:port)"),
+		listen:      fs.String("cluster-listen", "", "with --cluster embedded: the embedded NATS server's client address (default 127.0.0.1 with a free port; off loopback it needs --cluster-tls-ca, --cluster-tls-cert and --cluster-tls-key)"),
+		routeListen: fs.String("cluster-route-listen", "", "with --cluster embedded: the embedded NATS server's route address, to route with other hosts' (host:port; off loopback, or with routes off loopback, it needs --cluster-tls-ca, --cluster-tls-cert and --cluster-tls-key)"),
 		replicas:    fs.Int("cluster-replicas", 0, "replicas of the cluster's buckets and streams when this host creates them (0: 3 on three NATS servers or more, else 1)"),
 		join:        fs.Duration("cluster-join-timeout", host.DefaultClusterJoinTimeout, "how long a starting host waits to join the cluster (its servers to elect a leader) before it gives up, exit 1"),
 
@@ -51,7 +51,7 @@ func addClusterFlags(fs *flag.FlagSet) *clusterFlags {
 		tlsKey:       fs.String("cluster-tls-key", "", "PEM private key of --cluster-tls-cert"),
 	}
 	fs.Var(&f.urls, "cluster", "NATS URL (nats://HOST:PORT, repeatable or comma-separated) of a JetStream cluster to share one session table with other hosts, or \"embedded\" to run a NATS server in this process")
-	fs.Var(&f.routes, "cluster-routes", "with --cluster embedded: route URLs (nats-route://HOST:PORT) of the other embedded servers (repeatable or comma-separated)")
+	fs.Var(&f.routes, "cluster-routes", "with --cluster embedded: route URLs (nats-route://HOST:PORT, no credentials: they come from --cluster-secret-file) of the other embedded servers (repeatable or comma-separated)")
 	return f
 }
 
