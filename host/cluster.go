@@ -1,14 +1,21 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
@@ -48,14 +55,218 @@ type ClusterConfig struct {
 	// Replicas of the buckets and streams when this host creates them
 	// (0: 3 on a cluster of three servers or more, else 1).
 	Replicas int
+	// JoinTimeout bounds joining the cluster at start
+	// (--cluster-join-timeout; 0: 60 s).
+	JoinTimeout time.Duration
+
+	// SecretFile holds the cluster's shared secret, at least 32 bytes
+	// (--cluster-secret-file; `tether cluster secret` makes one),
+	// required with Embedded: the embedded server accepts clients and
+	// routes only with passwords derived from it. The file must be the
+	// user's own and readable by nobody else.
+	SecretFile string
+	// TLSCA, TLSCert and TLSKey are the cluster's TLS files (PEM;
+	// --cluster-tls-ca, --cluster-tls-cert, --cluster-tls-key). With
+	// Embedded, all three or none: the embedded server then serves TLS to
+	// clients and mutual TLS to routes, and it needs them to listen or
+	// route off loopback. With URLs, TLSCA verifies the servers and
+	// TLSCert with TLSKey is a client certificate.
+	TLSCA, TLSCert, TLSKey string
+	// CredsFile (a NATS .creds file), NkeyFile (an nkey seed), TokenFile,
+	// or User with PasswordFile are what a host presents to an external
+	// cluster (--cluster-creds, --cluster-nkey, --cluster-token-file,
+	// --cluster-user with --cluster-password-file): one kind at most.
+	CredsFile, NkeyFile, TokenFile string
+	User, PasswordFile             string
+}
+
+// clusterAuth is what ClusterConfig's files hold.
+type clusterAuth struct {
+	secret []byte
+	creds  cluster.Credentials
+	tls    *cluster.TLSFiles
+}
+
+// makeSecret is the command that makes a cluster secret, for messages.
+const makeSecret = "(umask 077; tether cluster secret > FILE)"
+
+// Check checks the cluster's configuration and reads its credential
+// files, as Run does before it joins: tether serve calls it first, so a
+// mistake is refused before anything starts. No error quotes a secret.
+func (c *ClusterConfig) Check() error {
+	_, err := c.load()
+	return err
+}
+
+// load checks c and reads its files.
+func (c *ClusterConfig) load() (clusterAuth, error) {
+	var a clusterAuth
+	for _, raw := range c.URLs {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return a, fmt.Errorf("--cluster %s: not a URL", cluster.RedactURLs([]string{raw}))
+		}
+		if u.User != nil {
+			return a, fmt.Errorf("--cluster %s: credentials in a URL are seen by every user of the machine (ps): put the credentials in a file (--cluster-creds, --cluster-nkey, --cluster-token-file, or --cluster-user with --cluster-password-file)", cluster.RedactURLs([]string{raw}))
+		}
+	}
+	if c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" {
+		a.tls = &cluster.TLSFiles{CA: c.TLSCA, Cert: c.TLSCert, Key: c.TLSKey}
+		for _, f := range []struct{ flag, path string }{
+			{"--cluster-tls-ca", c.TLSCA}, {"--cluster-tls-cert", c.TLSCert}, {"--cluster-tls-key", c.TLSKey},
+		} {
+			if f.path == "" {
+				continue
+			}
+			if _, err := os.ReadFile(f.path); err != nil {
+				return a, fmt.Errorf("%s: %w", f.flag, err)
+			}
+		}
+		if (c.TLSCert == "") != (c.TLSKey == "") {
+			return a, errors.New("--cluster-tls-cert and --cluster-tls-key go together")
+		}
+	}
+	external := []struct{ flag, value string }{
+		{"--cluster-creds", c.CredsFile}, {"--cluster-nkey", c.NkeyFile}, {"--cluster-token-file", c.TokenFile},
+		{"--cluster-user", c.User}, {"--cluster-password-file", c.PasswordFile},
+	}
+	if c.Embedded {
+		for _, f := range external {
+			if f.value != "" {
+				return a, fmt.Errorf("%s goes with an external cluster (--cluster nats://…): the hosts of an embedded cluster authenticate with --cluster-secret-file", f.flag)
+			}
+		}
+		if c.SecretFile == "" {
+			return a, fmt.Errorf("--cluster embedded needs --cluster-secret-file FILE, the cluster's shared secret: make one with %s and give every host of the cluster the same", makeSecret)
+		}
+		var err error
+		if a.secret, err = readSecretFile(c.SecretFile, os.Geteuid()); err != nil {
+			return a, err
+		}
+		for _, r := range c.EmbeddedRoutes {
+			if strings.Contains(r, "@") {
+				return a, fmt.Errorf("--cluster-routes %s: no credentials in a route: the routes' credentials come from --cluster-secret-file", cluster.RedactURLs([]string{r}))
+			}
+		}
+		if a.tls != nil && (c.TLSCA == "" || c.TLSCert == "" || c.TLSKey == "") {
+			return a, errors.New("--cluster embedded with TLS needs all three of --cluster-tls-ca, --cluster-tls-cert and --cluster-tls-key (TLS for clients, mutual TLS for routes)")
+		}
+		if a.tls != nil {
+			if _, _, err := a.tls.ServerConfigs(); err != nil {
+				return a, fmt.Errorf("cluster TLS: %w", err)
+			}
+		} else {
+			offLoopback := []struct{ flag, addr string }{{"--cluster-listen", c.EmbeddedListen}, {"--cluster-route-listen", c.EmbeddedRouteListen}}
+			for _, r := range c.EmbeddedRoutes {
+				offLoopback = append(offLoopback, struct{ flag, addr string }{"--cluster-routes", r})
+			}
+			for _, f := range offLoopback {
+				if f.addr != "" && !cluster.Loopback(f.addr) {
+					return a, fmt.Errorf("%s %s is not loopback: off loopback the cluster's bus needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca (TLS for clients, mutual TLS for routes)", f.flag, cluster.RedactURLs([]string{f.addr}))
+				}
+			}
+		}
+		return a, nil
+	}
+	if c.SecretFile != "" {
+		return a, errors.New("--cluster-secret-file goes with --cluster embedded: an external cluster takes --cluster-creds, --cluster-nkey, --cluster-token-file, or --cluster-user with --cluster-password-file")
+	}
+	kinds := 0
+	for _, v := range []string{c.CredsFile, c.NkeyFile, c.TokenFile, c.User + c.PasswordFile} {
+		if v != "" {
+			kinds++
+		}
+	}
+	if kinds > 1 {
+		return a, errors.New("give one of --cluster-creds, --cluster-nkey, --cluster-token-file, or --cluster-user with --cluster-password-file")
+	}
+	if (c.User == "") != (c.PasswordFile == "") {
+		return a, errors.New("--cluster-user and --cluster-password-file go together")
+	}
+	switch {
+	case c.CredsFile != "":
+		b, err := os.ReadFile(c.CredsFile)
+		if err != nil {
+			return a, fmt.Errorf("--cluster-creds: %w", err)
+		}
+		kp, err := nkeys.ParseDecoratedUserNKey(b)
+		if err != nil {
+			return a, fmt.Errorf("--cluster-creds %s: not a NATS .creds file (a user JWT and its seed): %w", c.CredsFile, err)
+		}
+		kp.Wipe()
+		a.creds.CredsFile = c.CredsFile
+	case c.NkeyFile != "":
+		if _, err := os.ReadFile(c.NkeyFile); err != nil {
+			return a, fmt.Errorf("--cluster-nkey: %w", err)
+		}
+		if _, err := nats.NkeyOptionFromSeed(c.NkeyFile); err != nil {
+			return a, fmt.Errorf("--cluster-nkey %s: not an nkey seed: %w", c.NkeyFile, err)
+		}
+		a.creds.NkeyFile = c.NkeyFile
+	case c.TokenFile != "":
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return a, fmt.Errorf("--cluster-token-file: %w", err)
+		}
+		if a.creds.Token = strings.TrimSpace(string(b)); a.creds.Token == "" {
+			return a, fmt.Errorf("--cluster-token-file %s: empty", c.TokenFile)
+		}
+	case c.User != "":
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return a, fmt.Errorf("--cluster-password-file: %w", err)
+		}
+		if a.creds.Password = strings.TrimRight(string(b), "\r\n"); a.creds.Password == "" {
+			return a, fmt.Errorf("--cluster-password-file %s: empty", c.PasswordFile)
+		}
+		a.creds.User = c.User
+	}
+	if err := a.creds.Check(a.tls); err != nil {
+		return a, fmt.Errorf("cluster TLS: %w", err)
+	}
+	return a, nil
+}
+
+// readSecretFile reads a cluster secret: a regular file of user uid's
+// (this process's), readable and writable by nobody else, of at least
+// cluster.MinSecretBytes (surrounding white space aside).
+func readSecretFile(path string, uid int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secret-file: %w (make one with %s)", err, makeSecret)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("--cluster-secret-file %s: not a regular file", path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("--cluster-secret-file %s: mode %04o lets other users read or change it: chmod 600 %s", path, perm, path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid {
+		return nil, fmt.Errorf("--cluster-secret-file %s: owned by uid %d, not by this user (uid %d)", path, st.Uid, uid)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < cluster.MinSecretBytes {
+		return nil, fmt.Errorf("--cluster-secret-file %s: %d bytes, want at least %d random bytes: make one with %s", path, len(b), cluster.MinSecretBytes, makeSecret)
+	}
+	return b, nil
 }
 
 // DefaultClusterTTL is --cluster-ttl's default.
 const DefaultClusterTTL = 10 * time.Second
 
-// clusterJoinTimeout bounds joining the cluster at start: servers of a
-// cluster started together take a while to elect a leader.
-const clusterJoinTimeout = 60 * time.Second
+// DefaultClusterJoinTimeout bounds joining the cluster at start unless
+// --cluster-join-timeout says otherwise: servers of a cluster started
+// together take a while to elect a leader.
+const DefaultClusterJoinTimeout = 60 * time.Second
 
 // hostIDFile is where a host keeps its cluster name when none is given.
 const hostIDFile = "host-id"
@@ -86,6 +297,10 @@ func HostID(stateDir, given string) (string, error) {
 // startCluster joins the cluster cfg.Cluster describes.
 func startCluster(ctx context.Context, cfg Config) (*cluster.Node, error) {
 	cc := cfg.Cluster
+	auth, err := cc.load()
+	if err != nil {
+		return nil, err
+	}
 	id, err := HostID(cfg.StateDir, cc.HostID)
 	if err != nil {
 		return nil, err
@@ -95,13 +310,15 @@ func startCluster(ctx context.Context, cfg Config) (*cluster.Node, error) {
 		ttl = DefaultClusterTTL
 	}
 	nc := cluster.NodeConfig{
-		URLs:     cc.URLs,
-		HostID:   id,
-		Instance: contract.RandomHex(8),
-		TTL:      ttl,
-		Replicas: cc.Replicas,
-		Listen:   cfg.Listen,
-		Log:      cfg.Log.With().Str("host_id", id).Logger(),
+		URLs:        cc.URLs,
+		Credentials: auth.creds,
+		TLS:         auth.tls,
+		HostID:      id,
+		Instance:    contract.RandomHex(8),
+		TTL:         ttl,
+		Replicas:    cc.Replicas,
+		Listen:      cfg.Listen,
+		Log:         cfg.Log.With().Str("host_id", id).Logger(),
 	}
 	if cc.Embedded {
 		nc.Embedded = &cluster.EmbeddedConfig{
@@ -110,10 +327,16 @@ func startCluster(ctx context.Context, cfg Config) (*cluster.Node, error) {
 			StoreDir:      filepath.Join(cfg.StateDir, "nats"),
 			ClusterListen: cc.EmbeddedRouteListen,
 			Routes:        cc.EmbeddedRoutes,
+			Secret:        auth.secret,
+			TLS:           auth.tls,
 			Log:           cfg.Log,
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, clusterJoinTimeout)
+	join := cc.JoinTimeout
+	if join <= 0 {
+		join = DefaultClusterJoinTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, join)
 	defer cancel()
 	n, err := cluster.StartNode(sctx, nc)
 	if err != nil {

@@ -80,7 +80,7 @@ commands:
   prompt     submit a prompt to a new or stored session and stream the answer
   attach     join a PTY of a running host from this terminal (ATTACH_TOKEN or --new)
   ptys       list the live PTYs of a running host (attach tokens: join one with attach)
-  cluster    list the hosts of a running host's cluster
+  cluster    list the hosts of a running host's cluster ("cluster secret": make a cluster's secret)
   acp        the host's /acp endpoint on stdin/stdout: an editor's ACP agent command
   plugins    list, reload or stop the plugins of a running host (control socket)
   doctor     check the state dir, database, plugins, disk, port and token file

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -61,6 +64,7 @@ type clusterHost struct {
 	*e2e.Server
 	ID     string
 	Client string   // its embedded NATS server's client address
+	Route  string   // its embedded NATS server's route address
 	Args   []string // its tether serve flags, to start it again
 }
 
@@ -71,31 +75,63 @@ func (h *clusterHost) restart(t *testing.T) {
 	h.Server = e2e.Start(t, e2e.Config{Args: h.Args, StateDir: h.StateDir})
 }
 
+// clusterSecret makes a cluster secret the way the README says, with
+// `tether cluster secret` into a file of mode 0600, and returns its path.
+func clusterSecret(tb testing.TB) string {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "cluster-secret")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(e2e.Build(tb), "cluster", "secret")
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("tether cluster secret: %v %s", err, stderr.String())
+	}
+	return path
+}
+
 // startCluster3 starts three real hosts, each running an embedded NATS
-// server routed with the two others (--cluster embedded), the way the
-// README's three-host setup does, and waits until all serve.
+// server routed with the two others (--cluster embedded) with one
+// cluster secret, the way the README's three-host setup does, and waits
+// until all serve.
 func startCluster3(t *testing.T, args ...string) []*clusterHost {
 	t.Helper()
-	clients, routes := freeAddrs(t, 3), freeAddrs(t, 3)
-	routeURLs := make([]string, 3)
+	return startClusterOf(t, 3, clusterSecret(t), nil, args...)
+}
+
+// startClusterOf starts n hosts like startCluster3 with secret as their
+// --cluster-secret-file, host i's flags being args and hostArgs(i) (when
+// hostArgs is not nil).
+func startClusterOf(t *testing.T, n int, secret string, hostArgs func(i int) []string, args ...string) []*clusterHost {
+	t.Helper()
+	clients, routes := freeAddrs(t, n), freeAddrs(t, n)
+	routeURLs := make([]string, n)
 	for i, r := range routes {
 		routeURLs[i] = "nats-route://" + r
 	}
-	hosts := make([]*clusterHost, 3)
+	hosts := make([]*clusterHost, n)
 	var wg sync.WaitGroup
 	for i := range hosts {
 		id := fmt.Sprintf("h%d", i+1)
+		hargs := append([]string{
+			"--cluster", "embedded",
+			"--cluster-secret-file", secret,
+			"--cluster-listen", clients[i],
+			"--cluster-route-listen", routes[i],
+			"--cluster-routes", strings.Join(routeURLs, ","),
+			"--host-id", id,
+			"--pty-command", "",
+		}, args...)
+		if hostArgs != nil {
+			hargs = append(hargs, hostArgs(i)...)
+		}
 		wg.Go(func() {
-			hargs := append([]string{
-				"--cluster", "embedded",
-				"--cluster-listen", clients[i],
-				"--cluster-route-listen", routes[i],
-				"--cluster-routes", strings.Join(routeURLs, ","),
-				"--host-id", id,
-				"--pty-command", "",
-			}, args...)
 			s := e2e.Start(goTB{t}, e2e.Config{Args: hargs})
-			hosts[i] = &clusterHost{Server: s, ID: id, Client: clients[i], Args: hargs}
+			hosts[i] = &clusterHost{Server: s, ID: id, Client: clients[i], Route: routes[i], Args: hargs}
 		})
 	}
 	wg.Wait()

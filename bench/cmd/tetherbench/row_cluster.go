@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -82,6 +83,10 @@ func startCluster(bin string, o tetherOpts) (*cluster, error) {
 	for _, r := range routeAddrs {
 		routes = append(routes, "nats-route://"+r)
 	}
+	secret, err := clusterSecret(bin)
+	if err != nil {
+		return nil, err
+	}
 	c := &cluster{bin: bin, hosts: make([]*server, 3), opts: make([]tetherOpts, 3)}
 	for i := range c.opts {
 		d, err := os.MkdirTemp(tmpRoot, fmt.Sprintf("state-h%d-", i+1))
@@ -93,6 +98,7 @@ func startCluster(bin string, o tetherOpts) (*cluster, error) {
 		h.wait = 90 * time.Second
 		h.extra = append(slices.Clone(o.extra),
 			"--cluster", "embedded",
+			"--cluster-secret-file", secret,
 			"--cluster-listen", clientAddrs[i],
 			"--cluster-route-listen", routeAddrs[i],
 			"--cluster-routes", strings.Join(routes, ","),
@@ -110,6 +116,24 @@ func startCluster(bin string, o tetherOpts) (*cluster, error) {
 		return nil, fmt.Errorf("starting a 3-host cluster: %w", err)
 	}
 	return c, nil
+}
+
+// clusterSecret makes the cluster's shared secret as the README does,
+// (umask 077; tether cluster secret > FILE), in tmpRoot, and returns the
+// file's path.
+func clusterSecret(bin string) (string, error) {
+	f, err := os.CreateTemp(tmpRoot, "cluster-secret-") // mode 0600
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, "cluster", "secret")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("tether cluster secret: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return f.Name(), nil
 }
 
 // restart starts host i again on its state dir and cluster addresses

@@ -215,7 +215,7 @@ func BenchmarkJournalLayouts(b *testing.B) {
 	})
 	b.Run("stream-per-session/create-3-node", func(b *testing.B) {
 		nodes := startCluster(b, 3)
-		_, js3 := connect(b, nodes[0].ClientURL())
+		_, js3 := connectNode(b, nodes[0])
 		// Creating a replicated stream can fail while the servers are
 		// still learning of each other: the first is asked again.
 		wctx, cancel := context.WithTimeout(ctx, testTimeout)

@@ -35,9 +35,17 @@ func freePorts(tb testing.TB, n int) []int {
 	return ports
 }
 
-// startCluster starts n routed embedded servers with JetStream and waits
-// until each follows the cluster's meta leader.
+// startCluster starts n routed embedded servers with JetStream and one
+// secret (testSecret), and waits until each follows the cluster's meta
+// leader. connectNode connects to one.
 func startCluster(tb testing.TB, n int) []*Embedded {
+	tb.Helper()
+	return startClusterWith(tb, n, nil)
+}
+
+// startClusterWith is startCluster with adjust changing server i's
+// configuration first.
+func startClusterWith(tb testing.TB, n int, adjust func(i int, cfg *EmbeddedConfig)) []*Embedded {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -48,13 +56,18 @@ func startCluster(tb testing.TB, n int) []*Embedded {
 	}
 	nodes := make([]*Embedded, n)
 	for i := range n {
-		e, err := StartEmbedded(ctx, EmbeddedConfig{
+		cfg := EmbeddedConfig{
 			Name:          fmt.Sprint("n", i),
 			StoreDir:      tb.TempDir(),
 			ClusterListen: routes[i],
 			Routes:        routes,
+			Secret:        testSecret,
 			Log:           zerolog.Nop(),
-		})
+		}
+		if adjust != nil {
+			adjust(i, &cfg)
+		}
+		e, err := StartEmbedded(ctx, cfg)
 		if err != nil {
 			tb.Fatalf("start node %d: %v", i, err)
 		}
@@ -79,7 +92,7 @@ func clusterOwners(tb testing.TB, nodes []*Embedded) []*KVOwners {
 	defer cancel()
 	owners := make([]*KVOwners, len(nodes))
 	for i, e := range nodes {
-		_, js := connect(tb, e.ClientURL())
+		_, js := connectNode(tb, e)
 		for {
 			k, err := NewKVOwners(ctx, js, KVConfig{Replicas: len(nodes)})
 			if err == nil {

@@ -36,6 +36,19 @@
 //     no credential itself: whoever can publish on the cluster's subjects
 //     is a host.
 //
+// # Who may use the bus
+//
+// Whoever can use the cluster's NATS is a host, so no one else can
+// connect (auth.go). An embedded server with routes needs the cluster's
+// shared secret (EmbeddedConfig.Secret): clients and routes present
+// passwords derived from it with HMAC-SHA256 (one for clients, one for
+// routes), and the host's own connection is in-process (Embedded.Connect).
+// An address off loopback needs TLS (EmbeddedConfig.TLS: TLS on the
+// client port, mutual TLS on routes). A host of an external cluster
+// presents NodeConfig.Credentials over NodeConfig.TLS. nats-server and
+// nats.go do all the checking (TestEmbeddedRefusesStrangers,
+// TestRoutesNeedTheSecret, TestRoutesMutualTLS, TestCredentialsOptions).
+//
 // # Compare-and-swap
 //
 // A bind claims a key with Create and records every later binding with

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
 
@@ -43,6 +44,16 @@ type EmbeddedConfig struct {
 	// of the cluster's servers; this server's own may be among them.
 	// JetStream clustering needs at least one.
 	Routes []string
+	// Secret is the cluster's shared secret (at least MinSecretBytes):
+	// client connections and routes are accepted only with passwords
+	// derived from it, and this server's routes present them. Required
+	// with ClusterListen; a lone server without one accepts any client
+	// (the host never runs one: tests do).
+	Secret []byte
+	// TLS, when set, serves TLS on the client port and mutual TLS on
+	// routes (CA, Cert and Key all required). Without it, Listen,
+	// ClusterListen and every route must be on loopback (ErrNeedTLS).
+	TLS *TLSFiles
 	// Log receives the server's log: its notices at debug level, its
 	// warnings and errors as such.
 	Log zerolog.Logger
@@ -50,7 +61,12 @@ type EmbeddedConfig struct {
 
 // Embedded is a NATS server running in this process.
 type Embedded struct {
-	srv      *server.Server
+	srv *server.Server
+	// clientPass is the password of client connections, "" when the
+	// server takes any.
+	clientPass string
+	// routes is how many routes it was given.
+	routes   int
 	stopOnce sync.Once
 }
 
@@ -61,6 +77,12 @@ type Embedded struct {
 func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("embedded nats server: no store directory")
+	}
+	if len(cfg.Secret) > 0 && len(cfg.Secret) < MinSecretBytes {
+		return nil, fmt.Errorf("embedded nats server: a secret of %d bytes, want at least %d: %w", len(cfg.Secret), MinSecretBytes, ErrNoSecret)
+	}
+	if cfg.ClusterListen != "" && len(cfg.Secret) == 0 {
+		return nil, fmt.Errorf("embedded nats server: routes: %w", ErrNoSecret)
 	}
 	opts := &server.Options{
 		ServerName: cfg.Name,
@@ -77,6 +99,12 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if opts.Host, opts.Port, err = hostPort(listen); err != nil {
 		return nil, fmt.Errorf("embedded nats server: listen %q: %w", cfg.Listen, err)
 	}
+	offLoopback := !Loopback(listen)
+	var clientPass, routePass string
+	if len(cfg.Secret) > 0 {
+		clientPass, routePass = derive(cfg.Secret, "client"), derive(cfg.Secret, "route")
+		opts.Username, opts.Password = clientUser, clientPass
+	}
 	if cfg.ClusterListen != "" {
 		opts.Cluster.Name = cfg.ClusterName
 		if opts.Cluster.Name == "" {
@@ -85,13 +113,28 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		if opts.Cluster.Host, opts.Cluster.Port, err = hostPort(cfg.ClusterListen); err != nil {
 			return nil, fmt.Errorf("embedded nats server: cluster listen %q: %w", cfg.ClusterListen, err)
 		}
+		offLoopback = offLoopback || !Loopback(cfg.ClusterListen)
+		opts.Cluster.Username, opts.Cluster.Password = routeUser, routePass
 		for _, r := range cfg.Routes {
 			u, err := routeURL(r)
 			if err != nil {
-				return nil, fmt.Errorf("embedded nats server: route %q: %w", r, err)
+				return nil, fmt.Errorf("embedded nats server: route %s: %w", RedactURLs([]string{r}), err)
 			}
+			offLoopback = offLoopback || !Loopback(u.String())
+			// A configured route presents the credentials of its URL.
+			u.User = url.UserPassword(routeUser, routePass)
 			opts.Routes = append(opts.Routes, u)
 		}
+	}
+	if cfg.TLS != nil {
+		if opts.TLSConfig, opts.Cluster.TLSConfig, err = cfg.TLS.ServerConfigs(); err != nil {
+			return nil, fmt.Errorf("embedded nats server: %w", err)
+		}
+		if cfg.ClusterListen == "" {
+			opts.Cluster.TLSConfig = nil
+		}
+	} else if offLoopback {
+		return nil, fmt.Errorf("embedded nats server: %w", ErrNeedTLS)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -99,7 +142,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	srv.SetLoggerV2(natsLogger{cfg.Log.With().Str("component", "nats").Logger()}, false, false, false)
 	srv.Start()
-	e := &Embedded{srv: srv}
+	e := &Embedded{srv: srv, clientPass: clientPass, routes: len(opts.Routes)}
 	for !srv.ReadyForConnections(50 * time.Millisecond) {
 		if ctx.Err() != nil {
 			e.Shutdown()
@@ -126,14 +169,18 @@ func hostPort(addr string) (string, int, error) {
 	return host, port, nil
 }
 
-// routeURL parses a route given as a URL or as host:port.
+// routeURL parses a route given as a URL or as host:port. A route with
+// credentials in it is refused: they come from the cluster's secret.
 func routeURL(r string) (*url.URL, error) {
 	if !strings.Contains(r, "://") {
 		r = "nats-route://" + r
 	}
 	u, err := url.Parse(r)
 	if err != nil {
-		return nil, err
+		return nil, errors.New("not a URL")
+	}
+	if u.User != nil {
+		return nil, errors.New("credentials in a route URL: they come from the cluster's secret")
 	}
 	if _, err := strconv.ParseUint(u.Port(), 10, 16); err != nil || u.Hostname() == "" {
 		return nil, errors.New("want host:port")
@@ -143,6 +190,19 @@ func routeURL(r string) (*url.URL, error) {
 
 // ClientURL is the URL clients connect to (nats://host:port).
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// Connect opens a connection to the server in this process (no socket,
+// so no TLS), with the server's client credentials; opts are added after
+// them.
+func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	base := []nats.Option{nats.InProcessServer(e.srv)}
+	if e.clientPass != "" {
+		base = append(base, nats.UserInfo(clientUser, e.clientPass))
+	}
+	// The URL only names the server: a tls:// one would ask for TLS.
+	u := "nats://" + strings.TrimPrefix(strings.TrimPrefix(e.ClientURL(), "tls://"), "nats://")
+	return nats.Connect(u, append(base, opts...)...)
+}
 
 // ClusterAddr is the address the server accepts routes on, or nil when
 // it runs alone.
@@ -167,6 +227,9 @@ func (e *Embedded) WaitJetStream(ctx context.Context) error {
 	for !e.srv.JetStreamIsCurrent() {
 		select {
 		case <-ctx.Done():
+			if e.routes > 0 && e.srv.NumRoutes() == 0 {
+				return fmt.Errorf("jetstream on %s: %v: no route to another server was accepted (a refused route is logged above: do all hosts have the same --cluster-secret-file and --cluster-tls-ca?): %w", e.srv.Name(), ctx.Err(), ErrNotReady)
+			}
 			return fmt.Errorf("jetstream on %s: %v: %w", e.srv.Name(), ctx.Err(), ErrNotReady)
 		case <-tick.C:
 		}
@@ -192,8 +255,16 @@ func (e *Embedded) Shutdown() {
 type natsLogger struct{ log zerolog.Logger }
 
 func (l natsLogger) Noticef(format string, v ...any) { l.log.Debug().Msgf(format, v...) }
-func (l natsLogger) Warnf(format string, v ...any)   { l.log.Warn().Msgf(format, v...) }
-func (l natsLogger) Fatalf(format string, v ...any)  { l.log.Error().Msgf(format, v...) }
-func (l natsLogger) Errorf(format string, v ...any)  { l.log.Error().Msgf(format, v...) }
-func (l natsLogger) Debugf(format string, v ...any)  { l.log.Debug().Msgf(format, v...) }
-func (l natsLogger) Tracef(format string, v ...any)  { l.log.Trace().Msgf(format, v...) }
+func (l natsLogger) Warnf(format string, v ...any) {
+	if strings.HasPrefix(format, "Plaintext passwords detected") {
+		// The passwords are derived from the secret in memory, never
+		// kept in a configuration file: nothing to act on.
+		l.log.Debug().Msgf(format, v...)
+		return
+	}
+	l.log.Warn().Msgf(format, v...)
+}
+func (l natsLogger) Fatalf(format string, v ...any) { l.log.Error().Msgf(format, v...) }
+func (l natsLogger) Errorf(format string, v ...any) { l.log.Error().Msgf(format, v...) }
+func (l natsLogger) Debugf(format string, v ...any) { l.log.Debug().Msgf(format, v...) }
+func (l natsLogger) Tracef(format string, v ...any) { l.log.Trace().Msgf(format, v...) }

@@ -97,7 +97,7 @@ func TestStartEmbeddedErrors(t *testing.T) {
 	if _, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), Listen: "nowhere"}); err == nil {
 		t.Error("listen address without a port: started")
 	}
-	if _, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), ClusterListen: "127.0.0.1:0", Routes: []string{"not a route"}}); err == nil {
+	if _, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), ClusterListen: "127.0.0.1:0", Routes: []string{"not a route"}, Secret: testSecret}); err == nil {
 		t.Error("bad route: started")
 	}
 	// A port another server holds: never ready, given up at the deadline.

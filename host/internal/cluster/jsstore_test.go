@@ -352,7 +352,7 @@ func TestJSStoreConformanceCluster(t *testing.T) {
 	nodes := startCluster(t, 3)
 	var js []jetstream.JetStream
 	for _, n := range nodes {
-		_, j := connect(t, n.ClientURL())
+		_, j := connectNode(t, n)
 		js = append(js, j)
 	}
 	var i int

@@ -68,6 +68,16 @@ func connect(tb testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstr
 	return nc, js
 }
 
+// testSecret is the shared secret of the servers startCluster routes.
+var testSecret = []byte("a test cluster's secret, 32 bytes or more")
+
+// connectNode connects to e's client port (TCP) with e's client
+// credentials, as a host of an external cluster would.
+func connectNode(tb testing.TB, e *Embedded, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	tb.Helper()
+	return connect(tb, e.ClientURL(), append([]nats.Option{nats.UserInfo(clientUser, e.clientPass)}, opts...)...)
+}
+
 var bucketSeq atomic.Int64
 
 // newBucket returns a bucket name no other test of this process uses.

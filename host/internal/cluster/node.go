@@ -20,8 +20,12 @@ import (
 // NodeConfig configures a host's membership of a cluster.
 type NodeConfig struct {
 	// URLs are the NATS servers to connect to (nats://host:port); with
-	// Embedded, the embedded server's own URL is used.
+	// Embedded, the host connects to its embedded server in-process.
 	URLs []string
+	// Credentials and TLS are what the host presents to the servers of
+	// URLs (with Embedded, the embedded server's secret is used instead).
+	Credentials Credentials
+	TLS         *TLSFiles
 	// Embedded, when set, runs a NATS server with JetStream in this
 	// process first (--cluster embedded).
 	Embedded *EmbeddedConfig
@@ -90,25 +94,39 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			n.Close(context.Background())
 		}
 	}()
-	urls := cfg.URLs
+	opts := []nats.Option{
+		nats.Name("tether host " + cfg.HostID),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.Timeout(5 * time.Second),
+	}
 	if cfg.Embedded != nil {
 		n.emb, err = StartEmbedded(ctx, *cfg.Embedded)
 		if err != nil {
 			return nil, err
 		}
-		urls = []string{n.emb.ClientURL()}
-	}
-	if len(urls) == 0 {
-		return nil, errors.New("cluster: no NATS server URL")
-	}
-	n.NC, err = nats.Connect(joinURLs(urls),
-		nats.Name("tether host "+cfg.HostID),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.Timeout(5*time.Second),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: connect to %s: %w", joinURLs(urls), err)
+		n.NC, err = n.emb.Connect(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: connect to the embedded server: %w", err)
+		}
+	} else {
+		if len(cfg.URLs) == 0 {
+			return nil, errors.New("cluster: no NATS server URL")
+		}
+		auth, err := cfg.Credentials.Options(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		n.NC, err = nats.Connect(joinURLs(cfg.URLs), append(opts, auth...)...)
+		switch {
+		case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
+			return nil, fmt.Errorf("cluster: connect to %s: the NATS server refused this host's credentials: %w", RedactURLs(cfg.URLs), err)
+		case err != nil:
+			return nil, fmt.Errorf("cluster: connect to %s: %w", RedactURLs(cfg.URLs), err)
+		}
+		if !n.NC.AuthRequired() {
+			cfg.Log.Warn().Str("nats", n.NC.ConnectedUrlRedacted()).Msg("the cluster's NATS server let this host in with no credential: whoever can reach it can read every session and reach every PTY of the cluster")
+		}
 	}
 	n.js, err = jetstream.New(n.NC)
 	if err != nil {
