@@ -501,8 +501,8 @@ func openCredentials(ctx context.Context, cfg Config, st store.Backend, node *cl
 	var book *access.Book
 	id := access.AdminName
 	if node != nil {
-		book = access.NewBook(node.Credentials, cfg.Log)
-		if err := node.Credentials.Watch(ctx, book.Apply); err != nil {
+		book = access.NewBook(node.ClientCredentials, cfg.Log)
+		if err := node.ClientCredentials.Watch(ctx, book.Apply); err != nil {
 			return nil, err
 		}
 		id += "@" + nodeID(node)

@@ -59,7 +59,7 @@ flags:
 	token, file := tf.resolve(urlToken)
 	mc, err := client.DialMessages(ctx, base, wire.PathACP, client.Options{Token: token})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "tether acp: connecting to %s: %v%s\n", redactURL(base), err, tf.connectHelp(from))
+		fmt.Fprintf(os.Stderr, "tether acp: connecting to %s: %v%s\n", redactToken(base), err, tf.connectHelp(from))
 		return 1
 	}
 	defer mc.Close()

@@ -117,7 +117,7 @@ func (f tokenFlags) dial(ctx context.Context, cmd string) *client.Conn {
 		fmt.Fprintln(os.Stderr, cmd+":", tokenHelp(token, file)+f.mismatchHelp())
 		return nil
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "%s: connecting to %s: %v%s\n", cmd, redactURL(base), err, f.connectHelp(from))
+		fmt.Fprintf(os.Stderr, "%s: connecting to %s: %v%s\n", cmd, redactToken(base), err, f.connectHelp(from))
 		return nil
 	}
 	return c
@@ -130,7 +130,7 @@ func (f tokenFlags) mismatchHelp() string {
 		return ""
 	}
 	if u, err := host.ReadURL(*f.stateDir); err == nil && u != "" && !sameHostURL(u, *f.url) {
-		return fmt.Sprintf("; note: --url %s is not the host serving %s (%s), whose token file was read: give that host's --state-dir, or leave out --url", redactURL(*f.url), *f.stateDir, u)
+		return fmt.Sprintf("; note: --url %s is not the host serving %s (%s), whose token file was read: give that host's --state-dir, or leave out --url", redactToken(*f.url), *f.stateDir, u)
 	}
 	return ""
 }
@@ -143,8 +143,8 @@ func sameHostURL(a, b string) bool {
 	return err1 == nil && err2 == nil && ua.Host == ub.Host
 }
 
-// redactURL is u with the value of a token query parameter hidden.
-func redactURL(u string) string {
+// redactToken is u with the value of a token query parameter hidden.
+func redactToken(u string) string {
 	before, q, ok := strings.Cut(u, "?")
 	if !ok {
 		return u

@@ -20,10 +20,11 @@ import (
 // by all of them.
 const CredentialsBucket = "tether_credentials"
 
-// Credentials keeps the cluster's credentials (store.CredentialStore) in
-// the credentials bucket, and follows the changes other hosts make
-// (Watch).
-type Credentials struct {
+// ClientCredentials keeps the credentials clients present
+// (store.CredentialStore) in the credentials bucket, and follows the
+// changes other hosts make (Watch). (Credentials are the host's own, to
+// the NATS servers.)
+type ClientCredentials struct {
 	kv  jetstream.KeyValue
 	log zerolog.Logger
 
@@ -32,14 +33,14 @@ type Credentials struct {
 	done chan struct{}
 }
 
-var _ store.CredentialStore = (*Credentials)(nil)
+var _ store.CredentialStore = (*ClientCredentials)(nil)
 
-// OpenCredentials opens the credentials bucket, creating it if needed.
-func OpenCredentials(ctx context.Context, js jetstream.JetStream, replicas int, log zerolog.Logger) (*Credentials, error) {
+// OpenClientCredentials opens the credentials bucket, creating it if needed.
+func OpenClientCredentials(ctx context.Context, js jetstream.JetStream, replicas int, log zerolog.Logger) (*ClientCredentials, error) {
 	return openCredentials(ctx, js, CredentialsBucket, replicas, log)
 }
 
-func openCredentials(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, log zerolog.Logger) (*Credentials, error) {
+func openCredentials(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, log zerolog.Logger) (*ClientCredentials, error) {
 	kv, err := openLeaderKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "tether credentials: SHA-256 of each secret, its name and scopes",
@@ -50,11 +51,11 @@ func openCredentials(ctx context.Context, js jetstream.JetStream, bucket string,
 	if err != nil {
 		return nil, err
 	}
-	return &Credentials{kv: kv, log: log}, nil
+	return &ClientCredentials{kv: kv, log: log}, nil
 }
 
 // Credentials implements store.CredentialStore.
-func (c *Credentials) Credentials(ctx context.Context) ([]store.Credential, error) {
+func (c *ClientCredentials) Credentials(ctx context.Context) ([]store.Credential, error) {
 	w, err := c.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
@@ -84,7 +85,7 @@ func (c *Credentials) Credentials(ctx context.Context) ([]store.Credential, erro
 
 // PutCredential implements store.CredentialStore. The entry of another
 // credential with the same ID (an access token that changed) is removed.
-func (c *Credentials) PutCredential(ctx context.Context, cr store.Credential) error {
+func (c *ClientCredentials) PutCredential(ctx context.Context, cr store.Credential) error {
 	if cr.Hash == "" || cr.ID == "" {
 		return fmt.Errorf("put credential: hash and id are needed: %w", store.ErrInvalid)
 	}
@@ -110,7 +111,7 @@ func (c *Credentials) PutCredential(ctx context.Context, cr store.Credential) er
 }
 
 // DeleteCredential implements store.CredentialStore.
-func (c *Credentials) DeleteCredential(ctx context.Context, hash string) error {
+func (c *ClientCredentials) DeleteCredential(ctx context.Context, hash string) error {
 	if err := c.kv.Delete(ctx, hash); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete credential: %v: %w", err, store.ErrUnavailable)
 	}
@@ -121,7 +122,7 @@ func (c *Credentials) DeleteCredential(ctx context.Context, hash string) error {
 // has (or ctx ends first), and from then on calls apply with every
 // change any host makes — a put, or a delete (with only Hash set) —
 // until Close. apply must not block.
-func (c *Credentials) Watch(ctx context.Context, apply func(cr store.Credential, deleted bool)) error {
+func (c *ClientCredentials) Watch(ctx context.Context, apply func(cr store.Credential, deleted bool)) error {
 	wctx, cancel := context.WithCancel(context.Background())
 	w, err := c.kv.WatchAll(wctx)
 	if err != nil {
@@ -180,7 +181,7 @@ func (c *Credentials) Watch(ctx context.Context, apply func(cr store.Credential,
 }
 
 // Close stops the watch and waits for it.
-func (c *Credentials) Close() {
+func (c *ClientCredentials) Close() {
 	c.mu.Lock()
 	stop, done := c.stop, c.done
 	c.mu.Unlock()

@@ -72,9 +72,10 @@ type Node struct {
 	Registry *Registry
 	// PTYs places the cluster's PTYs on hosts.
 	PTYs *PTYPlaces
-	// Credentials are the credentials every host of the cluster accepts.
-	Credentials *Credentials
-	relay       *Relay
+	// ClientCredentials are the credentials every host of the cluster
+	// accepts from clients.
+	ClientCredentials *ClientCredentials
+	relay             *Relay
 
 	hooks     atomic.Pointer[Hooks]
 	activeSub *nats.Subscription
@@ -182,7 +183,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return err
 		}},
 		{"credentials", func(ctx context.Context) (err error) {
-			n.Credentials, err = OpenCredentials(ctx, n.js, replicas, cfg.Log)
+			n.ClientCredentials, err = OpenClientCredentials(ctx, n.js, replicas, cfg.Log)
 			return err
 		}},
 	}
@@ -366,8 +367,8 @@ func (n *Node) Close(ctx context.Context) {
 		if n.activeSub != nil {
 			_ = n.activeSub.Unsubscribe()
 		}
-		if n.Credentials != nil {
-			n.Credentials.Close()
+		if n.ClientCredentials != nil {
+			n.ClientCredentials.Close()
 		}
 		if n.Registry != nil {
 			if err := n.Registry.Close(ctx); err != nil {

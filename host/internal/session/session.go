@@ -62,8 +62,8 @@ type Session struct {
 	released          chan struct{} // closed when a teardown has persisted it
 	// endErr is why the teardown could not store the session's end;
 	// written by finish before released is closed, read after.
-	endErr error
-	ringCap           int
+	endErr  error
+	ringCap int
 	// turns: the agent reports protocol updates (agent.Turner): its text
 	// comes as acp.update events as well as message.delta.
 	turns bool
