@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 // TestStateDirLock: a second lock of a held state dir fails at once and
@@ -56,7 +58,7 @@ func TestSocketDir(t *testing.T) {
 		t.Errorf("SocketDir(long) = %s is still too long for a socket path", got)
 	}
 	t.Cleanup(func() { os.RemoveAll(got) })
-	if err := makeSocketDir(got); err != nil {
+	if err := makeSocketDir(got, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(got); err != nil || fi.Mode().Perm() != 0o700 {

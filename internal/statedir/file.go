@@ -107,3 +107,22 @@ func Within(dir, path string) bool {
 	rel, err := filepath.Rel(d, p)
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
+
+// CheckFile judges the one path of a state dir at path without opening
+// it: nil when it does not exist or keeps the rules (ours, not a link,
+// not writable by others; readable by others is for Prepare to mend),
+// else the *Problem. It is for files a library opens by name, where
+// OpenFile cannot be used (SQLite's -wal and -shm).
+func CheckFile(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p := problemOf(path, fi, false); p != nil && !p.Mendable() {
+		return p
+	}
+	return nil
+}

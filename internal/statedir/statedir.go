@@ -101,8 +101,12 @@ type Problem struct {
 	Mode fs.FileMode
 	// UID owns it.
 	UID int
-	// Top: Path is the state dir itself.
+	// Top: Path is the state dir itself (or the socket dir, see
+	// PrepareSocketDir).
 	Top bool
+	// Role names the directory judged: "" for the state dir, or
+	// "socket dir".
+	Role string
 	// Target is where a Link points ("" when unreadable).
 	Target string
 }
@@ -129,7 +133,7 @@ func (p *Problem) Private() fs.FileMode { return p.Mode.Perm() &^ 0o077 }
 func (p *Problem) Detail() string {
 	name := p.Path
 	if p.Top {
-		name = "state dir " + p.Path
+		name = p.role() + " " + p.Path
 	}
 	switch p.Kind {
 	case Link:
@@ -156,9 +160,19 @@ func (p *Problem) Detail() string {
 	return name + " is not trusted"
 }
 
+// role names the directory judged.
+func (p *Problem) role() string {
+	if p.Role == "" {
+		return "state dir"
+	}
+	return p.Role
+}
+
 // Fix says what to do about the problem.
 func (p *Problem) Fix() string {
 	switch {
+	case p.Top && p.Role != "" && p.Kind != Readable:
+		return "remove it: tether makes a private one"
 	case p.Kind == Link && p.Top:
 		return "point --state-dir at the directory itself"
 	case p.Kind == Link:
@@ -229,7 +243,10 @@ func ownerOf(fi fs.FileInfo) int {
 // every path that breaks the rules, the state dir first; it changes
 // nothing. A state dir that does not exist yet has no problem. The error
 // is for what could not be looked at (a directory that cannot be read).
-func Check(dir string) ([]*Problem, error) {
+func Check(dir string) ([]*Problem, error) { return check(dir, "") }
+
+// check is Check of the directory dir in role.
+func check(dir, role string) ([]*Problem, error) {
 	var out []*Problem
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		top := path == dir
@@ -255,6 +272,7 @@ func Check(dir string) ([]*Problem, error) {
 		if p == nil {
 			return nil
 		}
+		p.Role = role
 		out = append(out, p)
 		if top && p.Kind != Readable {
 			return filepath.SkipAll // not our directory: what is in it is not ours to judge
@@ -270,17 +288,28 @@ func Check(dir string) ([]*Problem, error) {
 // path and the fix), and otherwise takes the group and other bits off
 // what is ours but readable by others (0700 for a directory, 0600 for a
 // file), saying so at info level. It changes nothing when it refuses.
-func Prepare(dir string, log zerolog.Logger) error {
+func Prepare(dir string, log zerolog.Logger) error { return prepare(dir, "", log) }
+
+// PrepareSocketDir is Prepare for the private directory a host keeps its
+// Unix sockets in when the state dir's path is too long for them (under
+// the system temp dir, where anyone may have made it first).
+func PrepareSocketDir(dir string, log zerolog.Logger) error {
+	return prepare(dir, "socket dir", log)
+}
+
+// prepare is Prepare of the directory dir in role.
+func prepare(dir, role string, log zerolog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		// MkdirAll fails on a dangling link: say that, not EEXIST.
 		if fi, lerr := os.Lstat(dir); lerr == nil {
 			if p := problemOf(dir, fi, true); p != nil {
+				p.Role = role
 				return p
 			}
 		}
-		return fmt.Errorf("state dir: %w", err)
+		return fmt.Errorf("%s: %w", (&Problem{Role: role}).role(), err)
 	}
-	problems, err := Check(dir)
+	problems, err := check(dir, role)
 	if err != nil {
 		return err
 	}
@@ -313,7 +342,7 @@ func Prepare(dir string, log zerolog.Logger) error {
 func describe(rel string, p *Problem) string {
 	switch {
 	case p.Top:
-		return "the state dir"
+		return "the " + p.role()
 	case rel == "token":
 		return "the token file"
 	case strings.HasPrefix(rel, "state.db"):
@@ -342,6 +371,22 @@ func makePrivate(p *Problem) error {
 	}
 	if err := f.Chmod(p.Private()); err != nil {
 		return fmt.Errorf("making %s private: %w", p.Path, err)
+	}
+	return nil
+}
+
+// Verify is Prepare for a command that uses a state dir a host made and
+// mends nothing: the first problem Prepare would refuse, or nil. A
+// state dir that does not exist passes.
+func Verify(dir string) error {
+	problems, err := Check(dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		if !p.Mendable() {
+			return p
+		}
 	}
 	return nil
 }
