@@ -357,10 +357,11 @@ func randomToken() string { return contract.RandomHex(16) }
 // restarts. It reads by readTokenFile's rules (in the state dir: never
 // through a link, only a file of ours closed to others; elsewhere,
 // through a link when it is one) and makes a file others can read 0600,
-// saying so. It never creates a file through a link: O_EXCL refuses any
-// link at path, dangling or not, and the file is then read again, once
-// (another host may have made it first), so a dangling link is refused
-// with its reason and never spun on.
+// saying so. It never creates a file through a link: the token appears
+// whole at path by link(2) from a private temporary file, which fails on
+// anything already there, a link included, dangling or not. The file is
+// then read again, once (another host may have made it first), so a
+// dangling link is refused with its reason and never spun on.
 func loadOrCreateToken(stateDir, path string, log zerolog.Logger) (token string, created bool, err error) {
 	for range 2 {
 		t, _, err := readTokenFile(stateDir, path, true, log)
@@ -371,23 +372,52 @@ func loadOrCreateToken(stateDir, path string, log zerolog.Logger) (token string,
 			return "", false, fmt.Errorf("token file: %w", err)
 		}
 		t = randomToken()
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		err = createWhole(path, []byte(t+"\n"))
 		if errors.Is(err, os.ErrExist) {
 			continue // made meanwhile, or a link is in the way: read it again
 		}
 		if err != nil {
 			return "", false, fmt.Errorf("token file: %w", err)
 		}
-		if _, err := f.WriteString(t + "\n"); err != nil {
-			f.Close()
-			return "", false, fmt.Errorf("token file: %w", err)
-		}
-		if err := f.Close(); err != nil {
-			return "", false, fmt.Errorf("token file: %w", err)
-		}
 		return t, true, nil
 	}
 	return "", false, fmt.Errorf("token file %s: something else keeps making and removing it; check who writes there", path)
+}
+
+// createWhole makes the file path (mode 0600) holding data, or fails
+// with an error wrapping os.ErrExist when anything is at path already,
+// a symbolic link included: a reader never sees it empty or half
+// written. Where the file system has no hard links it falls back to an
+// exclusive create (O_EXCL, which refuses a link as well).
+func createWhole(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	err = os.Link(tmp.Name(), path)
+	if err == nil || errors.Is(err, os.ErrExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // agentFactory builds the --agent: an echo or exec factory, or, for acp,
