@@ -368,6 +368,16 @@ func TestStateDirRefused(t *testing.T) {
 			if unchanged != nil {
 				unchanged(t)
 			}
+			// tether doctor runs the same check: it reports, word for
+			// word, what serve refused with, and its fix.
+			detail, fix, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(stderr), "tether serve: "), "; ")
+			out, errOut, code := e2e.Tether(t, "doctor", "--state-dir", state, "--listen", "127.0.0.1:0")
+			if code != 1 || !strings.Contains(out, detail) || !strings.Contains(out, "fix: "+fix) {
+				t.Errorf("doctor: exit %d, want 1 with %q and its fix %q:\n%s%s", code, detail, fix, out, errOut)
+			}
+			if unchanged != nil {
+				unchanged(t)
+			}
 		})
 	}
 }
