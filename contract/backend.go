@@ -81,6 +81,15 @@ const EnvPluginSecret = "TETHER_PLUGIN_SECRET"
 // saves both processes the work. Missing, it means every level.
 const EnvPluginLogLevel = "TETHER_PLUGIN_LOG_LEVEL"
 
+// EnvPluginUmask names the environment variable through which the host
+// tells a PTY backend process, at its start, the umask (octal, "0022")
+// of the user who started the host. The host itself runs with umask 077
+// so that its files are private, and so does the plugin it starts; the
+// processes the backend runs for the user (each PTY's shell) must get
+// this one. The process reads it and removes it from its environment.
+// Missing, the shells inherit the plugin's own umask.
+const EnvPluginUmask = "TETHER_PLUGIN_UMASK"
+
 // Prove is the proof of a secret for a challenge: hex HMAC-SHA256.
 func Prove(secret, challenge string) string {
 	m := hmac.New(sha256.New, []byte(secret))

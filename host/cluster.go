@@ -27,6 +27,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/internal/supervise"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/internal/statedir"
 	"github.com/tether-agent/tether/wire"
 )
 
@@ -273,25 +274,42 @@ const hostIDFile = "host-id"
 
 // HostID returns the host id to use on stateDir: given when not empty,
 // else the one kept in <stateDir>/host-id, made at random and kept there
-// the first time.
+// the first time. The file is never read or made through a symbolic
+// link, and one of another user's, or one others can write, is refused.
 func HostID(stateDir, given string) (string, error) {
 	if given != "" {
 		return given, nil
 	}
 	path := filepath.Join(stateDir, hostIDFile)
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
+	for range 2 {
+		b, err := statedir.ReadFile(path)
+		flag := os.O_WRONLY | os.O_TRUNC // an empty one is filled
+		switch id := strings.TrimSpace(string(b)); {
+		case err == nil && id != "":
 			return id, nil
+		case errors.Is(err, os.ErrNotExist):
+			flag = os.O_WRONLY | os.O_CREATE | os.O_EXCL
+		case err != nil:
+			return "", fmt.Errorf("host id: %w", err)
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("host id: %w", err)
+		id := "host-" + contract.RandomHex(4)
+		f, err := statedir.OpenFile(path, flag, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue // made meanwhile: read it
+		}
+		if err != nil {
+			return "", fmt.Errorf("host id: %w", err)
+		}
+		_, err = f.WriteString(id + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", fmt.Errorf("host id: %w", err)
+		}
+		return id, nil
 	}
-	id := "host-" + contract.RandomHex(4)
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("host id: %w", err)
-	}
-	return id, nil
+	return "", fmt.Errorf("host id: %s appeared and vanished while tether made it", path)
 }
 
 // startCluster joins the cluster cfg.Cluster describes.

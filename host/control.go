@@ -19,6 +19,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/supervise"
+	"github.com/tether-agent/tether/internal/statedir"
 )
 
 // ControlSocket is the name of the host's control socket in its socket
@@ -140,7 +141,21 @@ type PluginStatus = supervise.PluginStatus
 // answer. It fails with ErrNoHost when nothing listens on the control
 // socket.
 func Control(ctx context.Context, stateDir string, req ControlRequest) (ControlResponse, error) {
-	path := filepath.Join(SocketDir(stateDir), ControlSocket)
+	sockDir := SocketDir(stateDir)
+	path := filepath.Join(sockDir, ControlSocket)
+	// connect(2) follows a symbolic link: the state dir, the socket dir
+	// and the socket must be ours and no link, or the answer could come
+	// from another user's process posing as the host.
+	err := statedir.CheckTop(stateDir)
+	if err == nil {
+		err = statedir.CheckFile(sockDir)
+	}
+	if err == nil {
+		err = statedir.CheckFile(path)
+	}
+	if err != nil {
+		return ControlResponse{}, fmt.Errorf("control socket: %w", err)
+	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
 	if err != nil {

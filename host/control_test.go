@@ -28,7 +28,7 @@ func TestControlSocket(t *testing.T) {
 	// A socket file left by a host that died is no host either, and is
 	// replaced.
 	sock := SocketDir(dir)
-	if err := makeSocketDir(sock); err != nil {
+	if err := makeSocketDir(sock, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	stale, err := net.Listen("unix", filepath.Join(sock, ControlSocket))
@@ -101,7 +101,7 @@ func TestControlPTYs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sock := SocketDir(dir)
-	if err := makeSocketDir(sock); err != nil {
+	if err := makeSocketDir(sock, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := listenControl(sock)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tether-agent/tether/host/internal/supervise"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/internal/statedir"
 )
 
 // Finding is one check of `tether doctor`.
@@ -51,26 +53,31 @@ func Diagnose(ctx context.Context, cfg DoctorConfig) []Finding {
 		out = append(out, Finding{Check: check, OK: ok, Detail: detail, Fix: fix})
 	}
 
-	// The state dir.
-	fi, err := os.Stat(cfg.StateDir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
+	// The state dir: the very check tether serve makes (PrepareStateDir),
+	// reported instead of refused. The token file's own problems are
+	// said under "token file", below.
+	problems, err := statedir.Check(cfg.StateDir)
+	if _, lerr := os.Lstat(cfg.StateDir); errors.Is(lerr, os.ErrNotExist) {
 		add("state dir", true, cfg.StateDir+" does not exist yet (tether serve makes it, mode 0700)", "")
 		return append(out, diagnosePort(cfg)...)
-	case err != nil:
+	}
+	if err != nil {
 		add("state dir", false, err.Error(), "check the path and its parents' permissions")
 		return out
-	case !fi.IsDir():
-		add("state dir", false, cfg.StateDir+" is not a directory", "point --state-dir at a directory")
-		return out
-	case fi.Mode().Perm() != 0o700:
-		add("state dir", false, fmt.Sprintf("%s has mode %04o: others can reach the database and sockets", cfg.StateDir, fi.Mode().Perm()), "chmod 700 "+cfg.StateDir)
-	default:
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
-			add("state dir", false, fmt.Sprintf("%s belongs to uid %d, not this user (%d)", cfg.StateDir, st.Uid, os.Getuid()), "run tether as the state dir's owner, or chown it")
-		} else {
-			add("state dir", true, cfg.StateDir+" (mode 0700)", "")
+	}
+	bad := 0
+	for _, p := range problems {
+		if p.Path == filepath.Clean(cfg.TokenFile) {
+			continue
 		}
+		bad++
+		add("state dir", false, p.Detail(), p.Fix())
+		if p.Top && p.Kind != statedir.Readable && p.Kind != statedir.Writable {
+			return out // not a directory of ours: nothing in it to look at
+		}
+	}
+	if bad == 0 {
+		add("state dir", true, cfg.StateDir+" (mode 0700; everything in it is yours and closed to others)", "")
 	}
 
 	// The lock and the host.
@@ -132,26 +139,56 @@ func Diagnose(ctx context.Context, cfg DoctorConfig) []Finding {
 	}
 
 	// The token file.
-	tfi, err := os.Stat(cfg.TokenFile)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		add("token file", true, cfg.TokenFile+" does not exist yet (tether serve makes it, mode 0600)", "")
-	case err != nil:
-		add("token file", false, err.Error(), "check "+cfg.TokenFile)
-	case tfi.Mode().Perm()&0o077 != 0:
-		add("token file", false, fmt.Sprintf("%s has mode %04o: other users can read the access token", cfg.TokenFile, tfi.Mode().Perm()), "chmod 600 "+cfg.TokenFile)
-	default:
-		if b, err := os.ReadFile(cfg.TokenFile); err != nil || strings.TrimSpace(string(b)) == "" {
-			add("token file", false, cfg.TokenFile+" is empty or unreadable", "remove it to have tether serve make a new one (clients then need the new token)")
-		} else {
-			add("token file", true, cfg.TokenFile+" (mode 0600)", "")
-		}
-	}
+	add(diagnoseTokenFile(cfg))
 
 	if !running {
 		out = append(out, diagnosePort(cfg)...)
 	}
 	return out
+}
+
+// diagnoseTokenFile checks the token file by the rules tether serve
+// reads it by: in the state dir never through a link, and only a file of
+// ours closed to others; elsewhere it may be a link (the operator's
+// choice). It reads nothing through a link in the state dir and never
+// waits on a FIFO.
+func diagnoseTokenFile(cfg DoctorConfig) (check string, ok bool, detail, fix string) {
+	const name = "token file"
+	path := cfg.TokenFile
+	var f *os.File
+	var err error
+	if statedir.Within(cfg.StateDir, path) {
+		f, err = statedir.OpenFile(path, os.O_RDONLY, 0)
+	} else {
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	}
+	var p *statedir.Problem
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(path)
+			return name, false, path + " is a symbolic link to " + target + ", which does not exist", "make the file it points at, or point --token-file elsewhere"
+		}
+		return name, true, path + " does not exist yet (tether serve makes it, mode 0600)", ""
+	case errors.As(err, &p):
+		return name, false, p.Detail(), p.Fix()
+	case err != nil:
+		return name, false, err.Error(), "check " + path
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return name, false, err.Error(), "check " + path
+	case !fi.Mode().IsRegular():
+		return name, false, path + " is not a regular file", "point --token-file at one"
+	case fi.Mode().Perm()&0o077 != 0:
+		return name, false, fmt.Sprintf("%s has mode %04o: other users can read the access token", path, fi.Mode().Perm()), "chmod 600 " + path
+	}
+	if b, err := io.ReadAll(io.LimitReader(f, 64<<10)); err != nil || strings.TrimSpace(string(b)) == "" {
+		return name, false, path + " is empty or unreadable", "remove it to have tether serve make a new one (clients then need the new token)"
+	}
+	return name, true, path + " (mode 0600)", ""
 }
 
 // diagnosePort checks that the listen address can be bound.

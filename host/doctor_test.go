@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/internal/statedir"
 )
 
 // findings indexes Diagnose's answer by check.
@@ -133,5 +137,127 @@ func TestDoctorFindsPlantedProblems(t *testing.T) {
 	}
 	if f := got["state dir"]; !f.OK {
 		t.Errorf("state dir 0700 failed: %+v", f)
+	}
+}
+
+// TestDoctorAndServeAgree: for each problem planted in a state dir, the
+// reason tether serve refuses it with (PrepareStateDir) is, word for
+// word, a failed finding of tether doctor with the same fix — one check
+// for both — and doctor changes nothing while serve would.
+func TestDoctorAndServeAgree(t *testing.T) {
+	type plant func(t *testing.T, dir string)
+	file := func(name string, mode os.FileMode) plant {
+		return func(t *testing.T, dir string) {
+			p := filepath.Join(dir, name)
+			if err := os.WriteFile(p, []byte("x\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	link := func(name, to string) plant {
+		return func(t *testing.T, dir string) {
+			if err := os.Symlink(to, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tests := []struct {
+		name  string
+		root  bool
+		plant plant
+	}{
+		{"group-writable WAL", false, file("state.db-wal", 0o660)},
+		{"world-writable record dir", false, func(t *testing.T, dir string) {
+			if err := os.Mkdir(filepath.Join(dir, "plugins"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(filepath.Join(dir, "plugins"), 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"symlinked lock", false, link("lock", "/etc/passwd")},
+		{"dangling host-id", false, link("host-id", "/nonexistent/host-id")},
+		{"symlinked token", false, link("token", "/etc/hostname")},
+		{"group-writable state dir", false, func(t *testing.T, dir string) {
+			if err := os.Chmod(dir, 0o770); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"another user's token", true, func(t *testing.T, dir string) {
+			file("token", 0o600)(t, dir)
+			if err := os.Chown(filepath.Join(dir, "token"), 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"another user's state dir", true, func(t *testing.T, dir string) {
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.root && os.Geteuid() != 0 {
+				t.Skip("needs root: gives a file to another user (uid 65534)")
+			}
+			dir := filepath.Join(t.TempDir(), "state")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			tt.plant(t, dir)
+			found := Diagnose(context.Background(), DoctorConfig{StateDir: dir})
+			err := PrepareStateDir(dir, zerolog.Nop())
+			var p *statedir.Problem
+			if !errors.As(err, &p) || !errors.Is(err, ErrStateDirNotTrusted) {
+				t.Fatalf("PrepareStateDir: %v, want a refusal", err)
+			}
+			agree := false
+			for _, f := range found {
+				if !f.OK && f.Detail == p.Detail() && f.Fix == p.Fix() {
+					agree = true
+				}
+			}
+			if !agree {
+				t.Errorf("serve refuses with %q; doctor found %+v", err, found)
+			}
+		})
+	}
+
+	// A sound state dir: serve takes it, doctor finds nothing in it.
+	dir := t.TempDir()
+	if err := PrepareStateDir(dir, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range Diagnose(context.Background(), DoctorConfig{StateDir: dir}) {
+		if !f.OK && f.Check != "port" {
+			t.Errorf("sound state dir: %+v", f)
+		}
+	}
+}
+
+// TestStopRecordedPluginRefusesUntrusted: `tether plugins stop pty` with
+// no host acts on the record and removes files, so it refuses a state
+// dir that breaks the rules and touches nothing there.
+func TestStopRecordedPluginRefusesUntrusted(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "plugins"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "record")
+	rec := `{"protocol":"grpc","network":"unix","address":"` + filepath.Join(dir, "plugins", "sock") + `","pid":1,"started":1}`
+	if err := os.WriteFile(target, []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, "plugins", "pty.json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := StopRecordedPlugin(context.Background(), dir, "pty", zerolog.Nop()); !errors.Is(err, ErrStateDirNotTrusted) {
+		t.Fatalf("StopRecordedPlugin: %v, want refused", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "plugins", "pty.json")); err != nil {
+		t.Errorf("the refused record was removed: %v", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/internal/supervise"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/internal/statedir"
 	"github.com/tether-agent/tether/wire"
 )
 
@@ -62,6 +63,11 @@ func CheckTransportName(name string) error { return supervise.CheckTransportName
 // StopRecordedPlugin stops the plugin named name that a host left running
 // on stateDir, when no host runs there to do it (see supervise).
 func StopRecordedPlugin(ctx context.Context, stateDir, name string, log zerolog.Logger) (pid int, stopped bool, err error) {
+	// It acts on a record and removes files: not in a state dir that
+	// breaks the rules.
+	if err := statedir.Verify(stateDir); err != nil {
+		return 0, false, err
+	}
 	return supervise.StopRecordedPlugin(ctx, stateDir, SocketDir(stateDir), name, log)
 }
 
@@ -189,11 +195,11 @@ const shutdownBudget = 4 * time.Second
 // the PTY backend, the transports, the control server, then the admin
 // listener; shutdown runs in reverse.
 func Run(ctx context.Context, cfg Config) error {
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
-	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
+	// Nothing in the state dir is read or written before it is judged:
+	// ours, closed to others, no link anywhere (tether serve judged it
+	// already, before its token file; judging again costs a short walk).
+	if err := PrepareStateDir(cfg.StateDir, cfg.Log); err != nil {
+		return err
 	}
 	// One host per state dir: refuse to start beside a running host
 	// before touching its database or its plugins.
@@ -206,7 +212,7 @@ func Run(ctx context.Context, cfg Config) error {
 		afterLock()
 	}
 	sockDir := SocketDir(cfg.StateDir)
-	if err := makeSocketDir(sockDir); err != nil {
+	if err := makeSocketDir(sockDir, cfg.Log); err != nil {
 		return err
 	}
 	if sockDir != filepath.Join(cfg.StateDir, "plugins") {

@@ -12,15 +12,37 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tether-agent/tether/host/internal/supervise"
+	"github.com/tether-agent/tether/internal/statedir"
 )
 
 // LockFile is the name of the host's lock in its state dir: a host holds
 // an exclusive flock on it for its whole life, and writes its pid into it.
 const LockFile = "lock"
 
-// ErrStateDirInUse: another host holds the state dir's lock.
-var ErrStateDirInUse = errors.New("state dir in use")
+// State dir errors; test for them with errors.Is.
+var (
+	// ErrStateDirInUse: another host holds the state dir's lock.
+	ErrStateDirInUse = errors.New("state dir in use")
+	// ErrStateDirNotTrusted: the state dir, or a path in it, is owned by
+	// another user, writable by group or others, or a symbolic link
+	// (docs/PROTOCOL.md, "The state dir").
+	ErrStateDirNotTrusted = statedir.ErrNotTrusted
+)
+
+// PrepareStateDir makes dir ready for a host, or refuses it: it creates
+// it (mode 0700) when missing; refuses it, changing nothing, when it or
+// anything in it is a symbolic link, owned by another user, writable by
+// group or others, or not a file tether keeps there (an error wrapping
+// ErrStateDirNotTrusted, one line naming the path and the fix); and
+// takes the group and other bits off what is ours but readable by others,
+// saying so at info level. tether doctor reports the same findings
+// (Diagnose), from the same check.
+func PrepareStateDir(dir string, log zerolog.Logger) error {
+	return statedir.Prepare(dir, log)
+}
 
 // afterLock, when a test sets it, is called by Run right after the
 // state dir's lock is taken (and its pid written), before the rest of the
@@ -38,7 +60,7 @@ type stateLock struct{ f *os.File }
 // so the plugins the host starts never inherit it.
 func lockStateDir(dir string) (*stateLock, error) {
 	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := statedir.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state dir lock: %w", err)
 	}
@@ -80,7 +102,7 @@ func readLockPid(f *os.File) int {
 // host holds it (a lock file left by a host that is gone holds nothing),
 // or -1 when it is held by a host whose pid is not written yet.
 func LockHolder(dir string) (int, error) {
-	f, err := os.Open(filepath.Join(dir, LockFile))
+	f, err := statedir.OpenFile(filepath.Join(dir, LockFile), os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
@@ -127,23 +149,8 @@ func SocketDir(stateDir string) string {
 }
 
 // makeSocketDir creates dir with mode 0700, or checks that an existing
-// one is a directory of ours that nobody else can enter.
-func makeSocketDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("socket dir: %w", err)
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("socket dir: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("socket dir %s is not a directory owned by this user; remove it", dir)
-	}
-	if fi.Mode().Perm() != 0o700 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("socket dir: %w", err)
-		}
-	}
-	return nil
+// one is a directory of ours that nobody else can enter, holding nothing
+// of anyone else's, with the state dir's own rules (PrepareStateDir).
+func makeSocketDir(dir string, log zerolog.Logger) error {
+	return statedir.PrepareSocketDir(dir, log)
 }

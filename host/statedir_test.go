@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 // TestStateDirLock: a second lock of a held state dir fails at once and
@@ -56,10 +58,56 @@ func TestSocketDir(t *testing.T) {
 		t.Errorf("SocketDir(long) = %s is still too long for a socket path", got)
 	}
 	t.Cleanup(func() { os.RemoveAll(got) })
-	if err := makeSocketDir(got); err != nil {
+	if err := makeSocketDir(got, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(got); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("socket dir mode = %v, %v; want 0700", fi.Mode(), err)
+	}
+}
+
+// TestHostIDNeverThroughLink: the host-id file is made 0600 once and read
+// again after; an empty one is filled; a link there — to a file or
+// dangling — is refused and its target neither read nor written.
+func TestHostIDNeverThroughLink(t *testing.T) {
+	dir := t.TempDir()
+	id, err := HostID(dir, "")
+	if err != nil || !strings.HasPrefix(id, "host-") {
+		t.Fatalf("HostID = %q, %v", id, err)
+	}
+	path := filepath.Join(dir, hostIDFile)
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("host-id: %v (%v), want 0600", fi.Mode(), err)
+	}
+	if again, err := HostID(dir, ""); err != nil || again != id {
+		t.Errorf("HostID again = %q, %v; want %q", again, err, id)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if filled, err := HostID(dir, ""); err != nil || filled == "" {
+		t.Errorf("HostID of an empty file = %q, %v", filled, err)
+	}
+	target := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(target, []byte("host-of-someone-else\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []string{target, filepath.Join(t.TempDir(), "missing")} {
+		os.Remove(path)
+		if err := os.Symlink(to, path); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := HostID(dir, ""); !errors.Is(err, ErrStateDirNotTrusted) || got != "" {
+			t.Errorf("host-id linked to %s: %q, %v; want refused", to, got, err)
+		}
+		if _, err := os.Lstat(filepath.Join(filepath.Dir(to), "missing")); to != target && err == nil {
+			t.Errorf("a host-id was created through the dangling link")
+		}
+	}
+	if b, _ := os.ReadFile(target); string(b) != "host-of-someone-else\n" {
+		t.Errorf("the link's target now holds %q", b)
+	}
+	if got, err := HostID(dir, "given"); err != nil || got != "given" {
+		t.Errorf("a given id: %q, %v", got, err)
 	}
 }

@@ -56,7 +56,11 @@ flags:
 		fmt.Fprintln(os.Stderr, "tether acp:", err)
 		return 2
 	}
-	token, file := tf.resolve(urlToken)
+	token, file, err := tf.resolve(urlToken)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tether acp:", err)
+		return 1
+	}
 	mc, err := client.DialMessages(ctx, base, wire.PathACP, client.Options{Token: token})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tether acp: connecting to %s: %v%s\n", redactToken(base), err, tf.connectHelp(from))

@@ -146,7 +146,11 @@ flags:
 		fmt.Fprintln(stderr, "tether attach:", err)
 		return nil, 2
 	}
-	token, tokenFile := tf.resolve(urlToken)
+	token, tokenFile, err := tf.resolve(urlToken)
+	if err != nil {
+		fmt.Fprintln(stderr, "tether attach:", err)
+		return nil, 1
+	}
 	rest := fs.Args()
 	var tok string
 	switch {

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/tether-agent/tether/internal/umask"
 )
 
 // version is the tether version, reported in gateway.ready; release
@@ -53,6 +55,10 @@ func run(args []string) int {
 		return clusterCmd(args[1:])
 	case "plugin":
 		return pluginMain(args[1:])
+	case umask.Arg:
+		// Hidden: how a PTY's shell or an agent gets the user's umask
+		// rather than tether's 077 (internal/umask).
+		return umask.Main(args[1:])
 	case "plugins":
 		return pluginsCmd(args[1:])
 	case "doctor":

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host"
+	"github.com/tether-agent/tether/internal/statedir"
+	"github.com/tether-agent/tether/internal/umask"
 	"github.com/tether-agent/tether/plugins/pty"
 )
 
@@ -33,6 +35,16 @@ const ptyLogMax = 8 << 20
 //   - on SIGTERM kills its PTYs' process groups and exits.
 func ptyPluginMain() int {
 	detachStdin()
+	// The plugin's own files (its socket, its log) are private, whatever
+	// started it; its PTYs' shells get the umask of the user who started
+	// the host, which the host passes on (contract.EnvPluginUmask).
+	umask.Restrict()
+	if v, ok := os.LookupEnv(contract.EnvPluginUmask); ok {
+		if m, err := umask.Parse(v); err == nil {
+			umask.SetChild(m)
+		}
+		_ = os.Unsetenv(contract.EnvPluginUmask)
+	}
 	out := newHostLogWriter(os.Stderr, logFile(os.Getenv(host.EnvPluginStateDir), "pty"))
 	log := zerolog.New(out).Level(pluginLogLevel()).With().Timestamp().Logger()
 	b := pty.New(log)
@@ -153,10 +165,12 @@ func (w *hostLogWriter) Write(p []byte) (int, error) {
 		w.hostGone = true
 	}
 	if w.file == nil && w.path != "" {
-		if fi, err := os.Stat(w.path); err == nil && fi.Size() > ptyLogMax {
+		// A file of the state dir: never opened through a link, nor one
+		// of another user's (statedir.OpenFile).
+		if fi, err := os.Lstat(w.path); err == nil && fi.Mode().IsRegular() && fi.Size() > ptyLogMax {
 			_ = os.Rename(w.path, w.path+".1")
 		}
-		f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := statedir.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			w.path = "" // nowhere to log; never retry
 			return len(p), nil

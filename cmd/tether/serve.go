@@ -20,14 +20,19 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/internal/umask"
 )
 
 func serve(args []string) int {
+	// Every file the host, its plugins and its libraries make is private
+	// from birth (0600, directories 0700); the processes that run the
+	// user's code get back the user's umask (internal/umask).
+	umask.Restrict()
 	fs := flag.NewFlagSet("tether serve", flag.ContinueOnError)
 	var (
 		listen       = fs.String("listen", "127.0.0.1:7717", "address of the public listener")
 		token        = fs.String("token", "", "access token clients must present (default: the one in --token-file, made there at random the first time; prefer TETHER_TOKEN or the file: a flag's value shows in ps)")
-		stateDir     = fs.String("state-dir", defaultStateDir(), "directory for state.db (created with mode 0700)")
+		stateDir     = fs.String("state-dir", defaultStateDir(), "directory for state.db, the token file, plugin records and sockets (created with mode 0700; refused when it, or anything in it, belongs to another user, is writable by group or others, or is a symbolic link)")
 		orphanGrace  = fs.Duration("orphan-grace", 20*time.Second, "how long a session with no viewer is kept parked before it is reaped (0 = forever)")
 		sessionTTL   = fs.Duration("session-ttl", 6*time.Hour, "a parked, idle live session older than this is persisted and released (0 = never)")
 		maxLive      = fs.Int("max-live-sessions", 0, "live sessions at most; only parked idle ones are evicted, oldest first (0 = no cap)")
@@ -57,7 +62,7 @@ func serve(args []string) int {
 		healthWait   = fs.Duration("plugin-health-timeout", 3*time.Second, "a plugin that does not answer its health ping in this long is killed and restarted (unresponsive)")
 		listens      strList
 		allowHosts   strList
-		tokenFile    = fs.String("token-file", "", "where the access token is kept (mode 0600): read when --token/TETHER_TOKEN is not given, created with a random token when missing (default <state-dir>/token)")
+		tokenFile    = fs.String("token-file", "", "where the access token is kept (mode 0600): read when --token/TETHER_TOKEN is not given, created with a random token when missing; in the state dir never through a symbolic link, elsewhere read through one but never created or chmodded through it (default <state-dir>/token)")
 		pprofOn      = fs.Bool("pprof", false, "also serve /debug/pprof on --admin-listen (it shows the process's command line and memory: token-protected, but enable it only when you need it)")
 		tlsCert      = fs.String("tls-cert", "", "PEM certificate: serve HTTPS/WSS on --listen (with --tls-key)")
 		tlsKey       = fs.String("tls-key", "", "PEM private key for --tls-cert")
@@ -195,9 +200,17 @@ flags:
 	if *tokenFile == "" {
 		*tokenFile = filepath.Join(*stateDir, "token")
 	}
+	// Nothing in the state dir is read before it is judged: a state dir
+	// (or a file in it) of another user, or one others can write, or a
+	// link anywhere in it, is refused before its token file could be
+	// printed.
+	if err := host.PrepareStateDir(*stateDir, log); err != nil {
+		fmt.Fprintln(os.Stderr, "tether serve:", err)
+		return 1
+	}
 	tokenCreated := false
 	if *token == "" {
-		t, created, err := loadOrCreateToken(*stateDir, *tokenFile)
+		t, created, err := loadOrCreateToken(*stateDir, *tokenFile, log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "tether serve:", err)
 			return 1
@@ -336,49 +349,72 @@ func defaultStateDir() string {
 func randomToken() string { return contract.RandomHex(16) }
 
 // loadOrCreateToken reads the access token from path, or creates path
-// (mode 0600, in a state dir of mode 0700) with a random token when it is
-// missing, so that the token — and every page, bookmark and client that
-// holds it — survives restarts. A token file others may read is made
-// 0600 again.
-func loadOrCreateToken(stateDir, path string) (token string, created bool, err error) {
-	b, err := os.ReadFile(path)
+// (mode 0600) with a random token when it is missing, so that the token
+// — and every page, bookmark and client that holds it — survives
+// restarts. It reads by readTokenFile's rules (in the state dir: never
+// through a link, only a file of ours closed to others; elsewhere,
+// through a link when it is one) and makes a file others can read 0600,
+// saying so. It never creates a file through a link: the token appears
+// whole at path by link(2) from a private temporary file, which fails on
+// anything already there, a link included, dangling or not. The file is
+// then read again, once (another host may have made it first), so a
+// dangling link is refused with its reason and never spun on.
+func loadOrCreateToken(stateDir, path string, log zerolog.Logger) (token string, created bool, err error) {
+	for range 2 {
+		t, _, err := readTokenFile(stateDir, path, true, log)
+		if !errors.Is(err, os.ErrNotExist) {
+			return t, false, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return "", false, fmt.Errorf("token file: %w", err)
+		}
+		t = randomToken()
+		err = createWhole(path, []byte(t+"\n"))
+		if errors.Is(err, os.ErrExist) {
+			continue // made meanwhile, or a link is in the way: read it again
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("token file: %w", err)
+		}
+		return t, true, nil
+	}
+	return "", false, fmt.Errorf("token file %s: something else keeps making and removing it; check who writes there", path)
+}
+
+// createWhole makes the file path (mode 0600) holding data, or fails
+// with an error wrapping os.ErrExist when anything is at path already,
+// a symbolic link included: a reader never sees it empty or half
+// written. Where the file system has no hard links it falls back to an
+// exclusive create (O_EXCL, which refuses a link as well).
+func createWhole(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
 	if err == nil {
-		t := strings.TrimSpace(string(b))
-		if t == "" {
-			return "", false, fmt.Errorf("token file %s is empty: put a token in it, or remove it to have one made", path)
-		}
-		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			if err := os.Chmod(path, 0o600); err != nil {
-				return "", false, fmt.Errorf("token file %s: readable by others and cannot be made 0600: %w", path, err)
-			}
-		}
-		return t, false, nil
+		err = tmp.Sync()
 	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", false, fmt.Errorf("token file: %w", err)
-	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return "", false, fmt.Errorf("state dir: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", false, fmt.Errorf("token file: %w", err)
-	}
-	t := randomToken()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return loadOrCreateToken(stateDir, path) // another host made it first
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("token file: %w", err)
+		return err
 	}
-	if _, err := f.WriteString(t + "\n"); err != nil {
+	err = os.Link(tmp.Name(), path)
+	if err == nil || errors.Is(err, os.ErrExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return "", false, fmt.Errorf("token file: %w", err)
+		return err
 	}
-	if err := f.Close(); err != nil {
-		return "", false, fmt.Errorf("token file: %w", err)
-	}
-	return t, true, nil
+	return f.Close()
 }
 
 // agentFactory builds the --agent: an echo or exec factory, or, for acp,

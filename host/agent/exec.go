@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/internal/umask"
 )
 
 var _ Agent = (*Exec)(nil)
@@ -92,6 +93,7 @@ func (e *Exec) Run(ctx context.Context, history []Message, prompt string, emit f
 	cmd.Env = contract.WithoutTetherEnv(os.Environ())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.stdinR, p.stdoutW, p.stderrW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	umask.Wrap(cmd) // the user's umask, not tether's 077
 	err := cmd.Start()
 	p.closeChildEnds() // the child has its copies
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/internal/statedir"
 )
 
 // Errors returned by the store. Test for them with errors.Is.
@@ -96,6 +98,9 @@ type Session struct {
 // filepath.Join(stateDir, "state.db"), and migrates it to the newest schema.
 // The directory must exist.
 func Open(ctx context.Context, path string) (*Store, error) {
+	if err := makeFiles(path); err != nil {
+		return nil, err
+	}
 	db, err := openDB(path)
 	if err != nil {
 		return nil, err
@@ -120,12 +125,43 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // schema, and runs quick_check: an error wrapping ErrDamaged when the file
 // is damaged. A running host may hold it open meanwhile.
 func Check(ctx context.Context, path string) error {
+	if err := checkFiles(path); err != nil {
+		return err
+	}
 	db, err := openDBMode(path, "ro")
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 	return (&Store{db: db}).QuickCheck(ctx)
+}
+
+// makeFiles makes the database file at path when it is missing, mode
+// 0600 and never through a symbolic link (SQLite gives its -wal and -shm
+// the mode of the database file, so they are 0600 too), and refuses a
+// link at any of the files SQLite will open (checkFiles).
+func makeFiles(path string) error {
+	f, err := statedir.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	return checkFiles(path)
+}
+
+// checkFiles refuses the database when its file, or a -wal, -shm or
+// -journal file beside it, is a symbolic link, another user's, or
+// writable by others: SQLite opens them by name and would follow a link
+// (the driver cannot ask for SQLITE_OPEN_NOFOLLOW).
+func checkFiles(path string) error {
+	for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
+		if err := statedir.CheckFile(path + suffix); err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // openDB opens the database file at path with the connection settings every

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/internal/statedir"
 )
 
 // t0 is a fixed start time for test sessions.
@@ -259,6 +261,55 @@ func TestConnectionSettings(t *testing.T) {
 			}
 			if !strings.EqualFold(got, tt.want) {
 				t.Errorf("PRAGMA %s: got %q, want %q", tt.pragma, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestOpenPrivateNoLinks: a new database is made 0600, and its -wal and
+// -shm, which SQLite makes with the database's mode, are 0600 too, under
+// the process's umask (SQLite alone would make them 0644); a symbolic
+// link at the database or at any file beside it that SQLite opens is
+// refused, by Open and by Check, and its target is left alone.
+func TestOpenPrivateNoLinks(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	st, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateSession(context.Background(), Session{Key: NewKey(time.Now()), Title: "x", StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"", "-wal", "-shm"} {
+		if fi, err := os.Stat(path + f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("state.db%s: %v (%v), want 0600", f, fi.Mode(), err)
+		}
+	}
+	st.Close()
+
+	for _, f := range []string{"", "-wal", "-shm", "-journal"} {
+		t.Run("link at state.db"+f, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "state.db")
+			target := filepath.Join(t.TempDir(), "target")
+			if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target, path+f); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := Open(context.Background(), path); !errors.Is(err, statedir.ErrLink) || !strings.Contains(err.Error(), path+f) {
+				if st != nil {
+					st.Close()
+				}
+				t.Errorf("Open: %v, want refused naming %s", err, path+f)
+			}
+			if err := Check(context.Background(), path); !errors.Is(err, statedir.ErrLink) {
+				t.Errorf("Check: %v, want refused", err)
+			}
+			if b, _ := os.ReadFile(target); string(b) != "keep" {
+				t.Errorf("the target now holds %q", b)
 			}
 		})
 	}

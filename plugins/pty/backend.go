@@ -295,7 +295,7 @@ func (b *Backend) attach(ctx context.Context, req contract.AttachRequest) (contr
 	go b.feed(rec)
 	resp := b.attachLocked(rec, req, true)
 	b.mu.Unlock()
-	rec.log.Debug().Strs("argv", rec.cmd.Args).Msg("pty spawned")
+	rec.log.Debug().Strs("argv", rec.argv).Msg("pty spawned")
 	return resp, rec, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/internal/umask"
 )
 
 // readBufSize is the drain's read size.
@@ -32,6 +33,7 @@ type ptyRec struct {
 	epoch   string
 	pid     int // the child's pid, also its process group and session id
 	created time.Time
+	argv    []string // the command line as given (cmd.Args may lead with the umask trampoline)
 	cmd     *exec.Cmd
 	master  *os.File      // non-blocking, in the runtime poller
 	exited  chan struct{} // closed once the child has exited (not yet reaped)
@@ -74,6 +76,7 @@ func (b *Backend) spawn(cfg contract.BackendConfig, req contract.AttachRequest) 
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = childEnv()
+	umask.Wrap(cmd) // the user's umask (contract.EnvPluginUmask), not the plugin's 077
 	f, err := pty.StartWithAttrs(cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)},
 		&syscall.SysProcAttr{Setsid: true, Setctty: true})
 	if err != nil {
@@ -84,6 +87,7 @@ func (b *Backend) spawn(cfg contract.BackendConfig, req contract.AttachRequest) 
 		epoch:    newEpoch(),
 		pid:      cmd.Process.Pid,
 		created:  time.Now(),
+		argv:     argv,
 		cmd:      cmd,
 		exited:   make(chan struct{}),
 		ring:     newRing(int(cfg.Buffer)),

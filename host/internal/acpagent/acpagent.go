@@ -32,6 +32,7 @@ import (
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/supervise"
+	"github.com/tether-agent/tether/internal/umask"
 )
 
 // Errors of the ACP agent.
@@ -140,6 +141,7 @@ func (f *Factory) launch(ctx context.Context, gen int) (*process, error) {
 	cmd.Env = contract.WithoutTetherEnv(os.Environ())
 	cmd.Dir = f.cfg.Cwd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	umask.Wrap(cmd) // the user's umask, not tether's 077
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("acp agent: %w", err)

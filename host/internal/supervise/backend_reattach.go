@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/internal/umask"
 )
 
 // reattach looks for the record a previous host left, decides whether it
@@ -127,6 +128,11 @@ func (b *Backend) launch() (*bgen, error) {
 	}
 	secret := contract.RandomHex(32)
 	env = append(env, contract.EnvPluginSecret+"="+secret)
+	if m, ok := umask.Child(); ok {
+		// The plugin runs with the host's umask (077); its PTYs' shells
+		// get the user's.
+		env = append(env, contract.EnvPluginUmask+"="+umask.Format(m))
+	}
 	if v, ok := os.LookupEnv(envScreenModel); ok {
 		env = append(env, envScreenModel+"="+v) // a TETHER_ variable: passed on by name
 	}

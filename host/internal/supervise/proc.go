@@ -25,6 +25,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/internal/statedir"
 )
 
 // PluginSpec says how to run a plugin process.
@@ -344,9 +345,11 @@ func builtinFor(kind string) string {
 	return "ws"
 }
 
-// fileSHA256 returns the hex sha256 of the file at path.
+// fileSHA256 returns the hex sha256 of the file at path, a verified
+// copy in the state dir: never read through a symbolic link (a link
+// there is an error, and verifiedCopy makes a fresh copy over it).
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := statedir.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return "", err
 	}

@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/tether-agent/tether/internal/statedir"
 )
 
 // EnvPluginStateDir names the environment variable through which the host
@@ -118,10 +121,11 @@ func recordPath(stateDir, name string) string {
 	return filepath.Join(stateDir, "plugins", name+".json")
 }
 
-// readRecord reads the reattach record at path; a missing file is
-// (zero, false, nil).
+// readRecord reads the reattach record at path, never through a
+// symbolic link and only when it is a file of ours that others cannot
+// write (statedir.ReadFile); a missing file is (zero, false, nil).
 func readRecord(path string) (ReattachRecord, bool, error) {
-	b, err := os.ReadFile(path)
+	b, err := statedir.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return ReattachRecord{}, false, nil
 	}
@@ -167,7 +171,7 @@ func writeRecord(path string, rec ReattachRecord) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("reattach record: %w", err)
 	}
-	if d, err := os.Open(dir); err == nil {
+	if d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
