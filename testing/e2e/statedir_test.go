@@ -611,8 +611,9 @@ func walkPrivate(t *testing.T, state string) map[string]bool {
 // 0640/0750 by default) and the host-id file are private too, under a
 // user's umask 022.
 func TestStateDirEmbeddedNATSPrivate(t *testing.T) {
+	secret := clusterSecret(t)
 	old := syscall.Umask(0o022)
-	s := e2e.Start(t, e2e.Config{Args: []string{"--cluster", "embedded", "--pty-command", ""}})
+	s := e2e.Start(t, e2e.Config{Args: []string{"--cluster", "embedded", "--cluster-secret-file", secret, "--pty-command", ""}})
 	syscall.Umask(old)
 	c := s.Dial(t)
 	var snap snapshot
