@@ -546,6 +546,134 @@ test("copy, search and font size", { timeout: 60000 }, (t) =>
   }),
 );
 
+// The page's theme: foreground and background of a cell (app.js).
+const FG = [0xd4, 0xd4, 0xd4];
+const BG = [0x1e, 0x1e, 0x1e];
+
+// cellPixels screenshots the terminal's screen and returns, for each
+// column of the visible row whose text is exactly line, what is lit in
+// that cell: a pixel is lit when it is at least a quarter of the way from
+// the background to the foreground colour in every channel. Each cell's
+// outermost pixel columns are left out, so a neighbour's antialiased
+// edge does not count. For each cell: lit (lit pixels in the cell),
+// bottom (lit pixels in its lower half), cover (the share of its pixel
+// columns with a lit pixel in its lower half), max (the brightest green
+// value). null when the row is not on screen.
+async function cellPixels(page, line) {
+  const where = await page.evaluate((line) => {
+    const t = window.tether.term;
+    const b = t.buffer.active;
+    for (let y = t.rows - 1; y >= 0; y--) {
+      if (b.getLine(b.viewportY + y).translateToString(true) === line) return { y, cols: t.cols, rows: t.rows };
+    }
+    return null;
+  }, line);
+  if (!where) return null;
+  const png = await page.locator("#terminal .xterm-screen").screenshot({ animations: "disabled", caret: "hide" });
+  return page.evaluate(
+    async ({ b64, where, n, fg, bg }) => {
+      const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+      const img = await createImageBitmap(new Blob([bytes], { type: "image/png" }));
+      const canvas = new OffscreenCanvas(img.width, img.height);
+      const g = canvas.getContext("2d", { willReadFrequently: true });
+      g.drawImage(img, 0, 0);
+      // The screenshot is in device pixels; the screen is cols × rows cells.
+      const cw = img.width / where.cols;
+      const ch = img.height / where.rows;
+      const lit = (d, i) => [0, 1, 2].every((k) => d[i + k] >= bg[k] + (fg[k] - bg[k]) / 4);
+      const cells = [];
+      for (let x = 0; x < n; x++) {
+        const x0 = Math.ceil(x * cw) + 1;
+        const x1 = Math.floor((x + 1) * cw) - 1;
+        const y0 = Math.ceil(where.y * ch);
+        const y1 = Math.floor((where.y + 1) * ch);
+        const mid = Math.floor((where.y + 0.5) * ch);
+        const d = g.getImageData(x0, y0, x1 - x0, y1 - y0).data;
+        const w = x1 - x0;
+        let all = 0;
+        let low = 0;
+        let max = 0;
+        const cols = new Set();
+        for (let y = 0; y < y1 - y0; y++) {
+          for (let c = 0; c < w; c++) {
+            const i = (y * w + c) * 4;
+            max = Math.max(max, d[i + 1]);
+            if (!lit(d, i)) continue;
+            all++;
+            if (y0 + y >= mid) {
+              low++;
+              cols.add(c);
+            }
+          }
+        }
+        cells.push({ lit: all, bottom: low, cover: cols.size / w, max });
+      }
+      return { cells, cell: [cw, ch] };
+    },
+    { b64: png.toString("base64"), where, n: line.length, fg: FG, bg: BG },
+  );
+}
+
+// underscoresLit prints line (made of letters, underscores and spaces)
+// with printf and waits until every letter's cell is lit in a screenshot
+// (the renderer has drawn the row); it then asserts that each
+// underscore's cell is lit across its lower half and that each space's
+// cell has no lit pixel. what names the case in the messages.
+async function underscoresLit(page, line, what) {
+  // The rows of the whole buffer that are exactly line: the new one is
+  // printed when there is one more.
+  const count = ([line, before]) => {
+    const b = window.tether.term.buffer.active;
+    let n = 0;
+    for (let y = 0; y < b.length; y++) if (b.getLine(y).translateToString(true) === line) n++;
+    return before === undefined ? n : n > before;
+  };
+  const before = await page.evaluate(count, [line]);
+  await type(page, `printf '%s\\n' '${line}'`);
+  let got = null;
+  try {
+    await page.waitForFunction(count, [line, before], { timeout: wait });
+    // Drawn when every letter shows: poll screenshots (bounded by wait).
+    for (const deadline = Date.now() + wait; ; ) {
+      got = await cellPixels(page, line);
+      if (got && [...line].every((c, i) => !/[a-z]/.test(c) || got.cells[i].lit > 0)) break;
+      if (Date.now() > deadline) throw new Error("the row's letters were never drawn");
+    }
+  } catch (err) {
+    throw new Error(`${what}: ${err.message}; last cells ${JSON.stringify(got)}`);
+  }
+  const bad = [];
+  [...line].forEach((c, i) => {
+    const p = got.cells[i];
+    if (c === "_" && !(p.bottom > 0 && p.cover >= 0.8)) bad.push(`column ${i} "_" is not drawn (lit ${p.lit}, in its lower half ${p.bottom}, across ${Math.round(p.cover * 100)}% of its width, brightest ${p.max})`);
+    if (c === " " && p.lit > 0) bad.push(`column ${i} " " has ${p.lit} lit pixels`);
+  });
+  const cells = `cells ${got.cell.map((v) => v.toFixed(2)).join("×")} device px`;
+  assert.deepEqual(bad, [], `${what} (${cells})`);
+  const under = got.cells.filter((_, i) => line[i] === "_");
+  return `${what}: ${cells}, the dimmest underscore's brightest pixel ${Math.min(...under.map((p) => p.max))} (background ${BG[1]}, foreground ${FG[1]})`;
+}
+
+test("underscores are drawn at every font size", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    await waitPrompt(page);
+    const size = () => page.evaluate(() => window.tether.term.options.fontSize);
+    assert.equal(await size(), 14, "not the default font size");
+    const line = "snake_case_name __dunder__ _ x";
+    t.diagnostic(await underscoresLit(page, line, "at the default size 14"));
+    // The sizes around it, with the page's own buttons.
+    await page.click("#font-down");
+    await page.click("#font-down");
+    for (let n = 12; n <= 18; n++) {
+      assert.equal(await size(), n);
+      t.diagnostic(await underscoresLit(page, line, `at size ${n}`));
+      await page.click("#font-up");
+    }
+  }),
+);
+
 test("New terminal keeps the old one; switch back; close one", { timeout: 120000 }, (t) =>
   withContext(t, async (ctx) => {
     const page = await open(ctx);

@@ -116,6 +116,16 @@
 // size, Ctrl+0 restores 14 px; the status bar has buttons for each, and
 // the size and the copy-on-select choice are kept in localStorage.
 //
+// The terminal is drawn by xterm.js's DOM renderer, which clips each row
+// to its cells; a cell is as tall as the font's ascent plus descent, each
+// rounded to whole pixels by the browser. DejaVu Sans Mono, the usual
+// Linux monospace font, draws "_" at the very bottom of its descent, so
+// where the descent rounds down (14 px: 3.3 px to 3) the underscore fell
+// one pixel row below its cell and vanished (at 10, 14, 19 and 23 px on a
+// display of device pixel ratio 1). The page gives xterm.js a lineHeight
+// of 1.1, so the cell has room below the descent (17 pixels at 14 px
+// instead of 16) and an underscore is drawn at every size.
+//
 // # The chat view
 //
 // The chat view drives agent sessions through the JSON-RPC gateway on

@@ -22,6 +22,7 @@
   const FONT_DEFAULT = 14;
   const FONT_MIN = 8;
   const FONT_MAX = 32;
+  const LINE_HEIGHT = 1.1; // xterm.js lineHeight: cell height over the font's (see new Terminal)
   // Flow control: the browser takes every frame at once, xterm.js parses
   // them later. When more than HIGH bytes wait to be parsed, the page
   // detaches and reattaches from its offset once xterm.js is below LOW, so
@@ -264,6 +265,15 @@
     disableStdin: true, // until the first screen is restored
     fontFamily: 'ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", "Liberation Mono", monospace',
     fontSize: clampFont(load(local, FONT_KEY) || FONT_DEFAULT),
+    // xterm.js makes a cell exactly as tall as the font's ascent plus its
+    // descent, which the browser rounds to whole pixels each, and its DOM
+    // renderer clips every row to its cells. DejaVu Sans Mono (the usual
+    // Linux monospace) draws "_" at the very bottom of its descent: at
+    // 14 px the descent is 3.3 px, rounded to 3, and the underscore's one
+    // pixel row is the 17th of a 16-pixel cell, so it vanished (also at
+    // 10, 19 and 23 px). A tenth of leading (17-pixel cells at 14 px)
+    // keeps it inside the cell at every size the page offers.
+    lineHeight: LINE_HEIGHT,
     scrollback: 10000,
     theme: {
       background: "#1e1e1e",
