@@ -1060,6 +1060,61 @@ test("chat: a dropped socket mid-answer loses and repeats nothing", { timeout: 6
   }),
 );
 
+test("reconnects back off with full jitter", { timeout: 60000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await openChatView(ctx);
+    await waitState(page, "connected");
+    // The schedule of the terminal's and the chat's sockets: after k failed
+    // attempts the delay is r·min(10 s, 0.25 s·2^k) for r uniform in [0, 1).
+    const got = await page.evaluate(() => {
+      const out = {};
+      for (const [name, delay] of [
+        ["terminal", window.tether.backoffDelay],
+        ["chat", window.tether.chat.backoffDelay],
+      ]) {
+        const rows = [];
+        for (let k = 0; k <= 12; k++) rows.push([0, 0.5, 1 - 2 ** -40].map((r) => delay(k, r)));
+        const first = Array.from({ length: 2000 }, () => delay(0, Math.random()));
+        const capped = Array.from({ length: 2000 }, () => delay(10, Math.random()));
+        const stats = (a) => ({ min: Math.min(...a), max: Math.max(...a), mean: a.reduce((x, y) => x + y, 0) / a.length });
+        out[name] = { rows, first: stats(first), capped: stats(capped) };
+      }
+      return out;
+    });
+    for (const [name, g] of Object.entries(got)) {
+      g.rows.forEach((row, k) => {
+        const bound = Math.min(10000, 250 * 2 ** k);
+        assert.deepEqual(row, [0, bound / 2, bound - 1], `${name}: the delay after ${k} failed attempts for r = 0, 0.5, 1-2^-40`);
+      });
+      // Drawn with Math.random, as the page does: spread over the whole
+      // window (each bound fails with a chance below 1e-8).
+      for (const [what, s, bound] of [
+        ["the first retry", g.first, 250],
+        ["a capped retry", g.capped, 10000],
+      ]) {
+        assert.ok(s.min >= 0 && s.min < bound / 100 && s.max < bound && s.max >= bound * 0.99, `${name}, ${what}: ${JSON.stringify(s)}`);
+        assert.ok(Math.abs(s.mean - bound / 2) < bound / 20, `${name}, ${what}: mean ${s.mean}, want about ${bound / 2}`);
+      }
+    }
+
+    // A real drop: the transport restarts (1012 to every socket); the
+    // first retry of each socket waits less than 250 ms.
+    assert.deepEqual(await page.evaluate(() => [window.tether.retries(), window.tether.chat.retries()]), [[], []]);
+    execFileSync(bin, ["plugins", "reload", "ws", "--state-dir", stateDir], { stdio: ["ignore", "ignore", "inherit"] });
+    await page.waitForFunction(() => document.body.dataset.chatCloseCode === "1012" && document.body.dataset.closeCode === "1012", null, { timeout: wait });
+    await waitChat(page, "connected");
+    await waitState(page, "connected");
+    const log = await page.evaluate(() => ({ terminal: window.tether.retries(), chat: window.tether.chat.retries() }));
+    for (const name of ["terminal", "chat"]) {
+      const r = log[name][0];
+      assert.ok(r, `${name}: no retry was scheduled`);
+      assert.equal(r.attempt, 1, `${name}: the first retry`);
+      assert.equal(r.bound, 250);
+      assert.ok(r.delay >= 0 && r.delay < 250, `${name}: the first retry waited ${r.delay} ms`);
+    }
+  }),
+);
+
 // A second host runs the ACP test kit's agent (testing/acp/agent.mjs, on
 // the official SDK; `npm ci` in testing/acp installs it). Its prompt
 // "permission" announces a tool call and asks one permission request with
@@ -1177,19 +1232,32 @@ test("the open page reconnects by itself after the host was gone 30 s", { timeou
     await waitState(page, "connected");
     await type(page, "echo pid=$$");
     const pid = await waitText(page, String.raw`pid=(\d+)`);
+    // The chat's socket too (it stays open in the terminal view).
+    await page.click("#view-chat");
+    await waitChat(page, "connected");
+    await page.click("#view-terminal");
 
-    // Record every state and status line the page shows from now on.
+    // Record every state and status line the page shows from now on, with
+    // the retry each socket has scheduled then.
     await page.evaluate(() => {
       window.seen = [];
-      const note = () => window.seen.push([document.body.dataset.state, document.getElementById("status-text").textContent]);
+      const note = () =>
+        window.seen.push({
+          now: Date.now(),
+          state: document.body.dataset.state,
+          text: document.getElementById("status-text").textContent,
+          retry: window.tether.retry(),
+          chatText: document.getElementById("chat-status").textContent,
+          chatRetry: window.tether.chat.retry(),
+        });
       const o = new MutationObserver(note);
-      o.observe(document.body, { attributes: true, attributeFilter: ["data-state"] });
-      o.observe(document.getElementById("status-text"), { childList: true, characterData: true, subtree: true });
+      o.observe(document.body, { attributes: true, attributeFilter: ["data-state", "data-chat"] });
+      for (const id of ["status-text", "chat-status"]) o.observe(document.getElementById(id), { childList: true, characterData: true, subtree: true });
     });
     const addr = new URL(url).host;
     await stopServer();
     await waitState(page, "reconnecting");
-    await page.waitForFunction(() => /^host restarting \(1001\) — reconnecting in \d+ s$/.test(document.getElementById("status-text").textContent), null, {
+    await page.waitForFunction(() => /^host restarting \(1001\) — reconnecting(?: in \d+ s|…)$/.test(document.getElementById("status-text").textContent), null, {
       timeout: wait,
     });
     await waitDimmed(page);
@@ -1197,13 +1265,38 @@ test("the open page reconnects by itself after the host was gone 30 s", { timeou
     // The host is away; nothing to wait on but the clock.
     await new Promise((r) => setTimeout(r, hostGone));
     const seen = await page.evaluate(() => window.seen);
-    const states = new Set(seen.map(([s]) => s));
+    // From the terminal's drop on (the chat's socket may drop first).
+    const states = new Set(seen.slice(seen.findIndex((s) => s.state === "reconnecting")).map((s) => s.state));
     assert.deepEqual([...states].filter((s) => s !== "reconnecting"), [], `the page left reconnecting: ${[...states]}`);
-    assert.ok(
-      seen.some(([, text]) => /^host restarting \(1001\) — reconnecting in 10 s$/.test(text)),
-      `no 10 s countdown while the host was gone: ${seen.map(([, text]) => text).slice(-5)}`,
-    );
-    assert.ok(seen.every(([, text]) => !/^connection lost \(1006\)/.test(text)), "the page blamed 1006 for the host's 1001");
+    assert.ok(seen.every((s) => !/^connection lost \(1006\)/.test(s.text)), "the page blamed 1006 for the host's 1001");
+    // Each retry waited a delay drawn from [0, min(10 s, 0.25 s·2^k)) after
+    // k failed attempts, the bound reached the 10 s cap, and every
+    // countdown said when the retry it counted down to was due.
+    const log = await page.evaluate(() => ({ terminal: window.tether.retries(), chat: window.tether.chat.retries() }));
+    for (const [name, textOf, retryOf] of [
+      ["terminal", (s) => s.text, (s) => s.retry],
+      ["chat", (s) => s.chatText, (s) => s.chatRetry],
+    ]) {
+      for (const s of seen) {
+        const r = retryOf(s);
+        const m = /reconnecting in (\d+) s$/.exec(textOf(s));
+        if (!m) continue;
+        assert.ok(r, `${name}: a countdown with no retry scheduled: ${textOf(s)}`);
+        const due = Math.ceil((r.at - s.now) / 1000); // recorded just after the text changed
+        assert.ok(Number(m[1]) === due || Number(m[1]) === due + 1, `${name}: "${textOf(s)}" for a retry due in ${r.at - s.now} ms`);
+      }
+      // The retries of this outage, numbered from 1 (none before it: the
+      // page was connected since it opened).
+      const list = log[name];
+      assert.deepEqual(list.map((r) => r.attempt), list.map((_, i) => i + 1), `${name}: the retries are not numbered 1, 2, …`);
+      assert.ok(list.length >= 7, `${name}: only ${list.length} retries in ${hostGone} ms`);
+      for (const r of list) {
+        assert.equal(r.bound, Math.min(10000, 250 * 2 ** (r.attempt - 1)), `${name}: retry ${r.attempt}'s bound`);
+        assert.ok(r.delay >= 0 && r.delay < r.bound, `${name}: retry ${r.attempt} waited ${r.delay} ms, bound ${r.bound}`);
+      }
+      assert.ok(list.some((r) => r.bound === 10000), `${name}: the bound never reached the 10 s cap: ${JSON.stringify(list)}`);
+      t.diagnostic(`${name} waited ${list.map((r) => r.delay).join(", ")} ms`);
+    }
 
     const again = await startServer(["--listen", addr]);
     assert.equal(again.token, token, "the restarted host has another token (token file)");

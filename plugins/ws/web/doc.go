@@ -69,11 +69,15 @@
 //	reconnecting  lost (1001 host restarting, 1006 connection lost, 1012
 //	              terminal service restarting, 1013 too slow, 1011 other
 //	              than "registry full", or any close not listed below);
-//	              retried forever after 0.25 s, doubling to at most 10 s
-//	              (plus up to 20% jitter), with a countdown, a "Reconnect
-//	              now" button, and at once when the tab becomes visible or
-//	              the browser goes online. The status names the close that
-//	              started the outage (e.g. 1001), not the last failed try.
+//	              retried forever, with a countdown to the next try, a
+//	              "Reconnect now" button, and at once when the tab becomes
+//	              visible or the browser goes online. After k failed
+//	              tries the next waits a delay drawn uniformly from
+//	              [0, min(10 s, 0.25 s·2^k)) ("full jitter"): the many
+//	              tabs a host restart drops at once come back spread over
+//	              that window, not within milliseconds of each other. The
+//	              status names the close that started the outage (e.g.
+//	              1001), not the last failed try.
 //	superseded    4409: another tab took the terminal; Take it back
 //	              reattaches with the cursor
 //	ended         4410: the shell exited; Start a new shell attaches the
@@ -166,8 +170,8 @@
 // transport's name, or that the run ended before an answer. All text is
 // inserted as text, never as HTML.
 //
-// The chat's socket reconnects like the terminal's (0.25 s doubling to
-// 10 s, with a countdown; a close from 4000 up is a refusal, not
+// The chat's socket reconnects like the terminal's (the same fully
+// jittered backoff and countdown; a close from 4000 up is a refusal, not
 // retried). The page keeps, for the open chat, its epoch and the highest
 // seq it has applied. Back on a new socket it resumes the chat by its
 // stored key; when the snapshot has the same epoch it asks
@@ -178,10 +182,15 @@
 // A reload has nothing drawn, so it draws from the snapshot.
 //
 // The page exposes window.tether = {term, state(), offset(), epoch(),
-// attach(), terminals(), replay(), chat} for tests: replay() is the last
-// pty.replay header; chat is {state(), view(), session(), catchUp()}:
-// the chat socket's state (also document.body.dataset.chat), the view,
-// the open chat's key, runtime id, epoch, seq and run state, and the last
-// session.events.since catch-up (last_seen, the number of events,
-// latest_seq).
+// attach(), terminals(), replay(), retry(), retries(), backoffDelay(),
+// chat} for tests: replay() is the last pty.replay header; retry() is
+// the retry scheduled now ({attempt, delay, bound, at}, at in ms since
+// the epoch) or null, retries() the last 64 scheduled, and
+// backoffDelay(k, r) the delay after k failed tries for r in [0, 1);
+// chat is {state(), view(), session(), catchUp(), retry(), retries(),
+// backoffDelay()}: the chat socket's state (also
+// document.body.dataset.chat), the view, the open chat's key, runtime
+// id, epoch, seq and run state, the last session.events.since catch-up
+// (last_seen, the number of events, latest_seq), and its socket's
+// retries as the terminal's.
 package web

@@ -15,8 +15,9 @@
   const LIST_LIMIT = 100;
   const TITLE_MAX = 60; // a new chat is titled with the start of its first prompt
 
-  const BACKOFF_FIRST_MS = 250; // doubles per failed attempt...
-  const BACKOFF_MAX_MS = 10000; // ...up to this, forever
+  const BACKOFF_FIRST_MS = 250; // the bound of the first retry's delay doubles per failed attempt...
+  const BACKOFF_MAX_MS = 10000; // ...up to this, forever (see backoffDelay)
+  const RETRY_LOG = 64; // retries kept for window.tether
   const DIAL_TIMEOUT_MS = 10000; // from new WebSocket to gateway.ready
   const REBIND_MS = 2000; // a resume that failed (storage fault, race) is tried again after this
 
@@ -181,6 +182,8 @@
   let attempt = 0;
   let retryTimer = 0;
   let retryAt = 0;
+  let pendingRetry = null; // {attempt, delay, bound, at} of the scheduled retry, for tests
+  const retryLog = []; // the last RETRY_LOG retries scheduled, for tests
   let countdownTimer = 0;
   let dialTimer = 0;
   let outage = null; // {code, reason}: the close that started this outage
@@ -208,6 +211,18 @@
     clearInterval(countdownTimer);
     retryTimer = 0;
     countdownTimer = 0;
+    pendingRetry = null;
+  }
+
+  // backoffBound and backoffDelay are the terminal's (app.js): a delay
+  // uniform in [0, min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS·2^attempt)) for r
+  // uniform in [0, 1), so the chats a host restart dropped come back
+  // spread out.
+  function backoffBound(attempt) {
+    return Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
+  }
+  function backoffDelay(attempt, r) {
+    return Math.floor(r * backoffBound(attempt));
   }
 
   function connect() {
@@ -273,10 +288,13 @@
       return;
     }
     if (!outage) outage = c;
-    const base = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
-    const delay = Math.min(BACKOFF_MAX_MS, Math.round(base * (1 + 0.2 * Math.random())));
+    const bound = backoffBound(attempt);
+    const delay = backoffDelay(attempt, Math.random());
     attempt++;
     retryAt = Date.now() + delay;
+    pendingRetry = { attempt, delay, bound, at: retryAt };
+    retryLog.push(pendingRetry);
+    if (retryLog.length > RETRY_LOG) retryLog.shift();
     retryTimer = setTimeout(connect, delay);
     showCountdown();
     countdownTimer = setInterval(showCountdown, 250);
@@ -886,6 +904,9 @@
     view: () => view,
     session: () => (cur ? { key: cur.key, sid: cur.sid, epoch: cur.epoch, seq: cur.seq, running: cur.running, synced: cur.synced } : null),
     catchUp: () => lastCatchUp,
+    retry: () => pendingRetry,
+    retries: () => retryLog.slice(),
+    backoffDelay,
   };
 
   const startKey = validKey(load(tab, TAB_CHAT_KEY)) || validKey(load(local, CHAT_KEY));
