@@ -297,6 +297,8 @@
       // An answer too large for the socket closes it with 1013: a
       // journal asked for to draw a reopened chat is not asked for again.
       if (cur.history && cur.key && c.code === 1013) noHistory.add(cur.key);
+      // A reopened chat whose journal did not come is drawn again whole.
+      if (cur.history) cur.drawn = false;
       cur.history = false;
       cur.synced = false;
     }
@@ -474,7 +476,7 @@
       const pick = el("button", "pick");
       pick.type = "button";
       if (cur && cur.key === s.id) pick.setAttribute("aria-current", "true");
-      const count = (a ? a.message_count : s.message_count) || 0;
+      const count = s.message_count || 0;
       const bits = [ago(at), count + (count === 1 ? " message" : " messages")];
       if (a && a.status === "working") bits.push("working…");
       const title = (a && a.title) || s.title || "";
