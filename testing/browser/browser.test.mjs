@@ -426,7 +426,7 @@ test("a second tab supersedes the first: dimmed, input blocked", { timeout: 1200
     await waitState(b, "connected");
     await waitState(a, "superseded");
     assert.equal(await a.evaluate(() => document.body.dataset.closeCode), "4409");
-    assert.match(await a.textContent("#status-text"), /another tab/);
+    assert.match(await a.textContent("#status-text"), /^taken over by another client: a tab, a window or tether attach \(4409\)/);
     assert.equal(await b.evaluate(() => window.tether.attach()), await a.evaluate(() => window.tether.attach()));
     await waitDimmed(a);
     assert.match(await a.textContent("#overlay"), /Taken over by another client/);
