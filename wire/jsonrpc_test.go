@@ -144,8 +144,8 @@ func TestResultFields(t *testing.T) {
 			new(Snapshot)},
 		{"active_list", `{"sessions":[{"id":"0123abcd","session_key":"20250101_120000_abcdef","title":"t","status":"working","message_count":1,` +
 			`"started_at":1700000000,"last_active":1700000001,"viewers":2,"transports":{"ws":2}}]}`, new(ActiveList)},
-		{"session.list", `{"sessions":[{"id":"20250101_120000_abcdef","title":"t","started_at":1700000000,"ended_at":1700000002,"end_reason":"closed","message_count":2},` +
-			`{"id":"20250101_120001_abcdef","title":"","started_at":1700000000,"ended_at":null,"end_reason":"","message_count":0}]}`, new(StoredList)},
+		{"session.list", `{"sessions":[{"id":"20250101_120000_abcdef","title":"t","started_at":1700000000,"ended_at":1700000002,"end_reason":"closed","message_count":2,"last_active":1700000002},` +
+			`{"id":"20250101_120001_abcdef","title":"","started_at":1700000000,"ended_at":null,"end_reason":"","message_count":0,"last_active":1700000000}]}`, new(StoredList)},
 		{"events.since", `{"epoch":"ep","events":[{"type":"message.start","session_id":"0123abcd","seq":5,"payload":{"run_id":"r1"}}],"latest_seq":5,"truncated":false}`,
 			new(EventsSince)},
 		{"runs", `{"runs":[{"run_id":"r1","status":"complete","started_at":1700000000,"ended_at":1700000001},{"run_id":"r2","status":"running","started_at":1700000002,"ended_at":null}]}`,

@@ -117,6 +117,9 @@ type StoredSession struct {
 	EndedAt      *int64 `json:"ended_at"` // nil while it has not ended
 	EndReason    string `json:"end_reason"`
 	MessageCount int    `json:"message_count"`
+	// LastActive is when the session was last active as stored: the
+	// latest of StartedAt, EndedAt and its runs' start and end times.
+	LastActive int64 `json:"last_active"`
 }
 
 // EventsSince is the result of session.events.since. Events holds the

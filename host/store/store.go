@@ -86,6 +86,11 @@ type Session struct {
 	// MessageCount is the number of the session's own message rows. It is
 	// filled by reads and ignored by CreateSession.
 	MessageCount int
+	// LastActive is when the session was last active as far as the store
+	// knows: the latest of StartedAt, EndedAt and its runs' start and end
+	// times. It is filled by List only (zero from the other reads) and
+	// ignored by CreateSession.
+	LastActive time.Time
 	// Epoch and LastSeq are the event cursor persisted by the host.
 	Epoch   string
 	LastSeq uint64
@@ -319,6 +324,28 @@ const sessionColumns = `key, title, COALESCE(parent, ''), fork_count, started_at
 // scanner is a *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
+// prefixScanner scans columns selected before sessionColumns into dest,
+// then the rest as sc would.
+type prefixScanner struct {
+	sc   scanner
+	dest any
+}
+
+func (p prefixScanner) Scan(dest ...any) error {
+	return p.sc.Scan(append([]any{p.dest}, dest...)...)
+}
+
+// lastActive is the latest of times, the zero time when all are zero.
+func lastActive(times ...time.Time) time.Time {
+	var last time.Time
+	for _, t := range times {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
 // scanSession reads one row selected with sessionColumns.
 func scanSession(sc scanner) (Session, error) {
 	var (
@@ -388,24 +415,31 @@ func (s *Store) FindByTitle(ctx context.Context, title string) (Session, error) 
 	return sess, nil
 }
 
+// lastRunColumn selects the latest start or end time of a session's runs
+// (NULL when it has none), for Session.LastActive.
+const lastRunColumn = `(SELECT MAX(MAX(r.started_at, COALESCE(r.ended_at, 0))) FROM runs r WHERE r.session_key = sessions.key)`
+
 // List returns stored sessions newest first (by StartedAt, then key), at
-// most limit of them (limit <= 0 means 100), with MessageCount filled.
+// most limit of them (limit <= 0 means 100), with MessageCount and
+// LastActive filled.
 func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT `+sessionColumns+` FROM sessions ORDER BY started_at DESC, key DESC LIMIT ?`, limit)
+		`SELECT `+lastRunColumn+`, `+sessionColumns+` FROM sessions ORDER BY started_at DESC, key DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	defer rows.Close()
 	out := []Session{}
 	for rows.Next() {
-		sess, err := scanSession(rows)
+		var lastRun sql.NullInt64
+		sess, err := scanSession(prefixScanner{rows, &lastRun})
 		if err != nil {
 			return nil, fmt.Errorf("list sessions: %w", err)
 		}
+		sess.LastActive = lastActive(sess.StartedAt, sess.EndedAt, timeOf(lastRun.Int64))
 		out = append(out, sess)
 	}
 	if err := rows.Err(); err != nil {

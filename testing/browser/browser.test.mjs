@@ -1,7 +1,8 @@
 // Real-browser test of the page (plugins/ws/web), its terminal and its
 // chat view, against a real `tether serve` with a real /bin/sh and the
-// echo agent (and, for permission requests, the ACP test kit's agent),
-// driven through Chromium with playwright-core. Run with `npm test` in
+// echo agent (and, for the ACP chats, hosts of their own with the ACP test
+// kit's agent, and the kit's client as another client), driven through
+// Chromium with playwright-core. Run with `npm test` in
 // this directory (see README.md).
 //
 // Environment:
@@ -425,7 +426,7 @@ test("a second tab supersedes the first: dimmed, input blocked", { timeout: 1200
     await waitState(b, "connected");
     await waitState(a, "superseded");
     assert.equal(await a.evaluate(() => document.body.dataset.closeCode), "4409");
-    assert.match(await a.textContent("#status-text"), /another tab/);
+    assert.match(await a.textContent("#status-text"), /^taken over by another client: a tab, a window or tether attach \(4409\)/);
     assert.equal(await b.evaluate(() => window.tether.attach()), await a.evaluate(() => window.tether.attach()));
     await waitDimmed(a);
     assert.match(await a.textContent("#overlay"), /Taken over by another client/);
@@ -543,6 +544,134 @@ test("copy, search and font size", { timeout: 60000 }, (t) =>
     assert.equal(await size(), 15);
     await page.keyboard.press("Control+0");
     assert.equal(await size(), 14);
+  }),
+);
+
+// The page's theme: foreground and background of a cell (app.js).
+const FG = [0xd4, 0xd4, 0xd4];
+const BG = [0x1e, 0x1e, 0x1e];
+
+// cellPixels screenshots the terminal's screen and returns, for each
+// column of the visible row whose text is exactly line, what is lit in
+// that cell: a pixel is lit when it is at least a quarter of the way from
+// the background to the foreground colour in every channel. Each cell's
+// outermost pixel columns are left out, so a neighbour's antialiased
+// edge does not count. For each cell: lit (lit pixels in the cell),
+// bottom (lit pixels in its lower half), cover (the share of its pixel
+// columns with a lit pixel in its lower half), max (the brightest green
+// value). null when the row is not on screen.
+async function cellPixels(page, line) {
+  const where = await page.evaluate((line) => {
+    const t = window.tether.term;
+    const b = t.buffer.active;
+    for (let y = t.rows - 1; y >= 0; y--) {
+      if (b.getLine(b.viewportY + y).translateToString(true) === line) return { y, cols: t.cols, rows: t.rows };
+    }
+    return null;
+  }, line);
+  if (!where) return null;
+  const png = await page.locator("#terminal .xterm-screen").screenshot({ animations: "disabled", caret: "hide" });
+  return page.evaluate(
+    async ({ b64, where, n, fg, bg }) => {
+      const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+      const img = await createImageBitmap(new Blob([bytes], { type: "image/png" }));
+      const canvas = new OffscreenCanvas(img.width, img.height);
+      const g = canvas.getContext("2d", { willReadFrequently: true });
+      g.drawImage(img, 0, 0);
+      // The screenshot is in device pixels; the screen is cols × rows cells.
+      const cw = img.width / where.cols;
+      const ch = img.height / where.rows;
+      const lit = (d, i) => [0, 1, 2].every((k) => d[i + k] >= bg[k] + (fg[k] - bg[k]) / 4);
+      const cells = [];
+      for (let x = 0; x < n; x++) {
+        const x0 = Math.ceil(x * cw) + 1;
+        const x1 = Math.floor((x + 1) * cw) - 1;
+        const y0 = Math.ceil(where.y * ch);
+        const y1 = Math.floor((where.y + 1) * ch);
+        const mid = Math.floor((where.y + 0.5) * ch);
+        const d = g.getImageData(x0, y0, x1 - x0, y1 - y0).data;
+        const w = x1 - x0;
+        let all = 0;
+        let low = 0;
+        let max = 0;
+        const cols = new Set();
+        for (let y = 0; y < y1 - y0; y++) {
+          for (let c = 0; c < w; c++) {
+            const i = (y * w + c) * 4;
+            max = Math.max(max, d[i + 1]);
+            if (!lit(d, i)) continue;
+            all++;
+            if (y0 + y >= mid) {
+              low++;
+              cols.add(c);
+            }
+          }
+        }
+        cells.push({ lit: all, bottom: low, cover: cols.size / w, max });
+      }
+      return { cells, cell: [cw, ch] };
+    },
+    { b64: png.toString("base64"), where, n: line.length, fg: FG, bg: BG },
+  );
+}
+
+// underscoresLit prints line (made of letters, underscores and spaces)
+// with printf and waits until every letter's cell is lit in a screenshot
+// (the renderer has drawn the row); it then asserts that each
+// underscore's cell is lit across its lower half and that each space's
+// cell has no lit pixel. what names the case in the messages.
+async function underscoresLit(page, line, what) {
+  // The rows of the whole buffer that are exactly line: the new one is
+  // printed when there is one more.
+  const count = ([line, before]) => {
+    const b = window.tether.term.buffer.active;
+    let n = 0;
+    for (let y = 0; y < b.length; y++) if (b.getLine(y).translateToString(true) === line) n++;
+    return before === undefined ? n : n > before;
+  };
+  const before = await page.evaluate(count, [line]);
+  await type(page, `printf '%s\\n' '${line}'`);
+  let got = null;
+  try {
+    await page.waitForFunction(count, [line, before], { timeout: wait });
+    // Drawn when every letter shows: poll screenshots (bounded by wait).
+    for (const deadline = Date.now() + wait; ; ) {
+      got = await cellPixels(page, line);
+      if (got && [...line].every((c, i) => !/[a-z]/.test(c) || got.cells[i].lit > 0)) break;
+      if (Date.now() > deadline) throw new Error("the row's letters were never drawn");
+    }
+  } catch (err) {
+    throw new Error(`${what}: ${err.message}; last cells ${JSON.stringify(got)}`);
+  }
+  const bad = [];
+  [...line].forEach((c, i) => {
+    const p = got.cells[i];
+    if (c === "_" && !(p.bottom > 0 && p.cover >= 0.8)) bad.push(`column ${i} "_" is not drawn (lit ${p.lit}, in its lower half ${p.bottom}, across ${Math.round(p.cover * 100)}% of its width, brightest ${p.max})`);
+    if (c === " " && p.lit > 0) bad.push(`column ${i} " " has ${p.lit} lit pixels`);
+  });
+  const cells = `cells ${got.cell.map((v) => v.toFixed(2)).join("×")} device px`;
+  assert.deepEqual(bad, [], `${what} (${cells})`);
+  const under = got.cells.filter((_, i) => line[i] === "_");
+  return `${what}: ${cells}, the dimmest underscore's brightest pixel ${Math.min(...under.map((p) => p.max))} (background ${BG[1]}, foreground ${FG[1]})`;
+}
+
+test("underscores are drawn at every font size", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await open(ctx);
+    await waitState(page, "connected");
+    await waitPrompt(page);
+    const size = () => page.evaluate(() => window.tether.term.options.fontSize);
+    assert.equal(await size(), 14, "not the default font size");
+    const line = "snake_case_name __dunder__ _ x";
+    t.diagnostic(await underscoresLit(page, line, "at the default size 14"));
+    // The sizes around it, with the page's own buttons.
+    await page.click("#font-down");
+    await page.click("#font-down");
+    for (let n = 12; n <= 18; n++) {
+      assert.equal(await size(), n);
+      t.diagnostic(await underscoresLit(page, line, `at size ${n}`));
+      await page.click("#font-up");
+    }
   }),
 );
 
@@ -932,22 +1061,22 @@ test("chat: a dropped socket mid-answer loses and repeats nothing", { timeout: 6
   }),
 );
 
-// A second host runs the ACP test kit's agent (testing/acp/agent.mjs, on
-// the official SDK; `npm ci` in testing/acp installs it). Its prompt
-// "permission" announces a tool call and asks one permission request with
-// the options Allow and Deny, then answers "chose:<option>" ("chose:cancelled"
-// when cancelled); "fail" fails the turn. Two clients (two browser
-// contexts) show the same chat: the card shows in both, the first answer
-// wins and the other client's card says who answered.
-test("chat: a permission request shows in two clients; the first answer wins", { timeout: 120000 }, async (t) => {
-  const kit = path.join(repo, "testing", "acp");
+// The ACP test kit (testing/acp, on the official SDK; `npm ci` there
+// installs it): its agent (agent.mjs) for a second host, and its client
+// (client.mjs) as another client.
+const acpKit = path.join(repo, "testing", "acp");
+
+// withACPHost runs fn with the URL of a second host (its own state dir
+// name) whose agent is the ACP test kit's, with no PTYs; on a failure it
+// prints that host's stderr.
+async function withACPHost(t, name, fn) {
   assert.ok(
-    existsSync(path.join(kit, "agent.mjs")) && existsSync(path.join(kit, "node_modules", "@agentclientprotocol", "sdk", "package.json")),
-    `the ACP test kit is missing: ${kit}/agent.mjs and its packages (npm ci in testing/acp)`,
+    existsSync(path.join(acpKit, "agent.mjs")) && existsSync(path.join(acpKit, "node_modules", "@agentclientprotocol", "sdk", "package.json")),
+    `the ACP test kit is missing: ${acpKit}/agent.mjs and its packages (npm ci in testing/acp)`,
   );
-  const dir = path.join(tmp, "acp-state");
+  const dir = path.join(tmp, name + "-state");
   mkdirSync(dir, { mode: 0o700 });
-  const agentCommand = [process.execPath, path.join(kit, "agent.mjs"), "--dir", path.join(tmp, "acp-agent")].map((a) => `'${a}'`).join(" ");
+  const agentCommand = [process.execPath, path.join(acpKit, "agent.mjs"), "--dir", path.join(tmp, name + "-agent")].map((a) => `'${a}'`).join(" ");
   const acpLog = [];
   const h = spawnTether(dir, ["--listen", "127.0.0.1:0", "--pty-command", "", "--agent", "acp", "--agent-command", agentCommand], (l) => {
     acpLog.push(l);
@@ -955,7 +1084,247 @@ test("chat: a permission request shows in two clients; the first answer wins", {
   });
   try {
     const { url: acpURL } = await h.started;
-    await withContext(t, (ctxA) =>
+    await fn(acpURL);
+  } catch (err) {
+    t.diagnostic("ACP host's stderr, last lines:");
+    for (const line of acpLog.slice(-20)) t.diagnostic(line);
+    throw err;
+  } finally {
+    await stopTether(h.proc);
+  }
+}
+
+// rpc makes one JSON-RPC call on a socket of its own to the gateway of
+// page's host (signed in with the page's cookie) and returns the result.
+function rpc(page, method, params) {
+  return page.evaluate(
+    ([method, params]) =>
+      new Promise((resolve, reject) => {
+        const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/api/ws");
+        ws.onmessage = (ev) => {
+          const m = JSON.parse(ev.data);
+          if (m.method === "event" && m.params.type === "gateway.ready") ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }));
+          else if (m.id === 1) {
+            ws.close();
+            if (m.error) reject(new Error(`${method}: ${m.error.code} ${m.error.message}`));
+            else resolve(m.result);
+          }
+        };
+        ws.onclose = (ev) => reject(new Error(`${method}: the socket closed (${ev.code})`));
+      }),
+    [method, params],
+  );
+}
+
+// acpClient runs the ACP test kit's client (../acp/client.mjs, on the
+// official SDK) against the /acp endpoint of the host at hostURL with its
+// token, and returns what it prints.
+function acpClient(hostURL, hostToken, scenario, ...flags) {
+  const target = new URL("/acp", hostURL.replace(/^http/, "ws")).href;
+  const env = { ...process.env, ACP_TEST_TOKEN: hostToken };
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, [path.join(acpKit, "client.mjs"), scenario, target, ...flags], { env, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let errText = "";
+    p.stdout.on("data", (b) => (out += b));
+    p.stderr.on("data", (b) => (errText += b));
+    p.once("error", reject);
+    p.once("exit", (code) => {
+      let r;
+      try {
+        r = JSON.parse(out);
+      } catch {
+        reject(new Error(`client.mjs ${scenario} exited ${code}: ${out}\n${errText.slice(-2000)}`));
+        return;
+      }
+      if (code !== 0 || (r.errors && r.errors.length)) reject(new Error(`client.mjs ${scenario} exited ${code}: ${JSON.stringify(r.errors)}\n${errText.slice(-2000)}`));
+      else resolve(r);
+    });
+  });
+}
+
+// listRefreshes is the number of session.list answers the chat rendered.
+function listRefreshes(page) {
+  return page.evaluate(() => window.tether.chat.listRefreshes());
+}
+
+// listEntry is the chat list's entry of key: its title, its meta line and
+// its last activity; null when it is not listed.
+function listEntry(page, key) {
+  return page.evaluate((key) => {
+    const li = document.querySelector(`#chat-list li[data-key="${key}"]`);
+    return li && { name: li.querySelector(".name").textContent, meta: li.querySelector(".meta").textContent, lastActive: Number(li.dataset.lastActive) };
+  }, key);
+}
+
+test("chat: the list stays current without a reload: chats named by their first prompt, none without a message, most recently active first", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await openChatView(ctx);
+    await page.waitForFunction(() => document.querySelector("#chat-list li") || document.getElementById("chat-list-note").textContent, null, { timeout: wait });
+
+    // Another client (an ACP client on /acp): a bare session/new, never
+    // prompted, then a session made and prompted with no title given.
+    const bare = (await acpClient(url, token, "new")).sessionId;
+    const named = (await acpClient(url, token, "prompt", "--text", "named by its first prompt")).sessionId;
+    // The page views neither (no event comes): the list shows the new chat
+    // by itself, named by its first prompt.
+    await page.waitForSelector(`#chat-list li[data-key="${named}"]`, { timeout: wait });
+    assert.equal((await listEntry(page, named)).name, "named by its first prompt");
+    // session.list has both; the list leaves out the one with no message.
+    let stored = (await rpc(page, "session.list", {})).sessions;
+    assert.deepEqual(
+      stored.filter((s) => s.id === bare).map((s) => [s.title, s.message_count]),
+      [["", 0]],
+      "the bare session/new is not stored as an untitled session with no message",
+    );
+    assert.equal(await listEntry(page, bare), null, "a chat with no message is listed");
+    assert.ok(!/\b0 messages\b/.test(await page.textContent("#chat-list")), "an entry says 0 messages");
+
+    // The chat this tab has open is listed even with no message; when
+    // another client sends its first prompt, the list and the header take
+    // the title the host gave it, without a reload.
+    await page.evaluate((k) => sessionStorage.setItem("tether.tab.chat", k), bare);
+    await page.reload();
+    await waitChat(page, "connected");
+    await page.waitForFunction((k) => window.tether.chat.session()?.key === k && window.tether.chat.session().synced, bare, { timeout: wait });
+    await page.waitForSelector(`#chat-list li[data-key="${bare}"]`, { timeout: wait });
+    assert.deepEqual(await listEntry(page, bare).then((e) => [e.name, /0 messages/.test(e.meta)]), ["Untitled chat", true]);
+    assert.equal(await page.textContent("#chat-title"), "Untitled chat");
+    // 30 words: the echo agent takes 1.5 s, so this chat is active seconds
+    // after the other one (last activity is in whole seconds).
+    const words = Array.from({ length: 30 }, (_, i) => `w${String(i + 1).padStart(2, "0")}`).join(" ");
+    await acpClient(url, token, "prompt", "--session", bare, "--text", words);
+    stored = (await rpc(page, "session.list", {})).sessions;
+    const title = stored.find((s) => s.id === bare).title;
+    assert.match(title, /^w01 w02 /);
+    await page.waitForFunction(
+      ([k, title]) => {
+        const li = document.querySelector(`#chat-list li[data-key="${k}"]`);
+        return li && li.querySelector(".name").textContent === title && document.getElementById("chat-title").textContent === title;
+      },
+      [bare, title],
+      { timeout: wait },
+    );
+    assert.deepEqual(await messages(page), [
+      ["user", words],
+      ["assistant", words],
+    ]);
+
+    // Each entry shows when it was last active (session.list's
+    // last_active, the end of its last run), most recent first: the chat
+    // made first is now first.
+    stored = (await rpc(page, "session.list", {})).sessions;
+    const want = [bare, named].map((k) => [k, stored.find((s) => s.id === k).last_active]);
+    await page.waitForFunction(
+      (want) => JSON.stringify([...document.querySelectorAll("#chat-list li")].slice(0, 2).map((li) => [li.dataset.key, Number(li.dataset.lastActive)])) === JSON.stringify(want),
+      want,
+      { timeout: wait },
+    );
+    for (const key of [bare, named]) assert.match((await listEntry(page, key)).meta, /^just now · 2 messages$/);
+    const first = stored.find((s) => s.id === bare);
+    assert.ok(first.last_active > stored.find((s) => s.id === named).last_active, "the chat prompted last is not the latest active");
+    assert.ok(first.last_active > first.started_at, `last_active ${first.last_active} is not after started_at ${first.started_at}`);
+
+    // Polled while seen, one request at a time: two more answers take at
+    // least the 5 s between them.
+    const n0 = await listRefreshes(page);
+    const t0 = Date.now();
+    await page.waitForFunction((n) => window.tether.chat.listRefreshes() >= n + 2, n0, { timeout: wait });
+    assert.ok(Date.now() - t0 >= 5000, `two list answers within ${Date.now() - t0} ms with nothing happening`);
+    // Not in the terminal view: longer than an interval with no request
+    // (but for one already on its way); shown again, the list is asked for.
+    await page.click("#view-terminal");
+    const n1 = await listRefreshes(page);
+    await new Promise((r) => setTimeout(r, 6500)); // nothing to wait on but the clock
+    assert.ok((await listRefreshes(page)) <= n1 + 1, "the list was polled in the terminal view");
+    const n2 = await listRefreshes(page);
+    await page.click("#view-chat");
+    await page.waitForFunction((n) => window.tether.chat.listRefreshes() > n, n2, { timeout: 4000 });
+  }),
+);
+
+// chatLog returns the chat log's rows as they are shown: role, text,
+// status, tool lines and the line that says how the run ended.
+function chatLog(page) {
+  return page.evaluate(() =>
+    [...document.querySelectorAll("#chat-log > .msg")].map((li) => ({
+      role: li.classList.contains("user") ? "user" : "assistant",
+      text: li.querySelector(".text").textContent,
+      status: li.dataset.status || "",
+      tools: [...li.querySelectorAll(".tool")].map((x) => x.textContent),
+      end: li.querySelector(".end") ? li.querySelector(".end").textContent : "",
+    })),
+  );
+}
+
+test("chat: a reopened ACP chat shows its tool calls and its failed turns as they were live", { timeout: 120000 }, (t) =>
+  withACPHost(t, "acp-reopen", (acpURL) =>
+    withContext(t, (ctx) =>
+      withContext(
+        t,
+        async (ctx2) => {
+          const page = await openChatView(ctx, acpURL);
+          await page.click("#chat-new");
+          await prompt(page, "tool"); // a tool call (pending, then completed) and "tool done"
+          await waitRun(page, "complete");
+          await prompt(page, "crash"); // the agent process exits mid-turn
+          await waitRun(page, "failed");
+          await prompt(page, "fail"); // the restarted agent answers with an error
+          await page.waitForFunction(() => document.querySelectorAll("#chat-log > .msg").length === 6 && !window.tether.chat.session().running, null, { timeout: wait });
+          await waitRun(page, "failed");
+          const live = await chatLog(page);
+          const run = await page.textContent("#chat-run");
+          t.diagnostic(`live: ${JSON.stringify(live)}; header "${run}"`);
+          assert.deepEqual(
+            live.map((r) => [r.role, r.status, r.tools]),
+            [
+              ["user", "", []],
+              ["assistant", "complete", ["Tool: test tool — completed"]],
+              ["user", "", []],
+              ["assistant", "failed", []],
+              ["user", "", []],
+              ["assistant", "failed", []],
+            ],
+          );
+          assert.equal(live[1].text, "tool done");
+          assert.match(run, /^failed: \S/);
+          const key = await page.evaluate(() => window.tether.chat.session().key);
+
+          // Reopened (a reload draws from the snapshot), and in another
+          // client from its list: the same rows, tool lines and failures.
+          await page.reload();
+          await waitChat(page, "connected");
+          const other = await openChatView(ctx2, acpURL);
+          await other.waitForSelector(`#chat-list li[data-key="${key}"]`, { timeout: wait });
+          await other.click(`#chat-list li[data-key="${key}"] .pick`);
+          for (const [p, who] of [
+            [page, "after a reload"],
+            [other, "in another client"],
+          ]) {
+            await p.waitForFunction((k) => window.tether.chat.session()?.key === k && window.tether.chat.session().synced, key, { timeout: wait });
+            assert.deepEqual(await chatLog(p), live, who);
+            assert.equal(await p.textContent("#chat-run"), run, who);
+          }
+          // Each failed turn's row says why, the crash and the error apart.
+          for (const i of [3, 5]) assert.match(live[i].end, /^Failed: \S/, `row ${i} does not say why its run failed`);
+          assert.notEqual(live[3].end, live[5].end, "the crash and the error say the same");
+        },
+        "-client2",
+      ),
+    ),
+  ),
+);
+
+// A second host runs the ACP test kit's agent (testing/acp/agent.mjs, on
+// the official SDK; `npm ci` in testing/acp installs it). Its prompt
+// "permission" announces a tool call and asks one permission request with
+// the options Allow and Deny, then answers "chose:<option>" ("chose:cancelled"
+// when cancelled); "fail" fails the turn. Two clients (two browser
+// contexts) show the same chat: the card shows in both, the first answer
+// wins and the other client's card says who answered.
+test("chat: a permission request shows in two clients; the first answer wins", { timeout: 120000 }, (t) =>
+  withACPHost(t, "acp", (acpURL) =>
+    withContext(t, (ctxA) =>
       withContext(
         t,
         async (ctxB) => {
@@ -1028,15 +1397,64 @@ test("chat: a permission request shows in two clients; the first answer wins", {
         },
         "-client2",
       ),
-    );
-  } catch (err) {
-    t.diagnostic("ACP host's stderr, last lines:");
-    for (const line of acpLog.slice(-20)) t.diagnostic(line);
-    throw err;
-  } finally {
-    await stopTether(h.proc);
-  }
-});
+    ),
+  ),
+);
+
+test("reconnects back off with full jitter", { timeout: 60000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const page = await openChatView(ctx);
+    await waitState(page, "connected");
+    // The schedule of the terminal's and the chat's sockets: after k failed
+    // attempts the delay is r·min(10 s, 0.25 s·2^k) for r uniform in [0, 1).
+    const got = await page.evaluate(() => {
+      const out = {};
+      for (const [name, delay] of [
+        ["terminal", window.tether.backoffDelay],
+        ["chat", window.tether.chat.backoffDelay],
+      ]) {
+        const rows = [];
+        for (let k = 0; k <= 12; k++) rows.push([0, 0.5, 1 - 2 ** -40].map((r) => delay(k, r)));
+        const first = Array.from({ length: 2000 }, () => delay(0, Math.random()));
+        const capped = Array.from({ length: 2000 }, () => delay(10, Math.random()));
+        const stats = (a) => ({ min: Math.min(...a), max: Math.max(...a), mean: a.reduce((x, y) => x + y, 0) / a.length });
+        out[name] = { rows, first: stats(first), capped: stats(capped) };
+      }
+      return out;
+    });
+    for (const [name, g] of Object.entries(got)) {
+      g.rows.forEach((row, k) => {
+        const bound = Math.min(10000, 250 * 2 ** k);
+        assert.deepEqual(row, [0, bound / 2, bound - 1], `${name}: the delay after ${k} failed attempts for r = 0, 0.5, 1-2^-40`);
+      });
+      // Drawn with Math.random, as the page does: spread over the whole
+      // window (each bound fails with a chance below 1e-8).
+      for (const [what, s, bound] of [
+        ["the first retry", g.first, 250],
+        ["a capped retry", g.capped, 10000],
+      ]) {
+        assert.ok(s.min >= 0 && s.min < bound / 100 && s.max < bound && s.max >= bound * 0.99, `${name}, ${what}: ${JSON.stringify(s)}`);
+        assert.ok(Math.abs(s.mean - bound / 2) < bound / 20, `${name}, ${what}: mean ${s.mean}, want about ${bound / 2}`);
+      }
+    }
+
+    // A real drop: the transport restarts (1012 to every socket); the
+    // first retry of each socket waits less than 250 ms.
+    assert.deepEqual(await page.evaluate(() => [window.tether.retries(), window.tether.chat.retries()]), [[], []]);
+    execFileSync(bin, ["plugins", "reload", "ws", "--state-dir", stateDir], { stdio: ["ignore", "ignore", "inherit"] });
+    await page.waitForFunction(() => document.body.dataset.chatCloseCode === "1012" && document.body.dataset.closeCode === "1012", null, { timeout: wait });
+    await waitChat(page, "connected");
+    await waitState(page, "connected");
+    const log = await page.evaluate(() => ({ terminal: window.tether.retries(), chat: window.tether.chat.retries() }));
+    for (const name of ["terminal", "chat"]) {
+      const r = log[name][0];
+      assert.ok(r, `${name}: no retry was scheduled`);
+      assert.equal(r.attempt, 1, `${name}: the first retry`);
+      assert.equal(r.bound, 250);
+      assert.ok(r.delay >= 0 && r.delay < 250, `${name}: the first retry waited ${r.delay} ms`);
+    }
+  }),
+);
 
 // Last: it replaces the server. The host is gone for hostGone ms (a
 // rebuild takes that long); the page keeps retrying, shows why and when it
@@ -1049,19 +1467,32 @@ test("the open page reconnects by itself after the host was gone 30 s", { timeou
     await waitState(page, "connected");
     await type(page, "echo pid=$$");
     const pid = await waitText(page, String.raw`pid=(\d+)`);
+    // The chat's socket too (it stays open in the terminal view).
+    await page.click("#view-chat");
+    await waitChat(page, "connected");
+    await page.click("#view-terminal");
 
-    // Record every state and status line the page shows from now on.
+    // Record every state and status line the page shows from now on, with
+    // the retry each socket has scheduled then.
     await page.evaluate(() => {
       window.seen = [];
-      const note = () => window.seen.push([document.body.dataset.state, document.getElementById("status-text").textContent]);
+      const note = () =>
+        window.seen.push({
+          now: Date.now(),
+          state: document.body.dataset.state,
+          text: document.getElementById("status-text").textContent,
+          retry: window.tether.retry(),
+          chatText: document.getElementById("chat-status").textContent,
+          chatRetry: window.tether.chat.retry(),
+        });
       const o = new MutationObserver(note);
-      o.observe(document.body, { attributes: true, attributeFilter: ["data-state"] });
-      o.observe(document.getElementById("status-text"), { childList: true, characterData: true, subtree: true });
+      o.observe(document.body, { attributes: true, attributeFilter: ["data-state", "data-chat"] });
+      for (const id of ["status-text", "chat-status"]) o.observe(document.getElementById(id), { childList: true, characterData: true, subtree: true });
     });
     const addr = new URL(url).host;
     await stopServer();
     await waitState(page, "reconnecting");
-    await page.waitForFunction(() => /^host restarting \(1001\) — reconnecting in \d+ s$/.test(document.getElementById("status-text").textContent), null, {
+    await page.waitForFunction(() => /^host restarting \(1001\) — reconnecting(?: in \d+ s|…)$/.test(document.getElementById("status-text").textContent), null, {
       timeout: wait,
     });
     await waitDimmed(page);
@@ -1069,13 +1500,38 @@ test("the open page reconnects by itself after the host was gone 30 s", { timeou
     // The host is away; nothing to wait on but the clock.
     await new Promise((r) => setTimeout(r, hostGone));
     const seen = await page.evaluate(() => window.seen);
-    const states = new Set(seen.map(([s]) => s));
+    // From the terminal's drop on (the chat's socket may drop first).
+    const states = new Set(seen.slice(seen.findIndex((s) => s.state === "reconnecting")).map((s) => s.state));
     assert.deepEqual([...states].filter((s) => s !== "reconnecting"), [], `the page left reconnecting: ${[...states]}`);
-    assert.ok(
-      seen.some(([, text]) => /^host restarting \(1001\) — reconnecting in 10 s$/.test(text)),
-      `no 10 s countdown while the host was gone: ${seen.map(([, text]) => text).slice(-5)}`,
-    );
-    assert.ok(seen.every(([, text]) => !/^connection lost \(1006\)/.test(text)), "the page blamed 1006 for the host's 1001");
+    assert.ok(seen.every((s) => !/^connection lost \(1006\)/.test(s.text)), "the page blamed 1006 for the host's 1001");
+    // Each retry waited a delay drawn from [0, min(10 s, 0.25 s·2^k)) after
+    // k failed attempts, the bound reached the 10 s cap, and every
+    // countdown said when the retry it counted down to was due.
+    const log = await page.evaluate(() => ({ terminal: window.tether.retries(), chat: window.tether.chat.retries() }));
+    for (const [name, textOf, retryOf] of [
+      ["terminal", (s) => s.text, (s) => s.retry],
+      ["chat", (s) => s.chatText, (s) => s.chatRetry],
+    ]) {
+      for (const s of seen) {
+        const r = retryOf(s);
+        const m = /reconnecting in (\d+) s$/.exec(textOf(s));
+        if (!m) continue;
+        assert.ok(r, `${name}: a countdown with no retry scheduled: ${textOf(s)}`);
+        const due = Math.ceil((r.at - s.now) / 1000); // recorded just after the text changed
+        assert.ok(Number(m[1]) === due || Number(m[1]) === due + 1, `${name}: "${textOf(s)}" for a retry due in ${r.at - s.now} ms`);
+      }
+      // The retries of this outage, numbered from 1 (none before it: the
+      // page was connected since it opened).
+      const list = log[name];
+      assert.deepEqual(list.map((r) => r.attempt), list.map((_, i) => i + 1), `${name}: the retries are not numbered 1, 2, …`);
+      assert.ok(list.length >= 7, `${name}: only ${list.length} retries in ${hostGone} ms`);
+      for (const r of list) {
+        assert.equal(r.bound, Math.min(10000, 250 * 2 ** (r.attempt - 1)), `${name}: retry ${r.attempt}'s bound`);
+        assert.ok(r.delay >= 0 && r.delay < r.bound, `${name}: retry ${r.attempt} waited ${r.delay} ms, bound ${r.bound}`);
+      }
+      assert.ok(list.some((r) => r.bound === 10000), `${name}: the bound never reached the 10 s cap: ${JSON.stringify(list)}`);
+      t.diagnostic(`${name} waited ${list.map((r) => r.delay).join(", ")} ms`);
+    }
 
     const again = await startServer(["--listen", addr]);
     assert.equal(again.token, token, "the restarted host has another token (token file)");

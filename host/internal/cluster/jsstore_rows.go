@@ -60,13 +60,24 @@ func timeOf(sec int64) time.Time {
 	return time.Unix(sec, 0).UTC()
 }
 
-// session makes a store.Session of a row (MessageCount not filled).
+// session makes a store.Session of a row (MessageCount and LastActive
+// not filled).
 func (r row) session(key string) store.Session {
 	return store.Session{
 		Key: key, Title: r.Title, Parent: r.Parent, ForkCount: r.ForkCount,
 		StartedAt: timeOf(r.StartedAt), EndedAt: timeOf(r.EndedAt), EndReason: r.EndReason,
 		Epoch: r.Epoch, LastSeq: r.LastSeq, AgentState: r.AgentState,
 	}
+}
+
+// lastActive is store.Session.LastActive of a row: the latest of its
+// start, its end and its runs' starts and ends.
+func (r row) lastActive() time.Time {
+	last := max(r.StartedAt, r.EndedAt)
+	for _, run := range r.Runs {
+		last = max(last, run.StartedAt, run.EndedAt)
+	}
+	return timeOf(last)
 }
 
 // getRow reads key's row and its revision from the stream leader.
@@ -182,7 +193,7 @@ func (s *JSStore) GetSession(ctx context.Context, key string) (store.Session, er
 }
 
 // allSessions reads every row, by a watch of the rows that stops at the
-// end of its initial values.
+// end of its initial values, with LastActive filled.
 func (s *JSStore) allSessions(ctx context.Context) ([]store.Session, error) {
 	w, err := s.kv.Watch(ctx, "s.*", jetstream.IgnoreDeletes())
 	if err != nil {
@@ -203,7 +214,9 @@ func (s *JSStore) allSessions(ctx context.Context) ([]store.Session, error) {
 			if err := json.Unmarshal(e.Value(), &r); err != nil {
 				return nil, fmt.Errorf("%s at revision %d is not a session row: %v: %w", e.Key(), e.Revision(), err, store.ErrDamaged)
 			}
-			out = append(out, r.session(e.Key()[len("s."):]))
+			sess := r.session(e.Key()[len("s."):])
+			sess.LastActive = r.lastActive()
+			out = append(out, sess)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -240,6 +253,7 @@ func (s *JSStore) FindByTitle(ctx context.Context, title string) (store.Session,
 		if !ok {
 			return store.ErrNotFound
 		}
+		found.LastActive = time.Time{} // filled by List only, as host/store does
 		c, err := s.messageCount(ctx, found.Key)
 		found.MessageCount = c.rows
 		return err
@@ -250,8 +264,8 @@ func (s *JSStore) FindByTitle(ctx context.Context, title string) (store.Session,
 	return found, nil
 }
 
-// List is store.Store.List. It reads every row and sorts them: the bucket
-// has no index by start time.
+// List is store.Store.List, LastActive filled. It reads every row and
+// sorts them: the bucket has no index by start time.
 func (s *JSStore) List(ctx context.Context, limit int) ([]store.Session, error) {
 	if limit <= 0 {
 		limit = 100

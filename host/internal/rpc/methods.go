@@ -192,6 +192,7 @@ type storedEntry struct {
 	EndedAt      *int64 `json:"ended_at"`
 	EndReason    string `json:"end_reason"`
 	MessageCount int    `json:"message_count"`
+	LastActive   int64  `json:"last_active"`
 }
 
 func (c *conn) list(cl call, p params) (any, error) {
@@ -207,7 +208,8 @@ func (c *conn) list(cl call, p params) (any, error) {
 	}
 	out := make([]storedEntry, 0, len(rows))
 	for _, s := range rows {
-		e := storedEntry{ID: s.Key, Title: s.Title, StartedAt: s.StartedAt.Unix(), EndReason: s.EndReason, MessageCount: s.MessageCount}
+		e := storedEntry{ID: s.Key, Title: s.Title, StartedAt: s.StartedAt.Unix(), EndReason: s.EndReason, MessageCount: s.MessageCount,
+			LastActive: max(s.LastActive.Unix(), s.StartedAt.Unix())}
 		if !s.EndedAt.IsZero() {
 			at := s.EndedAt.Unix()
 			e.EndedAt = &at

@@ -366,6 +366,26 @@ func testList(t *testing.T, s Store) {
 		all = append([]string{Key(i)}, all...)
 	}
 	mustAppend(t, s, all[0], "x", "y")
+	// LastActive is the latest of the start, the end and the runs' starts
+	// and ends.
+	active := map[string]time.Time{}
+	for i, key := range all {
+		active[key] = T0.Add(time.Duration((total-1-i)/2) * time.Second)
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: got error %v, want nil", what, err)
+		}
+	}
+	must("StartRun", s.StartRun(ctx, all[0], store.Run{ID: "r1", Status: "running", StartedAt: T0.Add(time.Hour)}))
+	must("EndRun", s.EndRun(ctx, all[0], "r1", "complete", T0.Add(2*time.Hour)))
+	must("StartRun", s.StartRun(ctx, all[0], store.Run{ID: "r2", Status: "running", StartedAt: T0.Add(90 * time.Minute)}))
+	active[all[0]] = T0.Add(2 * time.Hour) // an earlier run ended after a later one started
+	must("End", s.End(ctx, all[1], "closed", T0.Add(30*time.Minute)))
+	active[all[1]] = T0.Add(30 * time.Minute)
+	must("StartRun", s.StartRun(ctx, all[2], store.Run{ID: "r3", Status: "running", StartedAt: T0.Add(10 * time.Minute)}))
+	active[all[2]] = T0.Add(10 * time.Minute) // still running
 	for _, tt := range []struct {
 		limit int
 		want  []string
@@ -387,6 +407,11 @@ func testList(t *testing.T, s Store) {
 			}
 			if len(got) > 0 && got[0].MessageCount != 2 {
 				t.Errorf("List(%d)[0].MessageCount: got %d, want 2", tt.limit, got[0].MessageCount)
+			}
+			for _, sess := range got {
+				if !sess.LastActive.Equal(active[sess.Key]) {
+					t.Errorf("List(%d): %s.LastActive: got %v, want %v", tt.limit, sess.Key, sess.LastActive, active[sess.Key])
+				}
 			}
 		})
 	}

@@ -69,11 +69,15 @@
 //	reconnecting  lost (1001 host restarting, 1006 connection lost, 1012
 //	              terminal service restarting, 1013 too slow, 1011 other
 //	              than "registry full", or any close not listed below);
-//	              retried forever after 0.25 s, doubling to at most 10 s
-//	              (plus up to 20% jitter), with a countdown, a "Reconnect
-//	              now" button, and at once when the tab becomes visible or
-//	              the browser goes online. The status names the close that
-//	              started the outage (e.g. 1001), not the last failed try.
+//	              retried forever, with a countdown to the next try, a
+//	              "Reconnect now" button, and at once when the tab becomes
+//	              visible or the browser goes online. After k failed
+//	              tries the next waits a delay drawn uniformly from
+//	              [0, min(10 s, 0.25 s·2^k)) ("full jitter"): the many
+//	              tabs a host restart drops at once come back spread over
+//	              that window, not within milliseconds of each other. The
+//	              status names the close that started the outage (e.g.
+//	              1001), not the last failed try.
 //	superseded    4409: another tab took the terminal; Take it back
 //	              reattaches with the cursor
 //	ended         4410: the shell exited; Start a new shell attaches the
@@ -116,6 +120,16 @@
 // size, Ctrl+0 restores 14 px; the status bar has buttons for each, and
 // the size and the copy-on-select choice are kept in localStorage.
 //
+// The terminal is drawn by xterm.js's DOM renderer, which clips each row
+// to its cells; a cell is as tall as the font's ascent plus descent, each
+// rounded to whole pixels by the browser. DejaVu Sans Mono, the usual
+// Linux monospace font, draws "_" at the very bottom of its descent, so
+// where the descent rounds down (14 px: 3.3 px to 3) the underscore fell
+// one pixel row below its cell and vanished (at 10, 14, 19 and 23 px on a
+// display of device pixel ratio 1). The page gives xterm.js a lineHeight
+// of 1.1, so the cell has room below the descent (17 pixels at 14 px
+// instead of 16) and an underscore is drawn at every size.
+//
 // # The chat view
 //
 // The chat view drives agent sessions through the JSON-RPC gateway on
@@ -128,17 +142,42 @@
 // the tab's view across a reload, localStorage "tether.view" is the one a
 // new tab shows.
 //
-// The side bar lists the stored sessions (session.list, newest first:
-// title, start, message count, "working…" for one with a run in flight
-// according to session.active_list), refreshed when the socket is back and
-// when a run of a session this socket views starts or ends. "New chat"
-// opens an empty chat that is created (session.create, titled with the
-// first line of its first prompt) only when that prompt is sent. Choosing
-// a chat resumes it by its stored key (session.resume) and draws it from
-// the snapshot: its messages, the answer in flight so far and the open
-// permission requests. sessionStorage "tether.tab.chat" keeps the stored
-// key of the tab's chat across a reload, localStorage "tether.chat" is the
-// one a new tab opens.
+// The side bar lists the stored sessions (session.list, its 100 newest,
+// and session.active_list for the live ones): title, when it was last
+// active, message count, and "working…" for one with a run in flight.
+// Most recently active first: last activity is session.list's
+// last_active (the latest start or end of the session or of one of its
+// runs), or the live session's last_active when that is later; ties keep
+// session.list's order. A stored session is listed when it has a message
+// of its own, a run in flight, or is the chat this tab has open: one made
+// and never prompted (a New chat on another client, a bare ACP
+// session/new) has nothing to show and is left out until its first
+// prompt. A session made with no title is named by the host after its
+// first prompt, and the list (and the open chat's header) shows that
+// title once it has it. While the chat view is seen (the view shown and
+// the tab visible) the list is kept current: asked for when the view is
+// shown, the tab becomes visible or the socket is back, 0.3 s after a run
+// of a chat this socket views starts or ends, and 5 s after each answer,
+// so chats made or prompted by other clients appear by themselves; one
+// request at a time, asks made meanwhile become one more after it, and
+// none while the view is not seen. "New chat" opens an empty chat that is
+// created (session.create, titled with the first line of its first
+// prompt) only when that prompt is sent. Choosing a chat resumes it by
+// its stored key (session.resume) and draws it from the snapshot: its
+// messages, the answer in flight so far and the open permission
+// requests; then from the session's journal (session.events.since from
+// 0) and session.runs what the text leaves out, as it was shown live: each
+// run's tool calls in its answer's row, each failed run's reason under
+// its answer, and in the header how the last run ended (the runs are the
+// last rows of the snapshot, a prompt and an answer each, matched by
+// run_id to the journal's message.start; live events wait meanwhile, then
+// apply). A journal pruned of its first events shows what it still has;
+// permission requests of past runs are not drawn again (their tool call
+// line is). A chat with more than 512 KiB of text, or one whose journal
+// answer was too large for the socket (closed with 1013; not asked again
+// in that tab), is drawn from its snapshot alone. sessionStorage
+// "tether.tab.chat" keeps the stored key of the tab's chat across a
+// reload, localStorage "tether.chat" is the one a new tab opens.
 //
 // Each answer streams into its row as message.delta events arrive, one
 // text node per delta, and message.complete settles it (its text wins
@@ -147,7 +186,10 @@
 // send and Shift+Enter for a new line, and is disabled, with Send, while a
 // run is in flight or the socket is away; Stop sends session.interrupt.
 // Tool calls of an ACP agent (acp.update tool_call and tool_call_update)
-// are one line each in the answer's row: title and status. A
+// are one line each in the answer's row: title and status. A run that
+// fails says why in a line under its answer ("Failed: " and
+// message.complete's reason); one that ended with a stop reason other
+// than end_turn or cancelled names it ("Ended: stop reason …"). A
 // permission.request is a card with one button per option and Cancel;
 // a button sends permission.respond (Cancel with option_id null). When
 // permission.resolved arrives the card keeps the option chosen and says
@@ -156,8 +198,8 @@
 // transport's name, or that the run ended before an answer. All text is
 // inserted as text, never as HTML.
 //
-// The chat's socket reconnects like the terminal's (0.25 s doubling to
-// 10 s, with a countdown; a close from 4000 up is a refusal, not
+// The chat's socket reconnects like the terminal's (the same fully
+// jittered backoff and countdown; a close from 4000 up is a refusal, not
 // retried). The page keeps, for the open chat, its epoch and the highest
 // seq it has applied. Back on a new socket it resumes the chat by its
 // stored key; when the snapshot has the same epoch it asks
@@ -168,10 +210,16 @@
 // A reload has nothing drawn, so it draws from the snapshot.
 //
 // The page exposes window.tether = {term, state(), offset(), epoch(),
-// attach(), terminals(), replay(), chat} for tests: replay() is the last
-// pty.replay header; chat is {state(), view(), session(), catchUp()}:
-// the chat socket's state (also document.body.dataset.chat), the view,
-// the open chat's key, runtime id, epoch, seq and run state, and the last
-// session.events.since catch-up (last_seen, the number of events,
-// latest_seq).
+// attach(), terminals(), replay(), retry(), retries(), backoffDelay(),
+// chat} for tests: replay() is the last pty.replay header; retry() is
+// the retry scheduled now ({attempt, delay, bound, at}, at in ms since
+// the epoch) or null, retries() the last 64 scheduled, and
+// backoffDelay(k, r) the delay after k failed tries for r in [0, 1);
+// chat is {state(), view(), session(), catchUp(), retry(), retries(),
+// backoffDelay(), listRefreshes()}: the chat socket's state (also
+// document.body.dataset.chat), the view, the open chat's key, runtime
+// id, epoch, seq and run state, the last session.events.since catch-up
+// (last_seen, the number of events, latest_seq), its socket's retries as
+// the terminal's, and how many list answers it has drawn. Each list entry
+// has data-key (the stored key) and data-last-active (Unix seconds).
 package web

@@ -15,13 +15,15 @@
   const OLD_CURSOR_PREFIX = "tether.cursor."; // sessionStorage of older pages: a cursor per token, now unused
   const ATTACH_RE = /^[A-Za-z0-9_-]{16,128}$/;
 
-  const BACKOFF_FIRST_MS = 250; // doubles per failed attempt...
-  const BACKOFF_MAX_MS = 10000; // ...up to this, forever
+  const BACKOFF_FIRST_MS = 250; // the bound of the first retry's delay doubles per failed attempt...
+  const BACKOFF_MAX_MS = 10000; // ...up to this, forever (see backoffDelay)
+  const RETRY_LOG = 64; // retries kept for window.tether
   const DIAL_TIMEOUT_MS = 10000; // from new WebSocket to the pty.replay header
   const EXIT_WAIT_MS = 5000; // "Type exit and close": how long to wait for the shell to end
   const FONT_DEFAULT = 14;
   const FONT_MIN = 8;
   const FONT_MAX = 32;
+  const LINE_HEIGHT = 1.1; // xterm.js lineHeight: cell height over the font's (see new Terminal)
   // Flow control: the browser takes every frame at once, xterm.js parses
   // them later. When more than HIGH bytes wait to be parsed, the page
   // detaches and reattaches from its offset once xterm.js is below LOW, so
@@ -264,6 +266,15 @@
     disableStdin: true, // until the first screen is restored
     fontFamily: 'ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", "Liberation Mono", monospace',
     fontSize: clampFont(load(local, FONT_KEY) || FONT_DEFAULT),
+    // xterm.js makes a cell exactly as tall as the font's ascent plus its
+    // descent, which the browser rounds to whole pixels each, and its DOM
+    // renderer clips every row to its cells. DejaVu Sans Mono (the usual
+    // Linux monospace) draws "_" at the very bottom of its descent: at
+    // 14 px the descent is 3.3 px, rounded to 3, and the underscore's one
+    // pixel row is the 17th of a 16-pixel cell, so it vanished (also at
+    // 10, 19 and 23 px). A tenth of leading (17-pixel cells at 14 px)
+    // keeps it inside the cell at every size the page offers.
+    lineHeight: LINE_HEIGHT,
     scrollback: 10000,
     theme: {
       background: "#1e1e1e",
@@ -318,6 +329,8 @@
   let attempt = 0; // failed attempts since the last restore
   let retryTimer = 0;
   let retryAt = 0;
+  let pendingRetry = null; // {attempt, delay, bound, at} of the scheduled retry, for tests
+  const retryLog = []; // the last RETRY_LOG retries scheduled, for tests
   let countdownTimer = 0;
   let outage = null; // {code, reason}: the close that started this outage
   let lastClose = null; // {code, reason}: the latest close
@@ -350,6 +363,7 @@
     clearInterval(countdownTimer);
     retryTimer = 0;
     countdownTimer = 0;
+    pendingRetry = null;
   }
 
   // connect replaces the current socket (if any) with a new one; with a
@@ -562,14 +576,31 @@
     retry(c);
   }
 
-  // retry schedules the next attempt on a doubling, capped backoff, with
-  // a countdown; it never gives up.
+  // backoffBound is the bound of the delay before the retry that follows
+  // attempt failed attempts: BACKOFF_FIRST_MS doubling, at most
+  // BACKOFF_MAX_MS.
+  function backoffBound(attempt) {
+    return Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
+  }
+  // backoffDelay is that delay for r drawn uniformly from [0, 1): "full
+  // jitter", uniform in [0, bound), so the tabs a host restart dropped
+  // all at once come back spread over the whole window, not together.
+  function backoffDelay(attempt, r) {
+    return Math.floor(r * backoffBound(attempt));
+  }
+
+  // retry schedules the next attempt on a doubling, capped, fully
+  // jittered backoff, with a countdown to the moment it is made; it
+  // never gives up.
   function retry(c) {
     if (!outage) outage = c;
-    const base = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
-    const delay = Math.min(BACKOFF_MAX_MS, Math.round(base * (1 + 0.2 * Math.random())));
+    const bound = backoffBound(attempt);
+    const delay = backoffDelay(attempt, Math.random());
     attempt++;
     retryAt = Date.now() + delay;
+    pendingRetry = { attempt, delay, bound, at: retryAt };
+    retryLog.push(pendingRetry);
+    if (retryLog.length > RETRY_LOG) retryLog.shift();
     retryTimer = setTimeout(() => connect("reconnecting"), delay);
     showCountdown();
     countdownTimer = setInterval(showCountdown, 250);
@@ -1050,6 +1081,9 @@
     attach: () => attach,
     terminals: () => loadTerminals(),
     replay: () => lastReplay,
+    retry: () => pendingRetry,
+    retries: () => retryLog.slice(),
+    backoffDelay,
   };
 
   makeCurrent(attach);

@@ -13,12 +13,21 @@
   const TAB_CHAT_KEY = "tether.tab.chat"; // sessionStorage: this tab's chat
   const KEY_RE = /^[0-9]{8}_[0-9]{6}_[0-9a-f]{6}$/; // a stored session key
   const LIST_LIMIT = 100;
+  const LIST_POLL_MS = 5000; // the list is asked for again this long after the last answer, while it is seen
+  const LIST_EVENT_MS = 300; // a run of a chat this socket views started or ended: the list in this long
   const TITLE_MAX = 60; // a new chat is titled with the start of its first prompt
 
-  const BACKOFF_FIRST_MS = 250; // doubles per failed attempt...
-  const BACKOFF_MAX_MS = 10000; // ...up to this, forever
+  const BACKOFF_FIRST_MS = 250; // the bound of the first retry's delay doubles per failed attempt...
+  const BACKOFF_MAX_MS = 10000; // ...up to this, forever (see backoffDelay)
+  const RETRY_LOG = 64; // retries kept for window.tether
   const DIAL_TIMEOUT_MS = 10000; // from new WebSocket to gateway.ready
   const REBIND_MS = 2000; // a resume that failed (storage fault, race) is tried again after this
+  // A reopened chat's tool calls and failures come from its journal
+  // (session.events.since from 0), whose answer holds the text about
+  // twice over: a chat with more text than this is drawn from its
+  // snapshot alone, so that answer stays far below the 8 MiB a socket can
+  // be sent in one message.
+  const HISTORY_TEXT_MAX = 512 * 1024;
 
   // Closes after which the chat does not retry by itself (any other code
   // from 4000 up is a refusal too, see docs/PROTOCOL.md section 15).
@@ -153,6 +162,9 @@
         scheduleList(0);
       }
       if (focus) focusChat();
+    } else {
+      clearTimeout(listTimer); // not seen: no polling (shown again, it asks at once)
+      listTimer = 0;
     }
   }
 
@@ -181,6 +193,8 @@
   let attempt = 0;
   let retryTimer = 0;
   let retryAt = 0;
+  let pendingRetry = null; // {attempt, delay, bound, at} of the scheduled retry, for tests
+  const retryLog = []; // the last RETRY_LOG retries scheduled, for tests
   let countdownTimer = 0;
   let dialTimer = 0;
   let outage = null; // {code, reason}: the close that started this outage
@@ -208,6 +222,18 @@
     clearInterval(countdownTimer);
     retryTimer = 0;
     countdownTimer = 0;
+    pendingRetry = null;
+  }
+
+  // backoffBound and backoffDelay are the terminal's (app.js): a delay
+  // uniform in [0, min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS·2^attempt)) for r
+  // uniform in [0, 1), so the chats a host restart dropped come back
+  // spread out.
+  function backoffBound(attempt) {
+    return Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
+  }
+  function backoffDelay(attempt, r) {
+    return Math.floor(r * backoffBound(attempt));
   }
 
   function connect() {
@@ -267,16 +293,27 @@
     const c = { code: ev.code, reason: ev.reason || "" };
     body.dataset.chatCloseCode = String(c.code);
     failCalls();
-    if (cur) cur.synced = false;
+    if (cur) {
+      // An answer too large for the socket closes it with 1013: a
+      // journal asked for to draw a reopened chat is not asked for again.
+      if (cur.history && cur.key && c.code === 1013) noHistory.add(cur.key);
+      // A reopened chat whose journal did not come is drawn again whole.
+      if (cur.history) cur.drawn = false;
+      cur.history = false;
+      cur.synced = false;
+    }
     if (FATAL[c.code] || c.code >= 4000) {
       setConn("error", "chat: " + closeLabel(c) + " — " + (FATAL[c.code] || c.reason || "not retried"), true);
       return;
     }
     if (!outage) outage = c;
-    const base = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
-    const delay = Math.min(BACKOFF_MAX_MS, Math.round(base * (1 + 0.2 * Math.random())));
+    const bound = backoffBound(attempt);
+    const delay = backoffDelay(attempt, Math.random());
     attempt++;
     retryAt = Date.now() + delay;
+    pendingRetry = { attempt, delay, bound, at: retryAt };
+    retryLog.push(pendingRetry);
+    if (retryLog.length > RETRY_LOG) retryLog.shift();
     retryTimer = setTimeout(connect, delay);
     showCountdown();
     countdownTimer = setInterval(showCountdown, 250);
@@ -294,7 +331,9 @@
   }
   window.addEventListener("online", retryNow);
   document.addEventListener("visibilitychange", () => {
-    if (!document.hidden) retryNow();
+    if (document.hidden) return;
+    retryNow();
+    if (ready && view === "chat") scheduleList(0);
   });
   reconnectButton.addEventListener("click", () => {
     attempt = 0;
@@ -351,42 +390,105 @@
 
   // ---- the list of stored sessions
 
+  // The list is kept current while the chat view is seen: asked for when
+  // the view is shown, the tab becomes visible or the socket is back, soon
+  // after a run of a chat this socket views starts or ends, and
+  // LIST_POLL_MS after the previous answer. One request at a time; asks
+  // made meanwhile become one more request after it.
   let listTimer = 0;
+  let listDue = 0; // when listTimer fires
+  let listBusy = false; // a session.list is on its way
+  let listAgain = false; // asked for while it was
+  let listRefreshes = 0; // answers rendered, for tests
+
+  function listSeen() {
+    return view === "chat" && !document.hidden;
+  }
+
+  // scheduleList asks for the list within ms (an earlier ask stands).
   function scheduleList(ms) {
+    const due = Date.now() + ms;
+    if (listTimer && listDue <= due) return;
     clearTimeout(listTimer);
+    listDue = due;
     listTimer = setTimeout(refreshList, ms);
   }
 
   function refreshList() {
-    if (!ready) return;
-    Promise.all([call("session.list", { limit: LIST_LIMIT }), call("session.active_list", {})]).then(
-      ([stored, active]) => renderList(stored.sessions || [], active.sessions || []),
-      (err) => {
-        if (err.code !== "closed") listNote.textContent = "cannot list the chats: " + errText(err);
-      },
-    );
+    clearTimeout(listTimer);
+    listTimer = 0;
+    if (!ready) return; // gateway.ready asks again
+    if (listBusy) {
+      listAgain = true;
+      return;
+    }
+    listBusy = true;
+    Promise.all([call("session.list", { limit: LIST_LIMIT }), call("session.active_list", {})])
+      .then(
+        ([stored, active]) => {
+          listRefreshes++;
+          renderList(stored.sessions || [], active.sessions || []);
+        },
+        (err) => {
+          if (err.code !== "closed") listNote.textContent = "cannot list the chats: " + errText(err);
+        },
+      )
+      .finally(() => {
+        listBusy = false;
+        if (!ready) return;
+        if (listAgain) {
+          listAgain = false;
+          scheduleList(0);
+        } else if (listSeen()) {
+          scheduleList(LIST_POLL_MS);
+        }
+      });
+  }
+
+  // listed tells whether a stored session is in the list: one with a
+  // message of its own, one with a run in flight, and the chat this tab
+  // has open. A session made and never prompted (New chat on another
+  // client, a bare ACP session/new) has nothing to show yet.
+  function listed(s, a) {
+    return s.message_count > 0 || (a && a.status === "working") || (cur !== null && cur.key === s.id);
+  }
+
+  // lastActive is when a session was last active, in Unix seconds: as
+  // stored (session.list), or later as the live session says.
+  function lastActive(s, a) {
+    return Math.max(Number(s.last_active) || Number(s.started_at) || 0, a ? Number(a.last_active) || 0 : 0);
   }
 
   function renderList(stored, active) {
     const live = new Map(active.map((s) => [s.session_key, s]));
     const focused = listEl.contains(document.activeElement) ? document.activeElement.parentElement.dataset.key : null;
+    // Most recently active first (ties: session.list's order, newest first).
+    const shown = stored
+      .filter((s) => listed(s, live.get(s.id)))
+      .map((s, i) => ({ s, a: live.get(s.id), at: lastActive(s, live.get(s.id)), i }))
+      .sort((x, y) => y.at - x.at || x.i - y.i);
     listEl.textContent = "";
-    listNote.textContent = stored.length ? "" : "No chats yet.";
-    for (const s of stored) {
+    listNote.textContent = shown.length ? "" : "No chats yet.";
+    for (const { s, a, at } of shown) {
       const li = el("li");
       li.dataset.key = s.id;
+      li.dataset.lastActive = String(at);
       const pick = el("button", "pick");
       pick.type = "button";
       if (cur && cur.key === s.id) pick.setAttribute("aria-current", "true");
-      const bits = [ago(s.started_at), s.message_count + (s.message_count === 1 ? " message" : " messages")];
-      const a = live.get(s.id);
+      const count = s.message_count || 0;
+      const bits = [ago(at), count + (count === 1 ? " message" : " messages")];
       if (a && a.status === "working") bits.push("working…");
-      pick.append(el("span", "name", s.title || "Untitled chat"), el("span", "meta", bits.join(" · ")));
-      pick.title = "Open this chat (" + s.id + ")";
+      const title = (a && a.title) || s.title || "";
+      pick.append(el("span", "name", title || "Untitled chat"), el("span", "meta", bits.join(" · ")));
+      pick.title = "Open this chat (" + s.id + "); last active " + new Date(at * 1000).toLocaleString() + ", started " + new Date(s.started_at * 1000).toLocaleString();
       pick.addEventListener("click", () => openChat(s.id, true));
       li.append(pick);
       listEl.append(li);
       if (s.id === focused) pick.focus(); // a refresh keeps the keyboard's place
+      // The open chat's title, once it has one (a chat named by its first
+      // prompt, perhaps on another client).
+      if (cur && cur.key === s.id && cur.synced && title && titleEl.textContent !== title) titleEl.textContent = title;
     }
   }
 
@@ -404,6 +506,7 @@
   // and seq the event numbering the log is drawn up to. While synced is
   // false (binding, catching up) its live events wait in pending.
   let cur = null;
+  const noHistory = new Set(); // stored keys whose journal this tab no longer asks for (its answer closed the socket)
   let lastCatchUp = null; // for tests: {last_seen, events, latest_seq} of the latest session.events.since
 
   function newChatState(key) {
@@ -419,7 +522,8 @@
       submitting: false,
       streamRow: null, // the assistant row of the run in flight
       perms: new Map(), // request_id → permission card state
-      tools: new Map(), // toolCallId → {li, title, status}
+      tools: new Map(), // toolCallId → {li, title, status}, of the run in flight
+      history: false, // the journal of a reopened chat is on its way
       rebindTimer: 0,
       binds: 0, // bumps on every bind; the answers of an older one are dropped
     };
@@ -531,7 +635,7 @@
 
   function onEvent(e) {
     if (!e || typeof e.type !== "string") return;
-    if (e.type === "message.complete" || e.type === "message.start") scheduleList(300);
+    if ((e.type === "message.complete" || e.type === "message.start") && listSeen()) scheduleList(LIST_EVENT_MS);
     const c = cur;
     if (!c || !c.sid || e.session_id !== c.sid) return; // another chat this socket views, or not bound yet
     if (!c.synced) c.pending.push(e);
@@ -555,6 +659,7 @@
         if (c.streamRow) finishRow(c.streamRow, "");
         addRow("user", typeof p.prompt === "string" ? p.prompt : c.sent || "");
         c.streamRow = addRow("assistant", "", true);
+        c.tools = new Map(); // a run's tool calls are its own
         c.running = true;
         setRun("working", "");
         break;
@@ -567,10 +672,10 @@
         const row = c.streamRow || addRow("assistant", "", true);
         // The complete text is the deltas' concatenation; if not, it wins.
         if (typeof p.text === "string" && rowText(row) !== p.text) setRowText(row, p.text);
-        finishRow(row, String(p.status || ""));
+        endRow(row, p);
         c.streamRow = null;
         c.running = false;
-        setRun(String(p.status || "complete"), p.reason || (p.stop_reason && p.stop_reason !== "end_turn" ? "stop reason " + p.stop_reason : ""));
+        setRun(String(p.status || "complete"), runWhy(p));
         break;
       }
       case "permission.request":
@@ -614,10 +719,111 @@
     for (const p of snap.pending_permissions || []) addPermission(c, p);
     setRun(c.running ? "working" : "idle", "");
     c.drawn = true;
-    c.synced = true;
     markCurrent();
+    const size = msgs.reduce((n, m) => n + String(m.text || "").length, 0);
+    if (!(c.seq > 0) || size > HISTORY_TEXT_MAX || noHistory.has(c.key)) {
+      synced(c);
+      return;
+    }
+    // The snapshot has the text only: the tool calls and how each run
+    // ended come from the journal and session.runs. Live events wait
+    // meanwhile (c.synced is false), then apply after them.
+    c.synced = false;
+    const g = c.binds;
+    const outdated = () => cur !== c || c.binds !== g;
+    c.history = true;
+    Promise.all([call("session.events.since", { session_id: snap.session_id, last_seen: 0 }), call("session.runs", { session_id: snap.session_id })]).then(
+      ([journal, runs]) => {
+        if (outdated()) return;
+        c.history = false;
+        drawHistory(c, snap, journal, runs);
+        synced(c);
+      },
+      (err) => {
+        if (outdated()) return;
+        c.history = false;
+        if (err.code === "closed") return; // the next gateway.ready binds again
+        synced(c); // drawn as far as the snapshot goes
+      },
+    );
+  }
+
+  // synced marks c drawn up to its seq and applies what waited.
+  function synced(c) {
+    c.synced = true;
     flush(c);
     updateControls();
+  }
+
+  // drawHistory adds to the rows redraw drew what their text leaves out, as
+  // they were shown live: each run's tool calls (its acp.update events)
+  // and how it ended (its message.complete, else its status in
+  // session.runs), and says in the header how the last one ended. Every
+  // run stored its prompt and its answer as two rows, so the runs are the
+  // last rows of the log, two each (rows before them are a parent's);
+  // the runs are the journal's up to the snapshot's seq (later ones come
+  // live). A journal that lost its first events (pruned) shows what it
+  // still has.
+  function drawHistory(c, snap, journal, runs) {
+    if (!journal || journal.epoch !== snap.epoch) return; // not the history the snapshot tells
+    const latest = Number(snap.latest_seq) || 0;
+    const byRun = new Map(); // run_id → {tools: Map(toolCallId → update fields), end: message.complete payload}
+    const order = []; // run ids, in journal order
+    let run = null;
+    for (const e of journal.events || []) {
+      if (!(Number(e.seq) <= latest)) break;
+      const p = e.payload || {};
+      if (e.type === "message.start") {
+        run = { tools: new Map(), end: null };
+        byRun.set(String(p.run_id), run);
+        order.push(String(p.run_id));
+      } else if (run && e.type === "acp.update") {
+        toolInfo(run.tools, p);
+      } else if (run && e.type === "message.complete") {
+        run.end = p;
+        run = null;
+      }
+    }
+    const list = runs && Array.isArray(runs.runs) ? runs.runs : [];
+    // The snapshot's runs end with the last one the journal started up to
+    // its seq (session.runs may have a newer one already).
+    const n = order.length ? list.findIndex((r) => r.run_id === order[order.length - 1]) + 1 : 0;
+    if (n === 0) return;
+    const rows = [...logEl.children].filter((li) => li.classList.contains("msg"));
+    const base = rows.length - 2 * n;
+    if (base < 0) return;
+    for (let k = 0; k < n; k++) {
+      const ask = rows[base + 2 * k];
+      const answer = rows[base + 2 * k + 1];
+      if (!ask.classList.contains("user") || !answer.classList.contains("assistant")) return; // not the shape runs leave
+    }
+    let last = null;
+    for (let k = 0; k < n; k++) {
+      const answer = rows[base + 2 * k + 1];
+      const r = list[k];
+      const j = byRun.get(r.run_id);
+      const inFlight = c.running && k === n - 1 && r.status === "running" && !(j && j.end);
+      if (j) {
+        const box = answer.querySelector(".items");
+        const before = box.querySelector(".perm"); // a pending request redraw showed: its tool call came first
+        for (const [id, u] of j.tools) {
+          const t = { li: el("li", "tool"), title: u.title || "", status: u.status || "" };
+          t.li.dataset.toolCallId = id;
+          drawTool(t, id);
+          box.insertBefore(t.li, before);
+          if (inFlight) c.tools.set(id, t);
+        }
+      }
+      if (inFlight) continue;
+      const end = (j && j.end) || { status: r.status };
+      if (!end.status) end.status = r.status;
+      endRow(answer, end);
+      last = end;
+    }
+    if (last && !c.running) {
+      const why = runWhy(last);
+      if (last.status === "failed" || last.status === "interrupted" || why) setRun(String(last.status), why);
+    }
   }
 
   // ---- rows
@@ -658,6 +864,34 @@
     row.removeAttribute("aria-busy");
     if (status) row.dataset.status = status;
     else delete row.dataset.status;
+  }
+
+  // runWhy says why a run ended as it did (message.complete's payload):
+  // a failure's reason, or a stop reason other than the usual ones.
+  function runWhy(p) {
+    if (p.reason) return String(p.reason);
+    if (p.stop_reason && p.stop_reason !== "end_turn" && p.stop_reason !== "cancelled") return "stop reason " + p.stop_reason;
+    return "";
+  }
+
+  // endRow settles a run's answer row as message.complete p says: its
+  // status, and under its text a line saying why it failed (or stopped
+  // for a reason of note).
+  function endRow(row, p) {
+    const status = String(p.status || "");
+    finishRow(row, status);
+    const why = runWhy(p);
+    const text = status === "failed" ? "Failed" + (why ? ": " + why : "") : why ? "Ended: " + why : "";
+    let line = row.querySelector(".end");
+    if (!text) {
+      if (line) line.remove();
+      return;
+    }
+    if (!line) {
+      line = el("div", "end");
+      row.append(line);
+    }
+    line.textContent = text;
   }
 
   // items is where a run's tool calls and permission cards go: in the
@@ -859,10 +1093,28 @@
 
   // ---- tool calls (ACP agents), one line each
 
+  function isTool(u) {
+    return !!u && (u.sessionUpdate === "tool_call" || u.sessionUpdate === "tool_call_update") && typeof u.toolCallId === "string" && u.toolCallId !== "";
+  }
+
+  // toolInfo folds a tool call update into tools (toolCallId → {title,
+  // status}), as toolUpdate does on screen.
+  function toolInfo(tools, u) {
+    if (!isTool(u)) return;
+    const t = tools.get(u.toolCallId) || { title: "", status: "" };
+    if (typeof u.title === "string" && u.title) t.title = u.title;
+    if (typeof u.status === "string" && u.status) t.status = u.status;
+    tools.set(u.toolCallId, t);
+  }
+
+  function drawTool(t, id) {
+    t.li.dataset.status = t.status;
+    t.li.textContent = "Tool: " + (t.title || id) + (t.status ? " — " + t.status : "");
+  }
+
   function toolUpdate(c, u) {
-    if (!u || (u.sessionUpdate !== "tool_call" && u.sessionUpdate !== "tool_call_update")) return;
-    const id = typeof u.toolCallId === "string" ? u.toolCallId : "";
-    if (!id) return;
+    if (!isTool(u)) return;
+    const id = u.toolCallId;
     let t = c.tools.get(id);
     if (!t) {
       t = { li: el("li", "tool"), title: "", status: "" };
@@ -874,8 +1126,7 @@
     }
     if (typeof u.title === "string" && u.title) t.title = u.title;
     if (typeof u.status === "string" && u.status) t.status = u.status;
-    t.li.dataset.status = t.status;
-    t.li.textContent = "Tool: " + (t.title || id) + (t.status ? " — " + t.status : "");
+    drawTool(t, id);
   }
 
   // ---- start
@@ -886,6 +1137,10 @@
     view: () => view,
     session: () => (cur ? { key: cur.key, sid: cur.sid, epoch: cur.epoch, seq: cur.seq, running: cur.running, synced: cur.synced } : null),
     catchUp: () => lastCatchUp,
+    retry: () => pendingRetry,
+    retries: () => retryLog.slice(),
+    listRefreshes: () => listRefreshes,
+    backoffDelay,
   };
 
   const startKey = validKey(load(tab, TAB_CHAT_KEY)) || validKey(load(local, CHAT_KEY));
