@@ -72,13 +72,17 @@ flags:
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", s.ID, s.SessionKey, s.Title, s.Status, s.MessageCount, s.Viewers)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "STORED\tTITLE\tSTARTED\tENDED\tMESSAGES")
+	fmt.Fprintln(w, "STORED\tTITLE\tSTARTED\tLAST ACTIVE\tENDED\tMESSAGES")
 	for _, s := range stored {
 		ended := "-"
 		if s.EndedAt != nil {
 			ended = time.Unix(*s.EndedAt, 0).Format(time.DateTime) + " (" + s.EndReason + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", s.ID, s.Title, time.Unix(s.StartedAt, 0).Format(time.DateTime), ended, s.MessageCount)
+		last := "-"
+		if s.LastActive > 0 {
+			last = time.Unix(s.LastActive, 0).Format(time.DateTime)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", s.ID, s.Title, time.Unix(s.StartedAt, 0).Format(time.DateTime), last, ended, s.MessageCount)
 	}
 	if err := w.Flush(); err != nil {
 		return 1
