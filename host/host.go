@@ -310,7 +310,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var backend *supervise.Backend
 	serving := false // the listening line is out
 	if cfg.PTY.Spec.Path != "" {
-		router = ptyroute.New(cfg.Log, m)
+		router = ptyroute.New(cfg.Log, m, cfg.PTY.BackendConfig.MaxCols, cfg.PTY.BackendConfig.MaxRows)
 		if node != nil {
 			router.SetRemote(clusterPTYs{node})
 		}
