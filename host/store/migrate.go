@@ -59,6 +59,19 @@ var migrations = []string{
 	// 4: what a session's agent keeps across lives (an ACP agent's
 	// session id, its working directory).
 	`ALTER TABLE sessions ADD COLUMN agent_state TEXT NOT NULL DEFAULT '';`,
+
+	// 5: the bytes of each session's journal (its events' params), so
+	// that its bytes bound needs no scan of the journal: the one code
+	// that journals events adds theirs (appendEventsTx, one statement
+	// per commit), and whatever deletes events takes theirs off, by
+	// this trigger. (An update per session, or a trigger on insert too,
+	// cost a commit far more: BenchmarkCommitEvents.)
+	`ALTER TABLE sessions ADD COLUMN journal_bytes INTEGER NOT NULL DEFAULT 0;
+	UPDATE sessions SET journal_bytes =
+		(SELECT COALESCE(SUM(length(CAST(params AS BLOB))), 0) FROM events WHERE events.session_key = sessions.key);
+	CREATE TRIGGER events_bytes_delete AFTER DELETE ON events BEGIN
+		UPDATE sessions SET journal_bytes = journal_bytes - length(CAST(OLD.params AS BLOB)) WHERE key = OLD.session_key;
+	END;`,
 }
 
 // latestVersion is the schema version Open migrates to.
