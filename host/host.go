@@ -104,6 +104,9 @@ type Config struct {
 	// JournalPerSession and JournalTotal bound the event journal kept in
 	// state.db: events per session, and events in all (0 = defaults).
 	JournalPerSession, JournalTotal int
+	// JournalBytes bounds the bytes of each session's journal
+	// (--journal-bytes-per-session; 0 = the default, 64 MiB).
+	JournalBytes int64
 	// AllowOrigins are extra accepted Origins.
 	AllowOrigins []string
 	// AllowHosts are extra accepted Host names ("NAME" with any port or
@@ -252,7 +255,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Metrics:       m,
 		SessionTTL:    cfg.SessionTTL,
 		MaxLive:       cfg.MaxLiveSessions,
-		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal},
+		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal, PerSessionBytes: cfg.JournalBytes},
 	})
 	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
 	if node != nil {
