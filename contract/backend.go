@@ -57,6 +57,12 @@ type BackendConfig struct {
 	// IdleExit is how long the backend lives on once no host is linked
 	// (no Output stream) and no PTY is left (0: the backend's default).
 	IdleExit time.Duration
+	// MaxCols and MaxRows are the largest PTY size a Resize or a new
+	// PTY may ask for (--pty-max-size; 0 takes the backend's default): a
+	// larger one fails with ErrInvalidArgument. The host drops a larger
+	// resize before it reaches the backend; the backend holds the bound
+	// too, for a host that does not.
+	MaxCols, MaxRows int
 }
 
 // BackendInfo describes a started backend.

@@ -63,6 +63,8 @@ func (c *BackendGRPCClient) Start(ctx context.Context, cfg BackendConfig) (Backe
 		Scrollback:  int32(cfg.Scrollback),
 		Challenge:   cfg.Challenge,
 		IdleExitMs:  cfg.IdleExit.Milliseconds(),
+		MaxCols:     int32(cfg.MaxCols),
+		MaxRows:     int32(cfg.MaxRows),
 	})
 	if err != nil {
 		return BackendInfo{}, FromGRPC(err)
@@ -267,6 +269,8 @@ func (s *BackendGRPCServer) Start(ctx context.Context, req *tetherv1.BackendConf
 		Scrollback:  int(req.GetScrollback()),
 		Challenge:   req.GetChallenge(),
 		IdleExit:    time.Duration(req.GetIdleExitMs()) * time.Millisecond,
+		MaxCols:     int(req.GetMaxCols()),
+		MaxRows:     int(req.GetMaxRows()),
 	})
 	if err != nil {
 		return nil, ToGRPC(err)

@@ -164,16 +164,17 @@ func (b *fieldsBackend) List(context.Context) ([]contract.PTYInfo, error) {
 	return []contract.PTYInfo{b.info}, nil
 }
 
-// TestBackendFieldsCrossGRPC: the scrollback setting and a PTY's size and
-// screen rebuilds survive the gRPC shims.
+// TestBackendFieldsCrossGRPC: the scrollback and size bound settings and
+// a PTY's size and screen rebuilds survive the gRPC shims.
 func TestBackendFieldsCrossGRPC(t *testing.T) {
 	impl := &fieldsBackend{info: contract.PTYInfo{Token: "tok", Epoch: "e", Pid: 7, Cols: 132, Rows: 43, ScreenRebuilds: 3}}
 	c := backendConn(t, &contract.BackendGRPCServer{Impl: impl})
-	if _, err := c.Start(context.Background(), contract.BackendConfig{Scrollback: 2500, Buffer: 64}); err != nil {
+	if _, err := c.Start(context.Background(), contract.BackendConfig{Scrollback: 2500, Buffer: 64, MaxCols: 300, MaxRows: 7000}); err != nil {
 		t.Fatalf("Start: got error %v, want nil", err)
 	}
-	if impl.cfg.Scrollback != 2500 || impl.cfg.Buffer != 64 {
-		t.Errorf("Start: backend got scrollback %d buffer %d, want 2500 64", impl.cfg.Scrollback, impl.cfg.Buffer)
+	if impl.cfg.Scrollback != 2500 || impl.cfg.Buffer != 64 || impl.cfg.MaxCols != 300 || impl.cfg.MaxRows != 7000 {
+		t.Errorf("Start: backend got scrollback %d buffer %d max size %dx%d, want 2500 64 300x7000",
+			impl.cfg.Scrollback, impl.cfg.Buffer, impl.cfg.MaxCols, impl.cfg.MaxRows)
 	}
 	infos, err := c.List(context.Background())
 	if err != nil || len(infos) != 1 {

@@ -111,6 +111,9 @@ type Config struct {
 	// JournalPerSession and JournalTotal bound the event journal kept in
 	// state.db: events per session, and events in all (0 = defaults).
 	JournalPerSession, JournalTotal int
+	// JournalBytes bounds the bytes of each session's journal
+	// (--journal-bytes-per-session; 0 = the default, 64 MiB).
+	JournalBytes int64
 	// AllowOrigins are extra accepted Origins.
 	AllowOrigins []string
 	// AllowHosts are extra accepted Host names ("NAME" with any port or
@@ -267,7 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Metrics:       m,
 		SessionTTL:    cfg.SessionTTL,
 		MaxLive:       cfg.MaxLiveSessions,
-		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal},
+		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal, PerSessionBytes: cfg.JournalBytes},
 	})
 	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
 	if node != nil {
@@ -325,7 +328,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var backend *supervise.Backend
 	serving := false // the listening line is out
 	if cfg.PTY.Spec.Path != "" {
-		router = ptyroute.New(cfg.Log, m)
+		router = ptyroute.New(cfg.Log, m, cfg.PTY.BackendConfig.MaxCols, cfg.PTY.BackendConfig.MaxRows)
 		if node != nil {
 			router.SetRemote(clusterPTYs{node})
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -38,6 +39,7 @@ func serve(args []string) int {
 		maxLive      = fs.Int("max-live-sessions", 0, "live sessions at most; only parked idle ones are evicted, oldest first (0 = no cap)")
 		journalPer   = fs.Int("journal-per-session", 10000, "events kept per session in the journal (older ones are pruned)")
 		journalTotal = fs.Int("journal-total", 1000000, "events kept in the journal in all (the oldest are pruned)")
+		journalBytes = sizeFlag{n: 64 << 20, most: 1 << 40}
 		allowOrigins strList
 		plugins      strList
 		agentKind    = fs.String("agent", "echo", "agent: echo, exec or acp")
@@ -51,6 +53,7 @@ func serve(args []string) int {
 		ptyTTL       = fs.Duration("pty-ttl", 30*time.Minute, "how long a detached PTY lives")
 		ptyMax       = fs.Int("pty-max-sessions", 16, "live PTYs at most")
 		ptyBuffer    = sizeFlag{n: 1 << 20}
+		ptyMaxSize   = ptySize{cols: 1000, rows: 1000}
 		ptyIdleExit  = fs.Duration("pty-idle-exit", 50*time.Second, "a PTY plugin left running with no host and no PTY exits after this long")
 		ptyScroll    = fs.Int("pty-scrollback", 1000, "lines of scrollback kept in a PTY's screen model and sent in a screen snapshot (0: none)")
 		pingInterval = fs.Duration("ping-interval", 20*time.Second, "how often the transport pings idle clients")
@@ -69,7 +72,9 @@ func serve(args []string) int {
 		maxConns     = fs.Int("max-connections", 20000, "open connections per transport at most (every accepted TCP connection counts); past it a new one gets HTTP 503")
 	)
 	cluster := addClusterFlags(fs)
-	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB suffix")
+	fs.Var(&ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB/GiB suffix (up to 1GiB)")
+	fs.Var(&ptyMaxSize, "pty-max-size", "largest PTY size a resize may ask for, `COLSxROWS`, each 1-10000; a larger resize is dropped")
+	fs.Var(&journalBytes, "journal-bytes-per-session", "bytes of events kept per session in the journal (older ones are pruned; the newest is always kept): a `size` in bytes, or with a KiB/MiB/GiB suffix")
 	fs.Var(&allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
 	fs.Var(&allowHosts, "allow-host", "an extra accepted Host name: NAME (any port or none, as behind a reverse proxy) or NAME:PORT (repeatable)")
 	fs.Var(&plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one; transport:NAME=PATH[#sha256] adds a transport named NAME (repeatable)")
@@ -254,6 +259,7 @@ flags:
 		MaxLiveSessions:   *maxLive,
 		JournalPerSession: *journalPer,
 		JournalTotal:      *journalTotal,
+		JournalBytes:      journalBytes.n,
 		AllowOrigins:      allowOrigins,
 		AllowHosts:        allowHosts,
 		TokenFile:         *tokenFile,
@@ -280,6 +286,8 @@ flags:
 			Buffer:      ptyBuffer.n,
 			Scrollback:  scrollback(*ptyScroll),
 			IdleExit:    *ptyIdleExit,
+			MaxCols:     ptyMaxSize.cols,
+			MaxRows:     ptyMaxSize.rows,
 		}},
 		StopPTYs:     *stopPTYs,
 		Reload:       reload,
@@ -502,11 +510,14 @@ func defaultShell() string {
 	return "/bin/sh"
 }
 
-// sizeFlag is a byte size: a number of bytes, or with a KiB or MiB suffix.
-type sizeFlag struct{ n int64 }
+// sizeFlag is a byte size: a number of bytes, or with a KiB, MiB or GiB
+// suffix, from 1 KiB up to most (0: 1 GiB).
+type sizeFlag struct{ n, most int64 }
 
 func (f *sizeFlag) String() string {
 	switch {
+	case f.n > 0 && f.n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", f.n>>30)
 	case f.n > 0 && f.n%(1<<20) == 0:
 		return fmt.Sprintf("%dMiB", f.n>>20)
 	case f.n > 0 && f.n%(1<<10) == 0:
@@ -517,7 +528,7 @@ func (f *sizeFlag) String() string {
 
 // Set implements flag.Value.
 func (f *sizeFlag) Set(s string) error {
-	n, err := parseSize(s)
+	n, err := parseSize(s, cmp.Or(f.most, 1<<30))
 	if err != nil {
 		return err
 	}
@@ -525,25 +536,54 @@ func (f *sizeFlag) Set(s string) error {
 	return nil
 }
 
-// parseSize parses "4096", "64KiB" or "1MiB" (at least 1 KiB, at most
-// 1 GiB).
-func parseSize(s string) (int64, error) {
+// parseSize parses "4096", "64KiB", "1MiB" or "2GiB": at least 1 KiB, at
+// most most bytes.
+func parseSize(s string, most int64) (int64, error) {
 	mult := int64(1)
 	num := s
 	switch {
+	case strings.HasSuffix(s, "GiB"):
+		mult, num = 1<<30, strings.TrimSuffix(s, "GiB")
 	case strings.HasSuffix(s, "MiB"):
 		mult, num = 1<<20, strings.TrimSuffix(s, "MiB")
 	case strings.HasSuffix(s, "KiB"):
 		mult, num = 1<<10, strings.TrimSuffix(s, "KiB")
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > (1<<30)/mult {
-		return 0, fmt.Errorf("size %q: want bytes, or a number with KiB or MiB, up to 1 GiB", s)
+	if err != nil || n <= 0 || n > most/mult {
+		return 0, fmt.Errorf("size %q: want bytes, or a number with KiB, MiB or GiB, up to %s", s, (&sizeFlag{n: most}).String())
 	}
 	if n*mult < 1<<10 {
 		return 0, fmt.Errorf("size %q: at least 1KiB", s)
 	}
 	return n * mult, nil
+}
+
+// ptySize is --pty-max-size: COLSxROWS, each from 1 to 10000 (the
+// largest a resize escape can ask for).
+type ptySize struct{ cols, rows int }
+
+func (f *ptySize) String() string { return fmt.Sprintf("%dx%d", f.cols, f.rows) }
+
+// Set implements flag.Value.
+func (f *ptySize) Set(s string) error {
+	c, r, ok := strings.Cut(s, "x")
+	cols, ok1 := sizeNumber(c)
+	rows, ok2 := sizeNumber(r)
+	if !ok || !ok1 || !ok2 {
+		return fmt.Errorf("size %q: want COLSxROWS, each 1-10000 (e.g. 1000x1000)", s)
+	}
+	f.cols, f.rows = cols, rows
+	return nil
+}
+
+// sizeNumber parses decimal digits as a number from 1 to 10000.
+func sizeNumber(s string) (int, bool) {
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 1 && n <= 10000
 }
 
 // scrollback is --pty-scrollback as the backend takes it: 0 is none.

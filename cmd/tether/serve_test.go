@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,5 +51,91 @@ func TestStopWatchdog(t *testing.T) {
 	}
 	if run(false, true, 10*time.Millisecond) {
 		t.Error("serve returned without a signal: the watchdog ended the process")
+	}
+}
+
+// TestPTYSizeFlag: --pty-max-size is COLSxROWS with each number 1-10000
+// in plain decimal; anything else is refused with the form it wants.
+func TestPTYSizeFlag(t *testing.T) {
+	for _, tt := range []struct {
+		in         string
+		cols, rows int
+		ok         bool
+	}{
+		{"1000x1000", 1000, 1000, true},
+		{"300x100", 300, 100, true},
+		{"1x1", 1, 1, true},
+		{"10000x10000", 10000, 10000, true},
+		{"0300x0100", 300, 100, true},
+		{"10001x100", 0, 0, false},
+		{"100x10001", 0, 0, false},
+		{"0x24", 0, 0, false},
+		{"80x0", 0, 0, false},
+		{"-80x24", 0, 0, false},
+		{"+80x24", 0, 0, false},
+		{"80X24", 0, 0, false},
+		{"80x24x2", 0, 0, false},
+		{"80", 0, 0, false},
+		{"x24", 0, 0, false},
+		{"80x", 0, 0, false},
+		{" 80x24", 0, 0, false},
+		{"80.5x24", 0, 0, false},
+		{"99999999999999999999x1", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			f := ptySize{cols: 7, rows: 7}
+			err := f.Set(tt.in)
+			switch {
+			case tt.ok && (err != nil || f.cols != tt.cols || f.rows != tt.rows):
+				t.Errorf("Set(%q): %dx%d, %v; want %dx%d", tt.in, f.cols, f.rows, err, tt.cols, tt.rows)
+			case !tt.ok && (err == nil || !strings.Contains(err.Error(), "want COLSxROWS, each 1-10000")):
+				t.Errorf("Set(%q): %v; want an error saying the form", tt.in, err)
+			case !tt.ok && (f.cols != 7 || f.rows != 7):
+				t.Errorf("Set(%q) failed but changed the value to %dx%d", tt.in, f.cols, f.rows)
+			}
+		})
+	}
+	if got := (&ptySize{cols: 1000, rows: 1000}).String(); got != "1000x1000" {
+		t.Errorf("String: %q, want 1000x1000", got)
+	}
+}
+
+// TestSizeFlag: sizes in bytes or KiB, MiB, GiB, from 1 KiB up to the
+// flag's most (1 GiB unless it says).
+func TestSizeFlag(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		most int64
+		want int64 // 0: refused
+	}{
+		{"64MiB", 0, 64 << 20},
+		{"1024", 0, 1024},
+		{"1KiB", 0, 1 << 10},
+		{"1GiB", 0, 1 << 30},
+		{"2GiB", 0, 0},
+		{"1025MiB", 0, 0},
+		{"1023", 0, 0},
+		{"0", 0, 0},
+		{"-1MiB", 0, 0},
+		{"1TiB", 0, 0},
+		{"MiB", 0, 0},
+		{"2GiB", 1 << 40, 2 << 30},
+		{"1024GiB", 1 << 40, 1 << 40},
+		{"1025GiB", 1 << 40, 0},
+		{"9223372036854775807", 1 << 40, 0},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			f := sizeFlag{n: 5, most: tt.most}
+			err := f.Set(tt.in)
+			if tt.want == 0 && (err == nil || f.n != 5) || tt.want != 0 && (err != nil || f.n != tt.want) {
+				t.Errorf("Set(%q) with most %d: %d, %v; want %d", tt.in, tt.most, f.n, err, tt.want)
+			}
+		})
+	}
+	for n, want := range map[int64]string{64 << 20: "64MiB", 1 << 30: "1GiB", 1536: "1536", 3 << 10: "3KiB"} {
+		if got := (&sizeFlag{n: n}).String(); got != want {
+			t.Errorf("String of %d: %q, want %q", n, got, want)
+		}
 	}
 }

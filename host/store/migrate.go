@@ -60,9 +60,22 @@ var migrations = []string{
 	// session id, its working directory).
 	`ALTER TABLE sessions ADD COLUMN agent_state TEXT NOT NULL DEFAULT '';`,
 
-	// 5: credentials: each one's secret as its SHA-256 (never the
+	// 5: the bytes of each session's journal (its events' params), so
+	// that its bytes bound needs no scan of the journal: the one code
+	// that journals events adds theirs (appendEventsTx, one statement
+	// per commit), and whatever deletes events takes theirs off, by
+	// this trigger. (An update per session, or a trigger on insert too,
+	// cost a commit far more: BenchmarkCommitEvents.)
+	`ALTER TABLE sessions ADD COLUMN journal_bytes INTEGER NOT NULL DEFAULT 0;
+	UPDATE sessions SET journal_bytes =
+		(SELECT COALESCE(SUM(length(CAST(params AS BLOB))), 0) FROM events WHERE events.session_key = sessions.key);
+	CREATE TRIGGER events_bytes_delete AFTER DELETE ON events BEGIN
+		UPDATE sessions SET journal_bytes = journal_bytes - length(CAST(OLD.params AS BLOB)) WHERE key = OLD.session_key;
+	END;`,
+
+	// 6: credentials: each one's secret as its SHA-256 (never the
 	// secret), its name, kind and scopes.
-	`CREATE TABLE credentials (
+	`CREATE TABLE IF NOT EXISTS credentials (
 		hash        TEXT PRIMARY KEY NOT NULL,
 		id          TEXT NOT NULL UNIQUE,
 		name        TEXT NOT NULL,

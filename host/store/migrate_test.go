@@ -59,6 +59,13 @@ func TestMigrateFromEveryVersion(t *testing.T) {
 				mustExec(t, db, `UPDATE sessions SET epoch = 'ep', last_seq = 9 WHERE key = ?`, key)
 				want.Epoch, want.LastSeq = "ep", 9
 			}
+			var wantBytes int64 // the journal's bytes, counted by migration 5
+			if v >= 3 && v < 5 {
+				for seq, p := range []string{`{"seq":1}`, `{"t":"é日"}`} {
+					mustExec(t, db, `INSERT INTO events (session_key, seq, params) VALUES (?, ?, ?)`, key, seq+1, p)
+					wantBytes += int64(len(p))
+				}
+			}
 			if err := db.Close(); err != nil {
 				t.Fatalf("close: got error %v, want nil", err)
 			}
@@ -84,8 +91,17 @@ func TestMigrateFromEveryVersion(t *testing.T) {
 			if err != nil || !slices.Equal(texts(msgs), wantTexts) {
 				t.Errorf("Messages: got %v, %v; want %v, nil", texts(msgs), err, wantTexts)
 			}
-			// The newest schema is fully usable.
+			if n, err := s.JournalBytes(ctx, key); err != nil || n != wantBytes {
+				t.Errorf("JournalBytes after the migration: got %d, %v; want %d (the bytes, not the characters)", n, err, wantBytes)
+			}
+			// The newest schema is fully usable, and counts on.
 			mustAppend(t, s, key, "more")
+			if err := s.AppendEvents(ctx, []Event{{Key: key, Seq: 10, Params: []byte(`{"x":"ü"}`)}}, Retention{}); err != nil {
+				t.Fatalf("AppendEvents: %v", err)
+			}
+			if n, err := s.JournalBytes(ctx, key); err != nil || n != wantBytes+10 {
+				t.Errorf("JournalBytes after an append: got %d, %v; want %d (10 bytes, 9 characters)", n, err, wantBytes+10)
+			}
 			if err := s.SetCursor(ctx, key, "ep2", 10); err != nil {
 				t.Errorf("SetCursor: got error %v, want nil", err)
 			}

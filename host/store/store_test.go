@@ -314,3 +314,106 @@ func TestOpenPrivateNoLinks(t *testing.T) {
 		})
 	}
 }
+
+// TestJournalBytesAgainstModel: whatever appends, retried seqs and
+// prunes (by count, in all, by bytes) a journal goes through, the bytes
+// its row counts are those of the events it holds, which are the newest
+// a simple model of the three bounds keeps.
+func TestJournalBytesAgainstModel(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	round := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		round++
+		keys := make([]string, rapid.IntRange(1, 3).Draw(rt, "sessions"))
+		type ev struct {
+			key   int
+			seq   uint64
+			bytes int
+		}
+		var model []ev // the journal, in insertion order
+		next := make([]uint64, len(keys))
+		for i := range keys {
+			keys[i] = fmt.Sprintf("20250103_%06d_%06x", round, i)
+			mustCreate(t, s, Session{Key: keys[i], StartedAt: t0})
+		}
+		keep := Retention{
+			PerSession:      rapid.IntRange(1, 8).Draw(rt, "per session"),
+			Total:           rapid.IntRange(1, 30).Draw(rt, "total"),
+			PerSessionBytes: int64(rapid.IntRange(1, 400).Draw(rt, "bytes")),
+		}
+		// Earlier rounds' events count toward Total too: keep them out.
+		keep.Total += 1 << 20
+		for range rapid.IntRange(1, 8).Draw(rt, "batches") {
+			var batch []Event
+			for range rapid.IntRange(1, 5).Draw(rt, "events") {
+				k := rapid.IntRange(0, len(keys)-1).Draw(rt, "key")
+				if next[k] > 0 && rapid.Bool().Draw(rt, "retry") {
+					// Its newest event again (a retried commit): never
+					// pruned, so always ignored.
+					batch = append(batch, Event{Key: keys[k], Seq: next[k], Params: []byte(`{"again":true}`)})
+					continue
+				}
+				next[k]++
+				n := rapid.IntRange(10, 120).Draw(rt, "size")
+				batch = append(batch, Event{Key: keys[k], Seq: next[k], Params: []byte(`"` + strings.Repeat("é", (n-2)/2) + `"`)})
+			}
+			if err := s.AppendEvents(ctx, batch, keep); err != nil {
+				rt.Fatalf("AppendEvents: %v", err)
+			}
+			// The model: new seqs go in; then, per session touched, the
+			// count bound, then the bytes bound (never the newest).
+			touched := map[int]bool{}
+			for _, e := range batch {
+				k := slices.Index(keys, e.Key)
+				if !slices.ContainsFunc(model, func(m ev) bool { return m.key == k && m.seq == e.Seq }) {
+					model = append(model, ev{k, e.Seq, len(e.Params)})
+					touched[k] = true
+				}
+			}
+			for k := range touched {
+				top, sum := uint64(0), int64(0)
+				for _, m := range model {
+					if m.key == k {
+						top = max(top, m.seq)
+					}
+				}
+				model = slices.DeleteFunc(model, func(m ev) bool { return m.key == k && m.seq+uint64(keep.PerSession) <= top })
+				for _, m := range model {
+					if m.key == k {
+						sum += int64(m.bytes)
+					}
+				}
+				model = slices.DeleteFunc(model, func(m ev) bool {
+					if m.key != k || m.seq == top || sum <= keep.PerSessionBytes {
+						return false
+					}
+					sum -= int64(m.bytes)
+					return true
+				})
+			}
+			for k, key := range keys {
+				var wantSeqs []uint64
+				var want int64
+				for _, m := range model {
+					if m.key == k {
+						wantSeqs = append(wantSeqs, m.seq)
+						want += int64(m.bytes)
+					}
+				}
+				evs, _, _, err := s.EventsSince(ctx, key, 0, 0)
+				var seqs []uint64
+				var sum int64
+				for _, e := range evs {
+					seqs = append(seqs, e.Seq)
+					sum += int64(len(e.Params))
+				}
+				got, jerr := s.JournalBytes(ctx, key)
+				if err != nil || jerr != nil || got != sum || !slices.Equal(seqs, wantSeqs) || sum != want {
+					rt.Fatalf("session %d with %+v: journal %v (%d bytes), counted %d bytes (%v, %v); the model keeps %v (%d bytes)",
+						k, keep, seqs, sum, got, err, jerr, wantSeqs, want)
+				}
+			}
+		}
+	})
+}

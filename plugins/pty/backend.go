@@ -26,6 +26,10 @@ const (
 	DefaultMaxSessions = 16
 	DefaultBuffer      = 1 << 20
 	DefaultScrollback  = 1000
+	// DefaultMaxCols and DefaultMaxRows are the largest PTY size a
+	// resize or a new PTY may ask for (--pty-max-size).
+	DefaultMaxCols = 1000
+	DefaultMaxRows = 1000
 	// DefaultIdleExit is how long a backend lives on with no host linked
 	// and no PTY left (see Idle).
 	DefaultIdleExit = 50 * time.Second
@@ -42,6 +46,10 @@ const maxBuffer = 1 << 30
 
 // maxScrollback bounds BackendConfig.Scrollback.
 const maxScrollback = 1 << 20
+
+// maxSize bounds BackendConfig.MaxCols and MaxRows (wire.MaxSize: the
+// largest a resize escape can ask for).
+const maxSize = 10000
 
 // Backend is the PTY keep-alive backend (docs/PROTOCOL.md §13). The zero
 // value is not usable; call New.
@@ -137,6 +145,8 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 		return contract.BackendInfo{}, fmt.Errorf("start: buffer %d over %d: %w", cfg.Buffer, maxBuffer, contract.ErrInvalidArgument)
 	case cfg.Scrollback > maxScrollback:
 		return contract.BackendInfo{}, fmt.Errorf("start: scrollback %d over %d: %w", cfg.Scrollback, maxScrollback, contract.ErrInvalidArgument)
+	case cfg.MaxCols < 0, cfg.MaxRows < 0, cfg.MaxCols > maxSize, cfg.MaxRows > maxSize:
+		return contract.BackendInfo{}, fmt.Errorf("start: largest size %dx%d not within 1-%d: %w", cfg.MaxCols, cfg.MaxRows, maxSize, contract.ErrInvalidArgument)
 	}
 	cfg.Argv = slices.Clone(cfg.Argv)
 	if len(cfg.Argv) == 0 {
@@ -145,6 +155,8 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	cfg.MaxSessions = cmp.Or(cfg.MaxSessions, DefaultMaxSessions)
 	cfg.Buffer = cmp.Or(cfg.Buffer, DefaultBuffer)
+	cfg.MaxCols = cmp.Or(cfg.MaxCols, DefaultMaxCols)
+	cfg.MaxRows = cmp.Or(cfg.MaxRows, DefaultMaxRows)
 	switch cfg.Scrollback {
 	case 0:
 		cfg.Scrollback = DefaultScrollback
@@ -166,7 +178,8 @@ func (b *Backend) Start(_ context.Context, cfg contract.BackendConfig) (contract
 	b.mu.Unlock()
 	wake(b.reapWake)
 	b.log.Debug().Str("instance", cfg.Instance).Strs("argv", cfg.Argv).Str("ttl", cfg.TTL.String()).
-		Int("max_sessions", cfg.MaxSessions).Int64("buffer", cfg.Buffer).Int("scrollback", cfg.Scrollback).Msg("pty backend started")
+		Int("max_sessions", cfg.MaxSessions).Int64("buffer", cfg.Buffer).Int("scrollback", cfg.Scrollback).
+		Int("max_cols", cfg.MaxCols).Int("max_rows", cfg.MaxRows).Msg("pty backend started")
 	info := contract.BackendInfo{Version: Version, Pid: os.Getpid()}
 	if b.secret != "" && cfg.Challenge != "" {
 		info.Proof = contract.Prove(b.secret, cfg.Challenge)
@@ -229,6 +242,10 @@ func (b *Backend) attach(ctx context.Context, req contract.AttachRequest) (contr
 		case !b.started:
 			b.mu.Unlock()
 			return contract.AttachResponse{}, nil, fmt.Errorf("attach: %w", contract.ErrNotStarted)
+		case req.Cols > b.cfg.MaxCols || req.Rows > b.cfg.MaxRows:
+			b.mu.Unlock()
+			return contract.AttachResponse{}, nil, fmt.Errorf("attach: size %dx%d over the largest, %dx%d: %w",
+				req.Cols, req.Rows, b.cfg.MaxCols, b.cfg.MaxRows, contract.ErrInvalidArgument)
 		}
 		if rec := b.ptys[req.Token]; rec != nil {
 			resp := b.attachLocked(rec, req, false)
@@ -440,14 +457,22 @@ func (b *Backend) Write(_ context.Context, token string, viewer contract.Transpo
 	return nil
 }
 
-// Resize implements contract.Backend; the child gets SIGWINCH.
+// Resize implements contract.Backend; the child gets SIGWINCH. A size
+// over the configured largest (MaxCols×MaxRows) fails with
+// contract.ErrInvalidArgument and changes nothing.
 func (b *Backend) Resize(_ context.Context, token string, viewer contract.TransportID, cols, rows int) error {
 	if !validSize(cols, false) || !validSize(rows, false) {
 		return fmt.Errorf("resize %dx%d: %w", cols, rows, contract.ErrInvalidArgument)
 	}
-	rec, err := b.lookup("resize", token)
-	if err != nil {
-		return err
+	b.mu.Lock()
+	maxCols, maxRows := b.cfg.MaxCols, b.cfg.MaxRows
+	rec := b.ptys[token]
+	b.mu.Unlock()
+	if rec == nil {
+		return fmt.Errorf("resize: %w", contract.ErrNotFound)
+	}
+	if cols > maxCols || rows > maxRows {
+		return fmt.Errorf("resize %dx%d: over the largest, %dx%d: %w", cols, rows, maxCols, maxRows, contract.ErrInvalidArgument)
 	}
 	if !rec.isWriter(viewer) {
 		return fmt.Errorf("resize %v: %w", viewer, contract.ErrStaleTransport)

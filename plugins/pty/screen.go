@@ -265,7 +265,9 @@ func (rec *ptyRec) nextSizeLocked(off int64) (int64, bool) {
 }
 
 // resizedLocked records a size change at the ring's end and forgets the
-// changes the ring no longer needs; rec.mu is held.
+// changes the ring no longer needs; rec.mu is held. A change at the
+// offset of the one before replaces it (no byte was written for that
+// size), so resizes with no output between them cost nothing.
 func (rec *ptyRec) resizedLocked(cols, rows int) {
 	rec.cols, rec.rows = cols, rows
 	end, start := rec.ring.EndOffset(), rec.ring.StartOffset()
@@ -275,5 +277,10 @@ func (rec *ptyRec) resizedLocked(cols, rows int) {
 			keep = i
 		}
 	}
-	rec.sizes = append(rec.sizes[keep:], sizeAt{end, cols, rows})
+	rec.sizes = rec.sizes[keep:]
+	if last := len(rec.sizes) - 1; rec.sizes[last].offset == end {
+		rec.sizes[last] = sizeAt{end, cols, rows}
+		return
+	}
+	rec.sizes = append(rec.sizes, sizeAt{end, cols, rows})
 }

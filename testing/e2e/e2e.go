@@ -39,7 +39,8 @@ import (
 // tetherTimeout bounds a one-shot command run by Tether.
 const tetherTimeout = 60 * time.Second
 
-var build struct {
+// build and plain are the binaries Build and BuildPlain make.
+var build, plain struct {
 	once sync.Once
 	dir  string // temporary directory holding the binary; removed by Main
 	path string
@@ -56,7 +57,7 @@ func Build(tb testing.TB) string {
 			build.path, build.err = filepath.Abs(p)
 			return
 		}
-		build.path, build.err = buildTether()
+		build.path, build.err = buildTether(&build.dir, raceEnabled)
 	})
 	if build.err != nil {
 		tb.Fatalf("e2e: build tether: %v", build.err)
@@ -64,19 +65,39 @@ func Build(tb testing.TB) string {
 	return build.path
 }
 
-func buildTether() (string, error) {
+// BuildPlain is Build without -race whatever the test binary has: for a
+// test that measures the processes' memory, which the race detector
+// multiplies (its shadow memory is resident too). Without -race, or with
+// TETHER_E2E_BINARY, it is Build.
+func BuildPlain(tb testing.TB) string {
+	tb.Helper()
+	if !raceEnabled || os.Getenv("TETHER_E2E_BINARY") != "" {
+		return Build(tb)
+	}
+	plain.once.Do(func() {
+		plain.path, plain.err = buildTether(&plain.dir, false)
+	})
+	if plain.err != nil {
+		tb.Fatalf("e2e: build tether without -race: %v", plain.err)
+	}
+	return plain.path
+}
+
+// buildTether builds ./cmd/tether, with -race when race is set, into a
+// new temporary directory, which it stores in *dir.
+func buildTether(dir *string, race bool) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp("", "tether-e2e-")
+	d, err := os.MkdirTemp("", "tether-e2e-")
 	if err != nil {
 		return "", err
 	}
-	build.dir = dir
-	bin := filepath.Join(dir, "tether")
+	*dir = d
+	bin := filepath.Join(d, "tether")
 	args := []string{"build", "-o", bin}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	args = append(args, "./cmd/tether")
@@ -107,8 +128,10 @@ func moduleRoot() (string, error) {
 // are passed on), removes the built binary and exits. Call it from TestMain.
 func Main(m *testing.M, opts ...goleak.Option) {
 	opts = append(opts, goleak.Cleanup(func(code int) {
-		if build.dir != "" {
-			os.RemoveAll(build.dir)
+		for _, dir := range []string{build.dir, plain.dir} {
+			if dir != "" {
+				os.RemoveAll(dir)
+			}
 		}
 		os.Exit(code)
 	}))

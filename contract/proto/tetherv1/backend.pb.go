@@ -124,7 +124,11 @@ type BackendConfig struct {
 	// under the secret the host gave the process at its start.
 	Challenge string `protobuf:"bytes,7,opt,name=challenge,proto3" json:"challenge,omitempty"`
 	// How long the plugin lives on with no host linked and no PTY left.
-	IdleExitMs    int64 `protobuf:"varint,8,opt,name=idle_exit_ms,json=idleExitMs,proto3" json:"idle_exit_ms,omitempty"`
+	IdleExitMs int64 `protobuf:"varint,8,opt,name=idle_exit_ms,json=idleExitMs,proto3" json:"idle_exit_ms,omitempty"`
+	// The largest PTY size a resize or a new PTY may ask for (0: the
+	// plugin's default).
+	MaxCols       int32 `protobuf:"varint,9,opt,name=max_cols,json=maxCols,proto3" json:"max_cols,omitempty"`
+	MaxRows       int32 `protobuf:"varint,10,opt,name=max_rows,json=maxRows,proto3" json:"max_rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -211,6 +215,20 @@ func (x *BackendConfig) GetChallenge() string {
 func (x *BackendConfig) GetIdleExitMs() int64 {
 	if x != nil {
 		return x.IdleExitMs
+	}
+	return 0
+}
+
+func (x *BackendConfig) GetMaxCols() int32 {
+	if x != nil {
+		return x.MaxCols
+	}
+	return 0
+}
+
+func (x *BackendConfig) GetMaxRows() int32 {
+	if x != nil {
+		return x.MaxRows
 	}
 	return 0
 }
@@ -1135,7 +1153,7 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"\x05Empty\"8\n" +
 	"\x06Viewer\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x12\n" +
-	"\x04conn\x18\x02 \x01(\x04R\x04conn\"\xf1\x01\n" +
+	"\x04conn\x18\x02 \x01(\x04R\x04conn\"\xa7\x02\n" +
 	"\rBackendConfig\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12!\n" +
@@ -1147,7 +1165,10 @@ const file_tetherv1_backend_proto_rawDesc = "" +
 	"scrollback\x12\x1c\n" +
 	"\tchallenge\x18\a \x01(\tR\tchallenge\x12 \n" +
 	"\fidle_exit_ms\x18\b \x01(\x03R\n" +
-	"idleExitMs\"O\n" +
+	"idleExitMs\x12\x19\n" +
+	"\bmax_cols\x18\t \x01(\x05R\amaxCols\x12\x19\n" +
+	"\bmax_rows\x18\n" +
+	" \x01(\x05R\amaxRows\"O\n" +
 	"\vBackendInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x14\n" +

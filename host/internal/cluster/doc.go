@@ -145,7 +145,14 @@
 //     appending the same seq one writes it and the other finds it there.
 //     Retention is host/store's: a purge of the subject keeping PerSession
 //     once its top passes that, and a purge of the stream keeping Total
-//     once the stream's sequence passes that. EventsSince reads the
+//     once the stream's sequence passes that. For PerSessionBytes each
+//     message also carries, in a Tether-Bytes-Before header, the bytes
+//     of the session's events before it (pruned ones included), so a
+//     journal's bytes are its last message's end less its first's
+//     header: past the bound, the subject is purged before the first
+//     message whose header is at least the end less the bound (found
+//     from the first message's next, then by halving stream sequences),
+//     never its last. EventsSince reads the
 //     subject's first and last messages for the bounds, seeks the first
 //     wanted event by interpolating between stream sequences, and reads
 //     from there through a consumer of that read only, deleted after it.

@@ -41,6 +41,12 @@ const (
 	// hdrBatch is, on a messages message a Commit wrote, the lowest seq
 	// of the session's events in that Commit.
 	hdrBatch = "Tether-Batch"
+	// hdrBefore is, on a journal message, the bytes of the session's
+	// events journaled before it (their params), from its first event
+	// on, pruned ones included: a journal's bytes are its last event's
+	// hdrBefore and size less its first's hdrBefore. Missing (a message
+	// of a tether before the bytes bound) it is 0.
+	hdrBefore = "Tether-Bytes-Before"
 )
 
 // JSStore is host/store's *Store on JetStream: the same methods, errors
@@ -72,6 +78,12 @@ type JSStore struct {
 	// host journaled since) costs one refused publish and a read: the
 	// server's expected-last-subject-sequence check decides, never it.
 	tops sync.Map // key → journalTop
+
+	// floors caches, per session, hdrBefore of its first event as this
+	// process last read it: it only grows (a prune raises it), so the
+	// last event's end less it is at least the journal's bytes, and a
+	// journal under its bytes bound by that much is not read.
+	floors sync.Map // key → uint64
 }
 
 var _ interface {

@@ -127,10 +127,14 @@ func (s *JSStore) AppendEvents(ctx context.Context, events []store.Event, keep s
 }
 
 // journalTop is the last message of a subject: its stream sequence and
-// the seq (or row index) in its header, 0 and 0 for an empty subject.
+// the seq (or row index) in its header, 0 and 0 for an empty subject;
+// for a journal, end is the bytes of the session's events up to and with
+// it (hdrBefore and its own).
 type journalTop struct {
 	streamSeq uint64
 	seq       uint64
+	before    uint64 // its hdrBefore
+	end       uint64 // before and its own bytes
 }
 
 // lastOf reads the last message of subj from the stream leader.
@@ -146,7 +150,14 @@ func lastOf(ctx context.Context, st jetstream.Stream, subj string) (journalTop, 
 	if err != nil {
 		return journalTop{}, nil, fmt.Errorf("%s: message %d has no seq: %w", subj, m.Sequence, store.ErrDamaged)
 	}
-	return journalTop{streamSeq: m.Sequence, seq: seq}, m, nil
+	before := bytesBefore(m)
+	return journalTop{streamSeq: m.Sequence, seq: seq, before: before, end: before + uint64(len(m.Data))}, m, nil
+}
+
+// bytesBefore is a journal message's hdrBefore (0 when it has none).
+func bytesBefore(m *jetstream.RawStreamMsg) uint64 {
+	n, _ := strconv.ParseUint(m.Header.Get(hdrBefore), 10, 64)
+	return n
 }
 
 // journalTop is key's last journaled event: from the cache unless
@@ -174,7 +185,7 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 	if len(events) == 0 {
 		return nil
 	}
-	keep = withDefaults(keep)
+	keep = keep.WithDefaults()
 	byKey := map[string][]store.Event{}
 	var order []string
 	for _, e := range events {
@@ -214,6 +225,7 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 			}
 			msg := nats.NewMsg(subj)
 			msg.Header.Set(hdrSeq, strconv.FormatUint(e.Seq, 10))
+			msg.Header.Set(hdrBefore, strconv.FormatUint(top.end, 10))
 			msg.Data = e.Params
 			var ack *jetstream.PubAck
 			err := retryBusy(ctx, &s.retries, func() (err error) {
@@ -232,7 +244,7 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 				s.tops.Delete(key)
 				return fmt.Errorf("append event %s/%d: %w", key, e.Seq, err)
 			}
-			top = journalTop{streamSeq: ack.Sequence, seq: e.Seq}
+			top = journalTop{streamSeq: ack.Sequence, seq: e.Seq, before: top.end, end: top.end + uint64(len(e.Params))}
 			s.tops.Store(key, top)
 			lastStreamSeq = max(lastStreamSeq, ack.Sequence)
 			wrote = true
@@ -240,6 +252,11 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 		}
 		if wrote && top.seq > uint64(keep.PerSession) {
 			if err := s.events.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeKeep(uint64(keep.PerSession))); err != nil {
+				return fmt.Errorf("prune events of %s: %w", key, err)
+			}
+		}
+		if wrote {
+			if err := s.pruneBytes(ctx, key, top, uint64(keep.PerSessionBytes)); err != nil {
 				return fmt.Errorf("prune events of %s: %w", key, err)
 			}
 		}
@@ -254,16 +271,68 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 	return nil
 }
 
-// withDefaults is store.Retention's defaults (10,000 per session,
-// 1,000,000 in all).
-func withDefaults(r store.Retention) store.Retention {
-	if r.PerSession <= 0 {
-		r.PerSession = 10000
+// maxPruneReads bounds the reads pruneBytes makes to find where the
+// newest events that fit the bound begin.
+const maxPruneReads = 64
+
+// pruneBytes removes key's oldest events while its journal, whose last
+// event is top, holds more than most bytes, never its newest one: it
+// finds the first event whose hdrBefore is at least top.end - most (the
+// headers only grow along the journal) and purges the subject before it.
+// A journal under the bound by the first-event lower bound this process
+// last read (floors) is not read at all; else its first event is read,
+// and only a journal over the bound is searched: lo's next event first
+// (the common case: one commit's worth over), then by halving the
+// stream sequences between the last event known to go and the first
+// known to stay.
+func (s *JSStore) pruneBytes(ctx context.Context, key string, top journalTop, most uint64) error {
+	if top.end <= most {
+		return nil
 	}
-	if r.Total <= 0 {
-		r.Total = 1000000
+	threshold := top.end - most // the first event kept starts at or after it
+	if f, ok := s.floors.Load(key); ok && f.(uint64) >= threshold {
+		return nil
 	}
-	return r
+	subj := s.evSubj + key
+	get := func(from uint64) (*jetstream.RawStreamMsg, error) {
+		return s.events.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subj))
+	}
+	lo, err := get(1)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // pruned meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	s.floors.Store(key, bytesBefore(lo))
+	if bytesBefore(lo) >= threshold || lo.Sequence >= top.streamSeq {
+		return nil
+	}
+	// lo goes; the first event kept is cut, or one in (lo, hi), the
+	// stream sequences not read yet (top when even it alone is over).
+	cut, cutBefore, hi := top.streamSeq, top.before, top.streamSeq
+	next := lo.Sequence + 1
+	for reads := 0; lo.Sequence+1 < hi && reads < maxPruneReads; reads++ {
+		m, err := get(next)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			hi = next // pruned meanwhile
+		case err != nil:
+			return err
+		case m.Sequence >= hi:
+			hi = next // no event of key in [next, hi)
+		case bytesBefore(m) >= threshold:
+			cut, cutBefore, hi = m.Sequence, bytesBefore(m), next // none in [next, m)
+		default:
+			lo = m
+		}
+		next = lo.Sequence + 1 + (hi-lo.Sequence-1)/2
+	}
+	if err := s.events.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(cut)); err != nil {
+		return err
+	}
+	s.floors.Store(key, cutBefore)
+	return nil
 }
 
 // fetchWait bounds a read of messages the stream said it holds (they

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tether-agent/tether/host/agent"
@@ -401,5 +404,99 @@ func TestJSStoreQuickCheck(t *testing.T) {
 	}
 	if err := s.QuickCheck(ctx); !errors.Is(err, store.ErrDamaged) {
 		t.Errorf("QuickCheck with the journal stream gone: got %v, want ErrDamaged", err)
+	}
+}
+
+// TestJSStoreBytesInterleaved: the bytes bound on journals interleaved in
+// the stream, appended to by two hosts in turn (so each one's cached
+// first event is behind the other's prunes): each journal is always the
+// newest of its events that fit the bound, its newest always kept.
+func TestJSStoreBytesInterleaved(t *testing.T) {
+	ctx := context.Background()
+	e := startServer(t)
+	_, jsA := connect(t, e.ClientURL())
+	_, jsB := connect(t, e.ClientURL())
+	prefix := newBucket()
+	hosts := []*JSStore{openStore(t, jsA, prefix), openStore(t, jsB, prefix)}
+	keys := []string{storetest.Key(1), storetest.Key(2), storetest.Key(3)}
+	for _, k := range keys {
+		if err := hosts[0].CreateSession(ctx, store.Session{Key: k, StartedAt: storetest.T0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := store.Retention{PerSessionBytes: 3000}
+	sizes := make([][]int, len(keys)) // by session, by seq-1
+	for round := range 60 {
+		var evs []store.Event
+		for i, k := range keys {
+			if (round+i)%3 == 2 {
+				continue // sessions skip rounds, so their events interleave unevenly
+			}
+			seq := uint64(len(sizes[i]) + 1)
+			n := 40 + (round*131+i*977)%900 // 40-939 bytes
+			if round == 30 && i == 0 {
+				n = 5000 // one event alone over the bound
+			}
+			sizes[i] = append(sizes[i], n)
+			p := fmt.Sprintf(`{"k":%d,"seq":%d,"p":"`, i, seq)
+			evs = append(evs, store.Event{Key: k, Seq: seq, Params: []byte(p + strings.Repeat("x", n-len(p)-2) + `"}`)})
+		}
+		if err := hosts[round%2].AppendEvents(ctx, evs, keep); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i, k := range keys {
+			if len(sizes[i]) == 0 {
+				continue
+			}
+			var want []uint64
+			sum := 0
+			for j := len(sizes[i]) - 1; j >= 0 && (len(want) == 0 || sum+sizes[i][j] <= 3000); j-- {
+				sum += sizes[i][j]
+				want = append([]uint64{uint64(j + 1)}, want...)
+			}
+			got, first, last, err := hosts[(round+1)%2].EventsSince(ctx, k, 0, 0)
+			var seqs []uint64
+			for _, e := range got {
+				seqs = append(seqs, e.Seq)
+			}
+			if err != nil || !slices.Equal(seqs, want) || first != want[0] || last != want[len(want)-1] {
+				t.Fatalf("round %d, session %d: journal %v (bounds %d..%d, %v), want %v", round, i, seqs, first, last, err, want)
+			}
+		}
+	}
+}
+
+// TestJSStoreBytesLegacyJournal: journal messages without the bytes
+// header (written before the bytes bound) count as none, and go first
+// once the events after them pass the bound.
+func TestJSStoreBytesLegacyJournal(t *testing.T) {
+	ctx := context.Background()
+	e := startServer(t)
+	_, js := connect(t, e.ClientURL())
+	s := openStore(t, js, newBucket())
+	key := storetest.Key(1)
+	if err := s.CreateSession(ctx, store.Session{Key: key, StartedAt: storetest.T0}); err != nil {
+		t.Fatal(err)
+	}
+	for seq := 1; seq <= 3; seq++ {
+		m := nats.NewMsg(s.evSubj + key)
+		m.Header.Set(hdrSeq, fmt.Sprint(seq))
+		m.Data = []byte(fmt.Sprintf(`{"seq":%d,"p":"%s"}`, seq, strings.Repeat("o", 500-len(fmt.Sprintf(`{"seq":%d,"p":""}`, seq)))))
+		if _, err := s.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := store.Retention{PerSessionBytes: 1000}
+	for seq := uint64(4); seq <= 20; seq++ {
+		p := fmt.Sprintf(`{"seq":%d,"p":"`, seq)
+		if err := s.AppendEvents(ctx, []store.Event{{Key: key, Seq: seq, Params: []byte(p + strings.Repeat("x", 300-len(p)-2) + `"}`)}}, keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The counting starts from the last legacy event (its own 500 bytes):
+	// 18-20 are the newest 300-byte events within 1000.
+	got, first, last, err := s.EventsSince(ctx, key, 0, 0)
+	if err != nil || len(got) != 3 || first != 18 || last != 20 {
+		t.Errorf("journal: %d events %d..%d, %v; want 18..20", len(got), first, last, err)
 	}
 }

@@ -65,7 +65,7 @@ func New() *Metrics {
 		BytesOut:         prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_bytes_out_total", Help: "Payload bytes queued to clients."}),
 		PluginRestarts:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_restarts_total", Help: "Plugin processes restarted, by reason: crashed (exited, or its connection broke) or unresponsive (alive, but no answer to the health ping in time: killed)."}, []string{"plugin", "reason"}),
 		PluginReloads:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_reloads_total", Help: "Plugins swapped for a fresh process on request (tether plugins reload, SIGHUP)."}, []string{"plugin"}),
-		BadResizes:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_bad_resizes_total", Help: "Frames starting with the resize escape that were not a valid resize, dropped (never written to the PTY)."}),
+		BadResizes:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_bad_resizes_total", Help: "Frames starting with the resize escape that were not a valid resize, or asked for a size over --pty-max-size, dropped (never written to the PTY)."}),
 		PluginLogDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_plugin_log_lines_dropped_total", Help: "Plugin stderr lines not re-emitted because the plugin wrote more than 1000 a second."}, []string{"plugin"}),
 		Supersedes:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_pty_supersedes_total", Help: "PTY writers closed with 4409 because a newer writer attached."}),
 	}

@@ -1,6 +1,7 @@
 package ptyroute
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -74,7 +75,33 @@ func ValidAttachToken(t string) bool { return wire.ValidAttachToken(t) }
 // it is then a resize, or dropped, and never input.
 func IsResize(frame []byte) bool { return wire.IsResize(frame) }
 
-// ParseResize reports whether frame is exactly the resize escape
-// ESC [ R E S I Z E : cols ; rows ] with both in 1–10000, and returns the
-// size.
-func ParseResize(frame []byte) (cols, rows int, ok bool) { return wire.ParseResize(frame) }
+// Why a frame that starts with the resize escape is dropped.
+var (
+	// ErrBadResize: the frame is not exactly ESC [ R E S I Z E : cols ;
+	// rows ] with both numbers decimal, from 1 to 10000.
+	ErrBadResize = errors.New("malformed resize")
+	// ErrResizeTooLarge: a well-formed resize over the largest PTY size
+	// (--pty-max-size).
+	ErrResizeTooLarge = errors.New("resize over the largest PTY size")
+)
+
+// Default largest PTY size (--pty-max-size) of a Router given none.
+const (
+	DefaultMaxCols = 1000
+	DefaultMaxRows = 1000
+)
+
+// ParseResize returns the size of a frame that is exactly the resize
+// escape ESC [ R E S I Z E : cols ; rows ] with cols from 1 to maxCols
+// and rows from 1 to maxRows (wire.ParseResize, then the bound), or
+// ErrBadResize or ErrResizeTooLarge.
+func ParseResize(frame []byte, maxCols, maxRows int) (cols, rows int, err error) {
+	cols, rows, ok := wire.ParseResize(frame)
+	switch {
+	case !ok:
+		return 0, 0, ErrBadResize
+	case cols > maxCols || rows > maxRows:
+		return cols, rows, fmt.Errorf("%w: %dx%d over %dx%d", ErrResizeTooLarge, cols, rows, maxCols, maxRows)
+	}
+	return cols, rows, nil
+}

@@ -9,6 +9,7 @@
 package ptyroute
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -40,6 +41,8 @@ const ptyStallTimeout = 5 * time.Second
 type Router struct {
 	log     zerolog.Logger
 	metrics *metrics.Metrics
+	maxCols int // the largest PTY size a resize may ask for
+	maxRows int
 	wg      sync.WaitGroup // per-socket workers and detaches
 
 	mu      sync.Mutex // guards the fields below
@@ -55,9 +58,14 @@ type ptyRoute struct {
 }
 
 // New returns a router with no backend yet (sockets are refused
-// with 1011 until SetBackend).
-func New(log zerolog.Logger, m *metrics.Metrics) *Router {
-	return &Router{log: log, metrics: m, routes: make(map[string]*ptyRoute), conns: make(map[contract.TransportID]*ptyConn)}
+// with 1011 until SetBackend) that drops a resize over maxCols×maxRows
+// (--pty-max-size; 0 takes DefaultMaxCols, DefaultMaxRows).
+func New(log zerolog.Logger, m *metrics.Metrics, maxCols, maxRows int) *Router {
+	return &Router{
+		log: log, metrics: m,
+		maxCols: cmp.Or(maxCols, DefaultMaxCols), maxRows: cmp.Or(maxRows, DefaultMaxRows),
+		routes: make(map[string]*ptyRoute), conns: make(map[contract.TransportID]*ptyConn),
+	}
 }
 
 // SetBackend sets the backend new attaches go to.
@@ -154,7 +162,7 @@ func (r *Router) dropLocked(c *ptyConn) {
 	}
 }
 
-// onFrame handles input: the whole-frame resize escape resizes, anything
+// OnFrame handles input: the whole-frame resize escape resizes, anything
 // else is written. A view socket's frames are dropped.
 func (c *ptyConn) OnFrame(data []byte, _ bool) {
 	c.r.metrics.FramesIn.Inc()
@@ -163,12 +171,13 @@ func (c *ptyConn) OnFrame(data []byte, _ bool) {
 		return
 	}
 	if IsResize(data) {
-		cols, rows, ok := ParseResize(data)
-		if !ok {
-			// Never typed into the shell: a malformed or out-of-range
-			// resize is dropped.
+		cols, rows, err := ParseResize(data, c.r.maxCols, c.r.maxRows)
+		if err != nil {
+			// Never typed into the shell, and never sent to the
+			// backend: a malformed resize, or one over the largest
+			// size, is dropped.
 			c.r.metrics.BadResizes.Inc()
-			c.log.Debug().Int("bytes", len(data)).Msg("malformed resize dropped")
+			c.log.Debug().Err(err).Int("bytes", len(data)).Msg("resize dropped")
 			return
 		}
 		c.enqueue(func() {

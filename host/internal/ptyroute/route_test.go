@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,55 +18,76 @@ import (
 	"github.com/tether-agent/tether/host/internal/metrics"
 )
 
+// TestParseResize: a resize is exactly the escape with both numbers from
+// 1 to the router's largest size; anything else that starts with the
+// escape is malformed, or over the largest (a size the wire allows).
 func TestParseResize(t *testing.T) {
 	tests := []struct {
-		in         string
-		cols, rows int
-		ok         bool
+		in               string
+		maxCols, maxRows int
+		cols, rows       int
+		err              error
 	}{
-		{"\x1b[RESIZE:120;40]", 120, 40, true},
-		{"\x1b[RESIZE:1;1]", 1, 1, true},
-		{"\x1b[RESIZE:10000;10000]", 10000, 10000, true},
-		{"\x1b[RESIZE:10001;40]", 0, 0, false},
-		{"\x1b[RESIZE:0;40]", 0, 0, false},
-		{"\x1b[RESIZE:-1;40]", 0, 0, false},
-		{"\x1b[RESIZE:+1;40]", 0, 0, false},
-		{"\x1b[RESIZE:120;40]x", 0, 0, false},
-		{"x\x1b[RESIZE:120;40]", 0, 0, false},
-		{"\x1b[RESIZE:120,40]", 0, 0, false},
-		{"\x1b[RESIZE:120;]", 0, 0, false},
-		{"\x1b[RESIZE:;40]", 0, 0, false},
-		{"\x1b[RESIZE:1 2;40]", 0, 0, false},
-		{"\x1b[resize:120;40]", 0, 0, false},
-		{"\x1b[RESIZE:120;40;3]", 0, 0, false},
-		{"", 0, 0, false},
-		{"ls\r", 0, 0, false},
+		{"\x1b[RESIZE:120;40]", 1000, 1000, 120, 40, nil},
+		{"\x1b[RESIZE:1;1]", 1000, 1000, 1, 1, nil},
+		{"\x1b[RESIZE:1000;1000]", 1000, 1000, 1000, 1000, nil},
+		{"\x1b[RESIZE:300;100]", 1000, 1000, 300, 100, nil},
+		{"\x1b[RESIZE:1001;50]", 1000, 1000, 1001, 50, ErrResizeTooLarge},
+		{"\x1b[RESIZE:50;1001]", 1000, 1000, 50, 1001, ErrResizeTooLarge},
+		{"\x1b[RESIZE:10000;10000]", 1000, 1000, 10000, 10000, ErrResizeTooLarge},
+		{"\x1b[RESIZE:10000;10000]", 10000, 10000, 10000, 10000, nil},
+		{"\x1b[RESIZE:201;40]", 200, 50, 201, 40, ErrResizeTooLarge},
+		{"\x1b[RESIZE:200;50]", 200, 50, 200, 50, nil},
+		{"\x1b[RESIZE:00200;050]", 200, 50, 200, 50, nil},
+		{"\x1b[RESIZE:10001;40]", 10000, 10000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:0;40]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:-1;40]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:+1;40]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:120;40]x", 1000, 1000, 0, 0, ErrBadResize},
+		{"x\x1b[RESIZE:120;40]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:120,40]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:120;]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:;40]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:1 2;40]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[resize:120;40]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:120;40;3]", 1000, 1000, 0, 0, ErrBadResize},
+		{"\x1b[RESIZE:99999999999999999999;1]", 10000, 10000, 0, 0, ErrBadResize},
+		{"", 1000, 1000, 0, 0, ErrBadResize},
+		{"ls\r", 1000, 1000, 0, 0, ErrBadResize},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%q", tt.in), func(t *testing.T) {
-			cols, rows, ok := ParseResize([]byte(tt.in))
-			if cols != tt.cols || rows != tt.rows || ok != tt.ok {
-				t.Errorf("ParseResize = %d, %d, %v; want %d, %d, %v", cols, rows, ok, tt.cols, tt.rows, tt.ok)
+		t.Run(fmt.Sprintf("%q within %dx%d", tt.in, tt.maxCols, tt.maxRows), func(t *testing.T) {
+			cols, rows, err := ParseResize([]byte(tt.in), tt.maxCols, tt.maxRows)
+			if !errors.Is(err, tt.err) || err == nil != (tt.err == nil) {
+				t.Fatalf("ParseResize: got error %v, want %v", err, tt.err)
+			}
+			if cols != tt.cols || rows != tt.rows {
+				t.Errorf("ParseResize = %dx%d, want %dx%d", cols, rows, tt.cols, tt.rows)
 			}
 		})
 	}
 }
 
 func FuzzParseResize(f *testing.F) {
-	for _, s := range []string{"\x1b[RESIZE:120;40]", "\x1b[RESIZE:0;0]", "\x1b[RESIZE:99999999999999999999;1]", "abc"} {
+	for _, s := range []string{"\x1b[RESIZE:120;40]", "\x1b[RESIZE:0;0]", "\x1b[RESIZE:99999999999999999999;1]", "\x1b[RESIZE:1001;50]", "abc"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cols, rows, ok := ParseResize(b)
-		if !ok {
-			return
-		}
-		if cols < 1 || rows < 1 || cols > 10000 || rows > 10000 {
-			t.Fatalf("accepted out-of-range size %d;%d from %q", cols, rows, b)
-		}
-		// An accepted frame is exactly the canonical escape.
-		if want := fmt.Sprintf("\x1b[RESIZE:%d;%d]", cols, rows); strings.TrimLeft(string(b), "") != want && !leadingZeros(b) {
-			t.Fatalf("accepted %q, canonical form %q", b, want)
+		for _, lim := range [][2]int{{DefaultMaxCols, DefaultMaxRows}, {200, 50}, {10000, 10000}} {
+			cols, rows, err := ParseResize(b, lim[0], lim[1])
+			if err != nil {
+				if !errors.Is(err, ErrBadResize) && !errors.Is(err, ErrResizeTooLarge) {
+					t.Fatalf("ParseResize(%q): error %v, want ErrBadResize or ErrResizeTooLarge", b, err)
+				}
+				continue
+			}
+			if cols < 1 || rows < 1 || cols > lim[0] || rows > lim[1] {
+				t.Fatalf("accepted size %d;%d from %q within %dx%d", cols, rows, b, lim[0], lim[1])
+			}
+			// An accepted frame is exactly the canonical escape.
+			if want := fmt.Sprintf("\x1b[RESIZE:%d;%d]", cols, rows); strings.TrimLeft(string(b), "") != want && !leadingZeros(b) {
+				t.Fatalf("accepted %q, canonical form %q", b, want)
+			}
 		}
 	})
 }
@@ -162,7 +184,7 @@ func (s *stuckSender) WaitRoom(context.Context, time.Duration) bool {
 // the bound, its PTY sockets are closed with 1013 and get no more output,
 // so the stream goes on for everyone else.
 func TestPTYOutputStalledLink(t *testing.T) {
-	r := New(zerolog.Nop(), metrics.New())
+	r := New(zerolog.Nop(), metrics.New(), 0, 0)
 	stuck, fine := &stuckSender{}, &stuckSender{}
 	tok := strings.Repeat("t", 16)
 	mk := func(conn uint64, out link.Sender) *ptyConn {
@@ -238,10 +260,11 @@ func (b *recordingBackend) Resize(_ context.Context, _ string, _ contract.Transp
 }
 
 // TestResizeFramesNeverTyped: a frame that starts with the resize escape
-// resizes when it is exactly a valid one and is dropped otherwise — it
-// never reaches the PTY as input.
+// resizes when it is exactly a valid one within the largest size (1000x1000
+// by default) and is dropped otherwise, counted — it never reaches the
+// PTY as input, and one over the largest never reaches the backend.
 func TestResizeFramesNeverTyped(t *testing.T) {
-	r := New(zerolog.Nop(), metrics.New())
+	r := New(zerolog.Nop(), metrics.New(), 0, 0)
 	be := &recordingBackend{}
 	r.SetBackend(be)
 	tok := strings.Repeat("t", 16)
@@ -250,7 +273,8 @@ func TestResizeFramesNeverTyped(t *testing.T) {
 	for _, f := range []string{
 		"\x1b[RESIZE:99999;99999]", "\x1b[RESIZE:0;24]", "\x1b[RESIZE:80;0]", "\x1b[RESIZE:abc]",
 		"\x1b[RESIZE:80;24", "\x1b[RESIZE:+80;24]", "\x1b[RESIZE:80;24]x", "\x1b[RESIZE:",
-		"\x1b[RESIZE:120;40]", "hello\n",
+		"\x1b[RESIZE:1001;50]", "\x1b[RESIZE:50;1001]", "\x1b[RESIZE:10000;10000]",
+		"\x1b[RESIZE:120;40]", "\x1b[RESIZE:300;100]", "\x1b[RESIZE:1000;1000]", "hello\n",
 	} {
 		c.OnFrame([]byte(f), false)
 	}
@@ -260,11 +284,45 @@ func TestResizeFramesNeverTyped(t *testing.T) {
 	if len(be.writes) != 1 || string(be.writes[0]) != "hello\n" {
 		t.Errorf("writes = %q, want only \"hello\\n\"", be.writes)
 	}
-	if len(be.resizes) != 1 || be.resizes[0] != [2]int{120, 40} {
-		t.Errorf("resizes = %v, want only [120 40]", be.resizes)
+	if want := [][2]int{{120, 40}, {300, 100}, {1000, 1000}}; !slices.Equal(be.resizes, want) {
+		t.Errorf("resizes = %v, want only %v", be.resizes, want)
 	}
-	if got := testutil.ToFloat64(r.metrics.BadResizes); got != 8 {
-		t.Errorf("bad resizes counted %v, want 8", got)
+	if got := testutil.ToFloat64(r.metrics.BadResizes); got != 11 {
+		t.Errorf("bad resizes counted %v, want 11", got)
+	}
+}
+
+// TestResizeWithinTheRoutersLargest: a router given a largest size drops
+// what is over it and passes what is within it, up to 10000x10000.
+func TestResizeWithinTheRoutersLargest(t *testing.T) {
+	for _, tt := range []struct {
+		maxCols, maxRows int
+		frames           []string
+		want             [][2]int
+		dropped          float64
+	}{
+		{200, 50, []string{"\x1b[RESIZE:201;50]", "\x1b[RESIZE:200;51]", "\x1b[RESIZE:200;50]"}, [][2]int{{200, 50}}, 2},
+		{10000, 10000, []string{"\x1b[RESIZE:10000;10000]", "\x1b[RESIZE:10001;1]"}, [][2]int{{10000, 10000}}, 1},
+	} {
+		t.Run(fmt.Sprintf("%dx%d", tt.maxCols, tt.maxRows), func(t *testing.T) {
+			r := New(zerolog.Nop(), metrics.New(), tt.maxCols, tt.maxRows)
+			be := &recordingBackend{}
+			r.SetBackend(be)
+			c := &ptyConn{id: contract.TransportID{Instance: "ws", Conn: 1}, out: &stuckSender{}, r: r, token: strings.Repeat("t", 16), attached: true, epoch: "e"}
+			r.conns[c.id] = c
+			for _, f := range tt.frames {
+				c.OnFrame([]byte(f), false)
+			}
+			r.Wait()
+			be.mu.Lock()
+			defer be.mu.Unlock()
+			if !slices.Equal(be.resizes, tt.want) {
+				t.Errorf("resizes = %v, want %v", be.resizes, tt.want)
+			}
+			if got := testutil.ToFloat64(r.metrics.BadResizes); got != tt.dropped {
+				t.Errorf("bad resizes counted %v, want %v", got, tt.dropped)
+			}
+		})
 	}
 }
 
@@ -302,7 +360,7 @@ func (b *orderBackend) Detach(context.Context, string, contract.TransportID) err
 // closed (a line typed, then the tab closed) still reaches the PTY, in
 // order, and only then is the socket detached.
 func TestInputBeforeCloseIsWritten(t *testing.T) {
-	r := New(zerolog.Nop(), metrics.New())
+	r := New(zerolog.Nop(), metrics.New(), 0, 0)
 	be := &orderBackend{hold: make(chan struct{}), entered: make(chan struct{}, 1)}
 	r.SetBackend(be)
 	tok := strings.Repeat("t", 16)

@@ -42,7 +42,7 @@ func (t *Table) recover(ctx context.Context, sess store.Session, id string) (seq
 			}
 			seq++
 			params, _ := json.Marshal(eventParams{Type: wire.EventMessageComplete, SessionID: id, Seq: seq, Payload: map[string]string{"text": text, "status": statusInterrupted}})
-			if err := t.store.AppendEvents(ctx, []store.Event{{Key: sess.Key, Seq: seq, Params: params}}, store.Retention{}); err != nil {
+			if err := t.store.AppendEvents(ctx, []store.Event{{Key: sess.Key, Seq: seq, Params: params}}, t.journal.keep); err != nil {
 				return 0, "", nil, err
 			}
 			if err := t.store.EndRun(ctx, sess.Key, r.ID, statusInterrupted, now); err != nil {

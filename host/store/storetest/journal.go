@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,4 +297,164 @@ func testWriteFault(t *testing.T, s Store) {
 	if len(msgs) != 2 || msgs[1].Text != "b" || sess.Epoch != "e1" || sess.LastSeq != 1 || len(evs) != 1 || last != 1 {
 		t.Errorf("after one commit: messages %v, cursor %s/%d, %d events to %d; want 2 rows, e1/1, 1 event", texts(msgs), sess.Epoch, sess.LastSeq, len(evs), last)
 	}
+}
+
+// sized is the event seq of key with params of exactly n bytes (n >= 12).
+func sized(key string, seq uint64, n int) store.Event {
+	p := fmt.Sprintf(`{"seq":%d,"p":"`, seq)
+	p += strings.Repeat("x", max(0, n-len(p)-2)) + `"}`
+	return store.Event{Key: key, Seq: seq, Params: json.RawMessage(p)}
+}
+
+// journalOf reads key's whole journal: its seqs, its bytes (the params'
+// lengths) and its bounds.
+func journalOf(t *testing.T, s Store, key string) (seqs []uint64, bytes int64, first, last uint64) {
+	t.Helper()
+	evs, first, last, err := s.EventsSince(context.Background(), key, 0, 0)
+	if err != nil {
+		t.Fatalf("EventsSince(%s, 0): %v", key, err)
+	}
+	for _, e := range evs {
+		seqs = append(seqs, e.Seq)
+		bytes += int64(len(e.Params))
+	}
+	return seqs, bytes, first, last
+}
+
+// seqRange is [from, to].
+func seqRange(from, to uint64) []uint64 {
+	var out []uint64
+	for s := from; s <= to; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
+// testJournalRetentionBytes: past the bytes bound a session's oldest
+// events go as with the count bound — the journal is the newest events
+// that fit, in one piece, and EventsSince's first says where it starts
+// (so a client behind it is told it is truncated) — but its newest event
+// always stays, however large; the count and the bytes bounds hold
+// together; other sessions' journals are untouched.
+func testJournalRetentionBytes(t *testing.T, open func(t *testing.T) Store) {
+	ctx := context.Background()
+	t.Run("oldest go, the newest that fit stay", func(t *testing.T) {
+		s := open(t)
+		a, b := Key(1), Key(2)
+		mustCreate(t, s, store.Session{Key: a, StartedAt: T0})
+		mustCreate(t, s, store.Session{Key: b, StartedAt: T0})
+		keep := store.Retention{PerSessionBytes: 1000}
+		var evs []store.Event
+		for seq := uint64(1); seq <= 30; seq++ {
+			evs = append(evs, sized(a, seq, 100))
+		}
+		for seq := uint64(1); seq <= 5; seq++ {
+			evs = append(evs, sized(b, seq, 150))
+		}
+		if err := s.AppendEvents(ctx, evs, keep); err != nil {
+			t.Fatal(err)
+		}
+		seqs, n, first, last := journalOf(t, s, a)
+		if !slices.Equal(seqs, seqRange(21, 30)) || n != 1000 || first != 21 || last != 30 {
+			t.Errorf("a past 1000 bytes: seqs %v (%d bytes), bounds %d..%d; want 21..30 (1000 bytes)", seqs, n, first, last)
+		}
+		if seqs, n, _, _ := journalOf(t, s, b); !slices.Equal(seqs, seqRange(1, 5)) || n != 750 {
+			t.Errorf("b within the bound: seqs %v (%d bytes), want 1..5 (750)", seqs, n)
+		}
+		// Truncated: a client that saw seq 5 gets the journal from its
+		// first event, 21.
+		if got, first, _, err := s.EventsSince(ctx, a, 5, 0); err != nil || len(got) != 10 || got[0].Seq != 21 || first != 21 {
+			t.Errorf("a since 5: %d events from %v, first %d, %v; want 10 from 21, first 21", len(got), got, first, err)
+		}
+		// One more event of 250 bytes: the three oldest make room.
+		if err := s.AppendEvents(ctx, []store.Event{sized(a, 31, 250)}, keep); err != nil {
+			t.Fatal(err)
+		}
+		if seqs, n, first, last := journalOf(t, s, a); !slices.Equal(seqs, seqRange(24, 31)) || n != 950 || first != 24 || last != 31 {
+			t.Errorf("a after a 250-byte event: seqs %v (%d bytes), bounds %d..%d; want 24..31 (950 bytes)", seqs, n, first, last)
+		}
+	})
+	t.Run("one event at a time", func(t *testing.T) {
+		s := open(t)
+		a := Key(1)
+		mustCreate(t, s, store.Session{Key: a, StartedAt: T0})
+		keep := store.Retention{PerSessionBytes: 4096}
+		sizes := []int{700, 20, 3000, 400, 1200, 90, 2500, 60, 1000, 333}
+		for i, n := range sizes {
+			seq := uint64(i + 1)
+			b := store.Batch{Events: []store.Event{sized(a, seq, n)}}
+			if err := s.Commit(ctx, b, keep); err != nil {
+				t.Fatal(err)
+			}
+			// The newest events whose bytes fit, in one piece.
+			var want []uint64
+			var sum int64
+			for j := i; j >= 0 && sum+int64(sizes[j]) <= keep.PerSessionBytes; j-- {
+				sum += int64(sizes[j])
+				want = append([]uint64{uint64(j + 1)}, want...)
+			}
+			seqs, got, first, last := journalOf(t, s, a)
+			if !slices.Equal(seqs, want) || got != sum || first != want[0] || last != seq {
+				t.Fatalf("after event %d of %d bytes: seqs %v (%d bytes), bounds %d..%d; want %v (%d bytes)", seq, n, seqs, got, first, last, want, sum)
+			}
+		}
+	})
+	t.Run("the newest stays however large", func(t *testing.T) {
+		s := open(t)
+		a := Key(1)
+		mustCreate(t, s, store.Session{Key: a, StartedAt: T0})
+		keep := store.Retention{PerSessionBytes: 1024}
+		if err := s.AppendEvents(ctx, []store.Event{sized(a, 1, 100), sized(a, 2, 5000)}, keep); err != nil {
+			t.Fatal(err)
+		}
+		if seqs, n, first, last := journalOf(t, s, a); !slices.Equal(seqs, []uint64{2}) || n != 5000 || first != 2 || last != 2 {
+			t.Errorf("an event over the bound: seqs %v (%d bytes), bounds %d..%d; want only 2 (5000 bytes)", seqs, n, first, last)
+		}
+		if err := s.AppendEvents(ctx, []store.Event{sized(a, 3, 3000)}, keep); err != nil {
+			t.Fatal(err)
+		}
+		if seqs, _, first, last := journalOf(t, s, a); !slices.Equal(seqs, []uint64{3}) || first != 3 || last != 3 {
+			t.Errorf("another: seqs %v, bounds %d..%d; want only 3", seqs, first, last)
+		}
+		// Seqs already journaled are ignored, and count no bytes twice.
+		if err := s.AppendEvents(ctx, []store.Event{sized(a, 3, 3000), sized(a, 4, 500)}, keep); err != nil {
+			t.Fatal(err)
+		}
+		if seqs, n, _, _ := journalOf(t, s, a); !slices.Equal(seqs, []uint64{4}) || n != 500 {
+			t.Errorf("after a retried event: seqs %v (%d bytes); want only 4 (500)", seqs, n)
+		}
+		if err := s.AppendEvents(ctx, []store.Event{sized(a, 5, 500)}, keep); err != nil {
+			t.Fatal(err)
+		}
+		if seqs, n, _, _ := journalOf(t, s, a); !slices.Equal(seqs, []uint64{4, 5}) || n != 1000 {
+			t.Errorf("two that fit: seqs %v (%d bytes); want 4, 5 (1000)", seqs, n)
+		}
+	})
+	t.Run("count and bytes together", func(t *testing.T) {
+		for _, tt := range []struct {
+			name      string
+			keep      store.Retention
+			wantFirst uint64
+		}{
+			{"the count is tighter", store.Retention{PerSession: 5, PerSessionBytes: 1 << 20}, 16},
+			{"the bytes are tighter", store.Retention{PerSession: 15, PerSessionBytes: 800}, 13},
+			{"the default bytes keep all", store.Retention{PerSession: 100}, 1},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s := open(t)
+				a := Key(1)
+				mustCreate(t, s, store.Session{Key: a, StartedAt: T0})
+				var evs []store.Event
+				for seq := uint64(1); seq <= 20; seq++ {
+					evs = append(evs, sized(a, seq, 100))
+				}
+				if err := s.AppendEvents(ctx, evs, tt.keep); err != nil {
+					t.Fatal(err)
+				}
+				if seqs, _, first, last := journalOf(t, s, a); !slices.Equal(seqs, seqRange(tt.wantFirst, 20)) || first != tt.wantFirst || last != 20 {
+					t.Errorf("seqs %v, bounds %d..%d; want %d..20", seqs, first, last, tt.wantFirst)
+				}
+			})
+		}
+	})
 }

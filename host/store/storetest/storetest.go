@@ -10,8 +10,8 @@
 // Each check is a subtest with its own store from open, which must close
 // it when the test ends. The checks are host/store's own behaviours:
 // errors, orders, the end reason that wins, the display prefix of a fork,
-// the journal's duplicates and retention, runs, turns, commits and
-// injected write faults. What stores may differ in (a seq gap in a
+// the journal's duplicates and retention (by count and by bytes), runs,
+// turns, commits and injected write faults. What stores may differ in (a seq gap in a
 // journal, concurrency across processes, durability) is left to each
 // store's own tests.
 package storetest
@@ -52,7 +52,6 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"List", testList},
 		{"ConcurrentAppend", testConcurrentAppend},
 		{"JournalAppendAndSince", testJournalAppendAndSince},
-		{"JournalRetention", nil},
 		{"JournalPage", testJournalPage},
 		{"Runs", testRuns},
 		{"StartTurn", testStartTurn},
@@ -65,13 +64,17 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}},
 	}
 	for _, c := range checks {
-		t.Run(c.name, func(t *testing.T) {
-			if c.fn == nil {
-				testJournalRetention(t, open)
-				return
-			}
-			c.fn(t, open(t))
-		})
+		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
+	}
+	// Checks that open stores of their own.
+	for _, c := range []struct {
+		name string
+		fn   func(t *testing.T, open func(t *testing.T) Store)
+	}{
+		{"JournalRetention", testJournalRetention},
+		{"JournalRetentionBytes", testJournalRetentionBytes},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, open) })
 	}
 }
 
