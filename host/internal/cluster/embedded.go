@@ -240,7 +240,7 @@ func (e *Embedded) WaitJetStream(ctx context.Context) error {
 // Shutdown stops the server and waits until it has stopped. The streams
 // it led in a cluster elect new leaders among the other servers: until
 // they have (a few seconds), calls on them fail, and the host answers
-// them 5002 or 5003 (retry). It is idempotent.
+// them 5002 (a resume) or 5003 (retry). It is idempotent.
 //
 // (Lame duck mode would hand the leaderships over first, but it waits on
 // the server's accept loops with no bound a host can give it.)
