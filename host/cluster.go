@@ -360,7 +360,11 @@ func startCluster(ctx context.Context, cfg Config) (*cluster.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Log.Info().Str("host_id", id).Str("nats", n.NC.ConnectedUrlRedacted()).Str("ttl", ttl.String()).Msg("joined the cluster")
+	ev := cfg.Log.Info().Str("host_id", id).Str("nats", n.NC.ConnectedUrlRedacted()).Str("ttl", ttl.String())
+	if w := n.Waited(); w > 0 {
+		ev = ev.Str("waited", w.Round(100*time.Millisecond).String())
+	}
+	ev.Msg("joined the cluster")
 	return n, nil
 }
 

@@ -144,4 +144,31 @@ func TestClusterOwnerKilledAnswers5002(t *testing.T) {
 	if len(snap.Messages) != 2 || snap.Messages[0].Text != "said before the kill" || snap.Messages[1].Text != "said before the kill" {
 		t.Errorf("messages %+v, want the prompt and its echo", snap.Messages)
 	}
+
+	// Meanwhile h2's NATS server tried the route to h1's again and again,
+	// several times a second: said once as a warning (perhaps once more,
+	// if h1's route was not up yet when h2 started), the rest at debug.
+	loud, quiet := routeRetries(t, hosts[1], hosts[0].Route)
+	t.Logf("h2 logged the route to h1 failing %d times above debug, %d at debug", loud, quiet)
+	if loud < 1 || loud > 2 || quiet < 5 {
+		t.Errorf("h2 logged the route to h1 failing %d times above debug and %d at debug, want once or twice and the rest (at least 5) at debug", loud, quiet)
+	}
+}
+
+// routeRetries counts the lines in h's log of its NATS server failing to
+// connect the route to addr: above debug level, and at debug level.
+func routeRetries(tb testing.TB, h *clusterHost, addr string) (loud, quiet int) {
+	tb.Helper()
+	for _, line := range strings.Split(h.Stderr.String(), "\n") {
+		var e struct{ Level, Message string }
+		if json.Unmarshal([]byte(line), &e) != nil || !strings.HasPrefix(e.Message, "Error trying to connect to route") || !strings.Contains(e.Message, addr) {
+			continue
+		}
+		if e.Level == "debug" {
+			quiet++
+		} else {
+			loud++
+		}
+	}
+	return loud, quiet
 }

@@ -140,7 +140,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats server: %w", err)
 	}
-	srv.SetLoggerV2(natsLogger{cfg.Log.With().Str("component", "nats").Logger()}, false, false, false)
+	srv.SetLoggerV2(natsLogger{log: cfg.Log.With().Str("component", "nats").Logger(), rep: newRepeats(repeatWindow, nil)}, false, false, false)
 	srv.Start()
 	e := &Embedded{srv: srv, clientPass: clientPass, routes: len(opts.Routes)}
 	for !srv.ReadyForConnections(50 * time.Millisecond) {
@@ -251,8 +251,19 @@ func (e *Embedded) Shutdown() {
 	})
 }
 
-// natsLogger adapts zerolog to nats-server's logger.
-type natsLogger struct{ log zerolog.Logger }
+// natsLogger adapts zerolog to nats-server's logger: its notices at
+// debug level, its warnings and errors as such, except that a warning or
+// error said again and again is logged once and then summarised (see
+// repeats), and a route that cannot be connected is a warning: the host
+// keeps serving with the servers it reaches.
+type natsLogger struct {
+	log zerolog.Logger
+	rep *repeats
+}
+
+// routeConnectErr starts nats-server's line for a failed attempt to
+// connect a route (to a server that is gone, or not up yet).
+const routeConnectErr = "Error trying to connect to route"
 
 func (l natsLogger) Noticef(format string, v ...any) { l.log.Debug().Msgf(format, v...) }
 func (l natsLogger) Warnf(format string, v ...any) {
@@ -262,9 +273,30 @@ func (l natsLogger) Warnf(format string, v ...any) {
 		l.log.Debug().Msgf(format, v...)
 		return
 	}
-	l.log.Warn().Msgf(format, v...)
+	l.limited(zerolog.WarnLevel, format, v)
 }
+
 func (l natsLogger) Fatalf(format string, v ...any) { l.log.Error().Msgf(format, v...) }
-func (l natsLogger) Errorf(format string, v ...any) { l.log.Error().Msgf(format, v...) }
+func (l natsLogger) Errorf(format string, v ...any) {
+	level := zerolog.ErrorLevel
+	if strings.HasPrefix(format, routeConnectErr) {
+		level = zerolog.WarnLevel
+	}
+	l.limited(level, format, v)
+}
 func (l natsLogger) Debugf(format string, v ...any) { l.log.Debug().Msgf(format, v...) }
 func (l natsLogger) Tracef(format string, v ...any) { l.log.Trace().Msgf(format, v...) }
+
+// limited logs a line at level, or at debug when it repeats one logged
+// at level less than a window ago.
+func (l natsLogger) limited(level zerolog.Level, format string, v []any) {
+	switch vd := l.rep.see(kindOf(format, v)); {
+	case !vd.loud:
+		l.log.Debug().Bool("repeat", true).Msgf(format, v...)
+	case vd.repeated > 0:
+		l.log.WithLevel(level).Int("repeats", vd.repeated).
+			Msgf("%s (and %d more like it in %s, at debug level)", fmt.Sprintf(format, v...), vd.repeated, vd.since.Round(time.Second))
+	default:
+		l.log.WithLevel(level).Msgf(format, v...)
+	}
+}
