@@ -172,7 +172,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	start := &startFatal{ch: make(chan fatal, 1)}
 	start.on.Store(true)
 	defer start.on.Store(false)
-	srv.SetLoggerV2(natsLogger{log: cfg.Log.With().Str("component", "nats").Logger(), rep: newRepeats(repeatWindow, nil), start: start}, false, false, false)
+	srv.SetLoggerV2(natsLogger{log: cfg.Log.With().Str("component", "nats").Logger(), rep: newRepeats(repeatWindow, repeatGap, nil), start: start}, false, false, false)
 	srv.Start()
 	e := &Embedded{srv: srv, clientPass: clientPass, routes: len(opts.Routes)}
 	for !srv.ReadyForConnections(50 * time.Millisecond) {

@@ -7,11 +7,16 @@ import (
 )
 
 // repeatWindow is how often at most a line said again and again is
-// summarised at its level.
-const repeatWindow = 30 * time.Second
+// summarised at its level, and repeatGap how long a kind of line must
+// have been silent to be new again (nats-server retries a route every
+// second).
+const (
+	repeatWindow = 30 * time.Second
+	repeatGap    = 5 * time.Second
+)
 
 // maxKinds bounds how many kinds of line repeats remembers: past it, the
-// kinds not seen for a window are forgotten, and if that is not enough,
+// kinds silent for a gap are forgotten, and if that is not enough,
 // all of them (their next lines are logged as new).
 const maxKinds = 512
 
@@ -22,11 +27,12 @@ const maxKinds = 512
 // after the kind was last logged at its level is logged at its level
 // again, with how many went to debug meanwhile (a summary, at most one
 // per window). A line of another kind (another error, another route) is
-// new and logged at once, and so is a kind not seen for a window. Its
-// methods are safe for concurrent use.
+// new and logged at once, and so is a kind that was silent for a gap (the
+// trouble it told of ended, and this is a new one). Its methods are safe
+// for concurrent use.
 type repeats struct {
-	window time.Duration
-	now    func() time.Time
+	window, gap time.Duration
+	now         func() time.Time
 
 	mu    sync.Mutex // guards the fields below
 	kinds map[string]*repeat
@@ -50,13 +56,13 @@ type verdict struct {
 	since    time.Duration
 }
 
-// newRepeats returns a repeats with window on the clock now (nil:
-// time.Now).
-func newRepeats(window time.Duration, now func() time.Time) *repeats {
+// newRepeats returns a repeats with window and gap on the clock now
+// (nil: time.Now).
+func newRepeats(window, gap time.Duration, now func() time.Time) *repeats {
 	if now == nil {
 		now = time.Now
 	}
-	return &repeats{window: window, now: now, kinds: make(map[string]*repeat)}
+	return &repeats{window: window, gap: gap, now: now, kinds: make(map[string]*repeat)}
 }
 
 // see records one line of kind and says how to log it.
@@ -66,7 +72,7 @@ func (r *repeats) see(kind string) verdict {
 	defer r.mu.Unlock()
 	k := r.kinds[kind]
 	switch {
-	case k == nil || now.Sub(k.last) >= r.window:
+	case k == nil || now.Sub(k.last) >= r.gap:
 		if k == nil {
 			r.makeRoomLocked(now)
 		}
@@ -89,7 +95,7 @@ func (r *repeats) makeRoomLocked(now time.Time) {
 		return
 	}
 	for kind, k := range r.kinds {
-		if now.Sub(k.last) >= r.window {
+		if now.Sub(k.last) >= r.gap {
 			delete(r.kinds, kind)
 		}
 	}

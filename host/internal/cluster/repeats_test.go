@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,10 +32,10 @@ func (c *fakeClock) set(t time.Time) {
 	c.mu.Unlock()
 }
 
-// TestRepeats: the rules of repeats, each a sequence of lines (when,
-// kind) and how each is logged.
+// TestRepeats: the rules of repeats (window 30 s, gap 5 s), each a
+// sequence of lines (when, kind) and how each is logged.
 func TestRepeats(t *testing.T) {
-	const w = 30 * time.Second
+	const w, gap = 30 * time.Second, 5 * time.Second
 	type line struct {
 		at   time.Duration
 		kind string
@@ -42,38 +43,47 @@ func TestRepeats(t *testing.T) {
 	}
 	loud := verdict{loud: true}
 	quiet := verdict{}
+	// every returns lines of kind every second from from to to (both
+	// included), each quiet.
+	every := func(kind string, from, to time.Duration) []line {
+		var ls []line
+		for at := from; at <= to; at += time.Second {
+			ls = append(ls, line{at, kind, quiet})
+		}
+		return ls
+	}
+	s := time.Second
 	tests := []struct {
 		name  string
 		lines []line
 	}{
 		{"the first line of a kind is logged", []line{{0, "a", loud}}},
-		{"a repeat within the window goes to debug", []line{
-			{0, "a", loud}, {time.Second, "a", quiet}, {w - time.Millisecond, "a", quiet},
-		}},
-		{"a repeat a window after the kind was logged is a summary with the count", []line{
-			{0, "a", loud}, {10 * time.Second, "a", quiet}, {20 * time.Second, "a", quiet},
-			{w, "a", verdict{loud: true, repeated: 2, since: w}},
-			{w + time.Second, "a", quiet},
-		}},
-		{"a kind said without a pause is summarised once per window", []line{
-			{0, "a", loud}, {29 * time.Second, "a", quiet},
-			{31 * time.Second, "a", verdict{loud: true, repeated: 1, since: 31 * time.Second}},
-			{50 * time.Second, "a", quiet}, {60 * time.Second, "a", quiet},
-			{61 * time.Second, "a", verdict{loud: true, repeated: 2, since: 30 * time.Second}},
-		}},
+		{"a repeat within the window goes to debug", slices.Concat(
+			[]line{{0, "a", loud}}, every("a", s, w-s),
+		)},
+		{"a repeat a window after the kind was logged is a summary with the count", slices.Concat(
+			[]line{{0, "a", loud}}, every("a", s, w-s),
+			[]line{{w, "a", verdict{loud: true, repeated: 29, since: w}}, {w + s, "a", quiet}},
+		)},
+		{"a kind said without a pause is summarised once per window", slices.Concat(
+			[]line{{0, "a", loud}}, every("a", 4*s, w-s),
+			[]line{{w + s, "a", verdict{loud: true, repeated: 26, since: w + s}}},
+			every("a", w+2*s, 2*w),
+			[]line{{2*w + s, "a", verdict{loud: true, repeated: 29, since: w}}},
+		)},
 		{"another kind is logged at once while one repeats", []line{
-			{0, "a", loud}, {time.Second, "a", quiet}, {2 * time.Second, "b", loud},
-			{3 * time.Second, "a", quiet}, {4 * time.Second, "b", quiet},
+			{0, "a", loud}, {s, "a", quiet}, {2 * s, "b", loud},
+			{3 * s, "a", quiet}, {4 * s, "b", quiet},
 		}},
-		{"a kind not seen for a window is new again, its count dropped", []line{
-			{0, "a", loud}, {time.Second, "a", quiet}, {time.Second + w, "a", loud},
+		{"a kind silent for the gap is new again, its count dropped", []line{
+			{0, "a", loud}, {s, "a", quiet}, {s + gap - time.Millisecond, "a", quiet}, {2*s + 2*gap, "a", loud}, {3*s + 2*gap, "a", quiet},
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			clock := &fakeClock{t: t0}
-			r := newRepeats(w, clock.now)
+			r := newRepeats(w, gap, clock.now)
 			for i, l := range tt.lines {
 				clock.set(t0.Add(l.at))
 				if got := r.see(l.kind); got != l.want {
@@ -90,7 +100,7 @@ func TestRepeats(t *testing.T) {
 func TestRepeatsBounded(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock := &fakeClock{t: t0}
-	r := newRepeats(time.Minute, clock.now)
+	r := newRepeats(time.Minute, time.Minute, clock.now)
 	for i := range 3 * maxKinds {
 		if i == maxKinds {
 			clock.set(t0.Add(time.Minute)) // the first maxKinds are stale
@@ -138,7 +148,7 @@ func TestNATSLoggerRouteRetries(t *testing.T) {
 	var buf bytes.Buffer
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock := &fakeClock{t: t0}
-	l := natsLogger{log: zerolog.New(&buf).Level(zerolog.DebugLevel), rep: newRepeats(repeatWindow, clock.now)}
+	l := natsLogger{log: zerolog.New(&buf).Level(zerolog.DebugLevel), rep: newRepeats(repeatWindow, repeatGap, clock.now)}
 	refused := errors.New("dial tcp 127.0.0.1:6223: connect: connection refused")
 	const perSecond, seconds = 8, 65
 	for i := range perSecond * seconds {
