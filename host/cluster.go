@@ -358,10 +358,31 @@ func startCluster(ctx context.Context, cfg Config) (*cluster.Node, error) {
 	defer cancel()
 	n, err := cluster.StartNode(sctx, nc)
 	if err != nil {
-		return nil, err
+		return nil, listenFlagError(err)
 	}
-	cfg.Log.Info().Str("host_id", id).Str("nats", n.NC.ConnectedUrlRedacted()).Str("ttl", ttl.String()).Msg("joined the cluster")
+	ev := cfg.Log.Info().Str("host_id", id).Str("nats", n.NC.ConnectedUrlRedacted()).Str("ttl", ttl.String())
+	if w := n.Waited(); w > 0 {
+		ev = ev.Str("waited", w.Round(100*time.Millisecond).String())
+	}
+	ev.Msg("joined the cluster")
 	return n, nil
+}
+
+// listenFlagError names the flag of an address the embedded NATS server
+// could not listen on, and says when another process has it.
+func listenFlagError(err error) error {
+	var le *cluster.ListenError
+	if !errors.As(err, &le) {
+		return err
+	}
+	flag := "--cluster-listen"
+	if le.Routes {
+		flag = "--cluster-route-listen"
+	}
+	if errors.Is(le.Err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s %s is already in use (another process listens there; stop it or choose another port): %w", flag, le.Addr, err)
+	}
+	return fmt.Errorf("%s %s: %w", flag, le.Addr, err)
 }
 
 // clusterRemote is the gateway's view of the cluster (rpc.Remote).

@@ -21,6 +21,12 @@ var (
 	// ErrDamaged: the database file is damaged (it failed SQLite's
 	// quick_check, or is not a database).
 	ErrDamaged = errors.New("database damaged")
+	// ErrUnreachable: a store shared by a cluster's hosts did not answer
+	// in time, or answered that it cannot decide now (its servers are
+	// electing a leader, e.g. after one of them went away). It always
+	// comes with ErrUnavailable; whether a write happened is unknown.
+	// Asking again later is the remedy, not freeing a disk.
+	ErrUnreachable = errors.New("storage unreachable")
 )
 
 // storageFault reports whether err is the database or its disk failing,

@@ -198,7 +198,17 @@
 //     count.
 //   - Every error that is not the caller's (not found, exists, invalid)
 //     wraps store.ErrUnavailable, reads included: to the table, the
-//     cluster's storage is unavailable, 5003.
+//     cluster's storage is unavailable, 5003. One that says the servers
+//     did not answer or cannot decide now (a timeout, no responders, no
+//     meta or stream leader: noAnswer) wraps store.ErrUnreachable too.
+//     Reachable asks the meta leader and the leaders of the bucket and
+//     both streams at once; the table asks it, within its ownership
+//     bound, before a resume rebuilds a session, and answers a resume
+//     that meets ErrUnreachable 5002 (retry) at once: after a server
+//     went away, its streams have no leader until the others elect one
+//     (nats-server's election timeout, 4 to 9 s), and every read would
+//     otherwise wait out its own timeout (5 s) and answer 5003.
+//     (TestNoAnswer, TestJSStoreReachable.)
 //   - QuickCheck checks that the bucket and streams answer and keep their
 //     configuration (no limits that would drop messages behind the
 //     store's back): ErrDamaged when one is gone or changed.

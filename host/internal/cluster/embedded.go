@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -21,7 +22,35 @@ var (
 	// ErrNotReady: the embedded server did not become ready (listening,
 	// and with JetStream current) in time.
 	ErrNotReady = errors.New("embedded nats server not ready")
+	// ErrStartFailed: the embedded server failed to start (it reported
+	// a fatal error: a port it cannot listen on, JetStream that cannot
+	// start).
+	ErrStartFailed = errors.New("embedded nats server failed to start")
 )
+
+// ListenError is the embedded server failing to listen on one of its
+// addresses; errors.Is(err, syscall.EADDRINUSE) tells a port that another
+// process has. It wraps ErrStartFailed too.
+type ListenError struct {
+	// Routes is false for the client port (EmbeddedConfig.Listen), true
+	// for the route port (EmbeddedConfig.ClusterListen).
+	Routes bool
+	// Addr is the address it was given.
+	Addr string
+	// Err is the listener's error.
+	Err error
+}
+
+func (e *ListenError) Error() string {
+	what := "client"
+	if e.Routes {
+		what = "route"
+	}
+	return fmt.Sprintf("embedded nats server: listen on %s for %s connections: %v", e.Addr, what, e.Err)
+}
+
+// Unwrap gives the listener's error and ErrStartFailed.
+func (e *ListenError) Unwrap() []error { return []error{e.Err, ErrStartFailed} }
 
 // EmbeddedConfig configures an in-process NATS server with JetStream.
 type EmbeddedConfig struct {
@@ -140,16 +169,47 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats server: %w", err)
 	}
-	srv.SetLoggerV2(natsLogger{cfg.Log.With().Str("component", "nats").Logger()}, false, false, false)
+	start := &startFatal{ch: make(chan fatal, 1)}
+	start.on.Store(true)
+	defer start.on.Store(false)
+	srv.SetLoggerV2(natsLogger{log: cfg.Log.With().Str("component", "nats").Logger(), rep: newRepeats(repeatWindow, repeatGap, nil), start: start}, false, false, false)
 	srv.Start()
 	e := &Embedded{srv: srv, clientPass: clientPass, routes: len(opts.Routes)}
 	for !srv.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case f := <-start.ch:
+			// A port it cannot listen on stops it for good: say so now,
+			// not after the join timeout.
+			e.Shutdown()
+			switch {
+			case strings.HasPrefix(f.format, "Error listening on port") && f.cause != nil:
+				return nil, &ListenError{Addr: listen, Err: f.cause}
+			case strings.HasPrefix(f.format, "Error listening on router port") && f.cause != nil:
+				return nil, &ListenError{Routes: true, Addr: cfg.ClusterListen, Err: f.cause}
+			}
+			return nil, fmt.Errorf("%w: %s", ErrStartFailed, f.line)
+		default:
+		}
 		if ctx.Err() != nil {
 			e.Shutdown()
 			return nil, fmt.Errorf("embedded nats server on %s: %v: %w", listen, ctx.Err(), ErrNotReady)
 		}
 	}
 	return e, nil
+}
+
+// startFatal takes the fatal errors the server reports while
+// StartEmbedded waits for it (on), for StartEmbedded to return.
+type startFatal struct {
+	on atomic.Bool
+	ch chan fatal
+}
+
+// fatal is one fatal error line of the server: its format, the line, and
+// the error among its arguments.
+type fatal struct {
+	format, line string
+	cause        error
 }
 
 // hostPort splits a host:port, mapping port 0 to the server's "any free
@@ -240,7 +300,7 @@ func (e *Embedded) WaitJetStream(ctx context.Context) error {
 // Shutdown stops the server and waits until it has stopped. The streams
 // it led in a cluster elect new leaders among the other servers: until
 // they have (a few seconds), calls on them fail, and the host answers
-// them 5002 or 5003 (retry). It is idempotent.
+// them 5002 (a resume) or 5003 (retry). It is idempotent.
 //
 // (Lame duck mode would hand the leaderships over first, but it waits on
 // the server's accept loops with no bound a host can give it.)
@@ -251,8 +311,21 @@ func (e *Embedded) Shutdown() {
 	})
 }
 
-// natsLogger adapts zerolog to nats-server's logger.
-type natsLogger struct{ log zerolog.Logger }
+// natsLogger adapts zerolog to nats-server's logger: its notices at
+// debug level, its warnings and errors as such, except that a warning or
+// error said again and again is logged once and then summarised (see
+// repeats), and a route that cannot be connected is a warning: the host
+// keeps serving with the servers it reaches.
+type natsLogger struct {
+	log zerolog.Logger
+	rep *repeats
+	// start takes its fatal errors while the server starts.
+	start *startFatal
+}
+
+// routeConnectErr starts nats-server's line for a failed attempt to
+// connect a route (to a server that is gone, or not up yet).
+const routeConnectErr = "Error trying to connect to route"
 
 func (l natsLogger) Noticef(format string, v ...any) { l.log.Debug().Msgf(format, v...) }
 func (l natsLogger) Warnf(format string, v ...any) {
@@ -262,9 +335,48 @@ func (l natsLogger) Warnf(format string, v ...any) {
 		l.log.Debug().Msgf(format, v...)
 		return
 	}
-	l.log.Warn().Msgf(format, v...)
+	l.limited(zerolog.WarnLevel, format, v)
 }
-func (l natsLogger) Fatalf(format string, v ...any) { l.log.Error().Msgf(format, v...) }
-func (l natsLogger) Errorf(format string, v ...any) { l.log.Error().Msgf(format, v...) }
+
+// Fatalf reports a fatal error: to StartEmbedded while the server starts
+// (it returns it; logged here at debug only), else at error level.
+func (l natsLogger) Fatalf(format string, v ...any) {
+	f := fatal{format: format, line: fmt.Sprintf(format, v...)}
+	for _, a := range v {
+		if err, ok := a.(error); ok {
+			f.cause = err
+		}
+	}
+	if l.start != nil && l.start.on.Load() {
+		select {
+		case l.start.ch <- f:
+			l.log.Debug().Msg(f.line)
+			return
+		default: // one is reported already
+		}
+	}
+	l.log.Error().Msg(f.line)
+}
+func (l natsLogger) Errorf(format string, v ...any) {
+	level := zerolog.ErrorLevel
+	if strings.HasPrefix(format, routeConnectErr) {
+		level = zerolog.WarnLevel
+	}
+	l.limited(level, format, v)
+}
 func (l natsLogger) Debugf(format string, v ...any) { l.log.Debug().Msgf(format, v...) }
 func (l natsLogger) Tracef(format string, v ...any) { l.log.Trace().Msgf(format, v...) }
+
+// limited logs a line at level, or at debug when it repeats one logged
+// at level less than a window ago.
+func (l natsLogger) limited(level zerolog.Level, format string, v []any) {
+	switch vd := l.rep.see(kindOf(format, v)); {
+	case !vd.loud:
+		l.log.Debug().Bool("repeat", true).Msgf(format, v...)
+	case vd.repeated > 0:
+		l.log.WithLevel(level).Int("repeats", vd.repeated).
+			Msgf("%s (and %d more like it in %s, at debug level)", fmt.Sprintf(format, v...), vd.repeated, vd.since.Round(time.Second))
+	default:
+		l.log.WithLevel(level).Msgf(format, v...)
+	}
+}

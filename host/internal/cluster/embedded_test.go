@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/url"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,15 +104,61 @@ func TestStartEmbeddedErrors(t *testing.T) {
 	if _, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), ClusterListen: "127.0.0.1:0", Routes: []string{"not a route"}, Secret: testSecret}); err == nil {
 		t.Error("bad route: started")
 	}
-	// A port another server holds: never ready, given up at the deadline.
+	// A port another server holds: refused at once, not at the deadline
+	// (TestStartEmbeddedPortInUse has more).
 	a := startServer(t)
-	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	e, err := StartEmbedded(dctx, EmbeddedConfig{StoreDir: t.TempDir(), Listen: a.Server().Addr().String(), Log: zerolog.Nop()})
-	if !errors.Is(err, ErrNotReady) {
+	e, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), Listen: a.Server().Addr().String(), Log: zerolog.Nop()})
+	if !errors.Is(err, ErrStartFailed) {
 		if e != nil {
 			e.Shutdown()
 		}
-		t.Fatalf("listen on a port in use: %v, want ErrNotReady", err)
+		t.Fatalf("listen on a port in use: %v, want ErrStartFailed", err)
+	}
+}
+
+// TestStartEmbeddedPortInUse: a client or route address another process
+// listens on fails the start at once (not at the context's end) with a
+// ListenError that names it and is EADDRINUSE; nats-server's own fatal
+// line is not logged above debug (the caller says it, once).
+func TestStartEmbeddedPortInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	tests := []struct {
+		name   string
+		routes bool
+		cfg    EmbeddedConfig
+	}{
+		{"client port", false, EmbeddedConfig{Listen: addr}},
+		{"route port", true, EmbeddedConfig{Name: "n0", ClusterListen: addr, Routes: []string{addr}, Secret: testSecret}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			tt.cfg.StoreDir = t.TempDir()
+			tt.cfg.Log = zerolog.New(&logs).Level(zerolog.InfoLevel)
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			began := time.Now()
+			e, err := StartEmbedded(ctx, tt.cfg)
+			took := time.Since(began)
+			if err == nil {
+				e.Shutdown()
+				t.Fatalf("started on %s, which another listener has", addr)
+			}
+			var le *ListenError
+			if !errors.As(err, &le) || le.Routes != tt.routes || le.Addr != addr || !errors.Is(err, syscall.EADDRINUSE) || !errors.Is(err, ErrStartFailed) {
+				t.Errorf("got %v (%#v), want a ListenError for %s (routes %v), EADDRINUSE", err, le, addr, tt.routes)
+			}
+			if took > 5*time.Second {
+				t.Errorf("failed after %v, want at once", took)
+			}
+			if strings.Contains(logs.String(), "Error listening") {
+				t.Errorf("nats-server's fatal line was logged above debug:\n%s", logs.String())
+			}
+		})
 	}
 }

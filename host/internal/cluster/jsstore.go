@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tether-agent/tether/host/store"
@@ -225,9 +226,7 @@ func (s *JSStore) write(f func() error) error {
 	if err == nil {
 		err = f()
 	}
-	if err != nil && !callerError(err) && !errors.Is(err, store.ErrUnavailable) {
-		err = fmt.Errorf("%w: %w", err, store.ErrUnavailable)
-	}
+	err = storeFault(err)
 	if errors.Is(err, store.ErrUnavailable) {
 		if h := s.onFault.Load(); h != nil {
 			(*h)(err)
@@ -242,11 +241,118 @@ func (s *JSStore) read(f func() error) error {
 	if s.closed.Load() {
 		return fmt.Errorf("store closed: %w", store.ErrUnavailable)
 	}
-	err := f()
-	if err != nil && !callerError(err) && !errors.Is(err, store.ErrUnavailable) {
+	return storeFault(f())
+}
+
+// storeFault maps an error of the servers to the store's: one that is
+// not the caller's wraps store.ErrUnavailable, and one that says the
+// servers did not answer or cannot decide now (noAnswer) wraps
+// store.ErrUnreachable too.
+func storeFault(err error) error {
+	if err == nil || callerError(err) {
+		return err
+	}
+	if noAnswer(err) && !errors.Is(err, store.ErrUnreachable) {
+		return fmt.Errorf("%w: %w", err, errNoAnswer{})
+	}
+	if !errors.Is(err, store.ErrUnavailable) {
 		err = fmt.Errorf("%w: %w", err, store.ErrUnavailable)
 	}
 	return err
+}
+
+// errNoAnswer is store.ErrUnreachable, which always comes with
+// store.ErrUnavailable, said once.
+type errNoAnswer struct{}
+
+func (errNoAnswer) Error() string { return store.ErrUnreachable.Error() }
+func (errNoAnswer) Is(target error) bool {
+	return target == store.ErrUnreachable || target == store.ErrUnavailable
+}
+
+// The JetStream API errors that say a request could not be decided now
+// rather than that it failed: the cluster has no meta leader
+// (JSClusterNotAvailErr), a stream or consumer has no leader (offline),
+// or a new leader is still applying its log.
+const (
+	errCodeClusterNotAvailable   jetstream.ErrorCode = 10008
+	errCodeStreamOffline         jetstream.ErrorCode = 10118
+	errCodeConsumerOffline       jetstream.ErrorCode = 10119
+	errCodeLastPerSubjectPending jetstream.ErrorCode = 10163
+)
+
+// noAnswer reports whether err says that the servers did not answer in
+// time (no leader to answer: they are electing one, e.g. after a server
+// of the cluster went away; or this host is cut off from them) or that
+// they cannot decide now, as opposed to refusing or failing the request.
+func noAnswer(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case errCodeClusterNotAvailable, errCodeStreamOffline, errCodeConsumerOffline, errCodeLastPerSubjectPending:
+			return true
+		}
+	}
+	return false
+}
+
+// probeKey is a key the store never writes: reading it asks a leader for
+// nothing.
+const probeKey = "probe"
+
+// Reachable reports whether the servers answer the store now: the
+// cluster's meta leader (which creates the consumers its reads use) and
+// the leader of each of its bucket and streams, asked at once for a
+// message that does not exist. An error wraps store.ErrUnreachable when
+// one of them did not answer within ctx (its servers are electing a
+// leader): a caller about to read and write a session's whole history
+// asks first with a short bound, rather than have each read wait out its
+// timeout.
+func (s *JSStore) Reachable(ctx context.Context) error {
+	return s.read(func() error {
+		probes := []func() error{
+			func() error {
+				_, err := s.js.AccountInfo(ctx)
+				return err
+			},
+			func() error {
+				_, err := s.kv.Get(ctx, probeKey)
+				if errors.Is(err, jetstream.ErrKeyNotFound) {
+					return nil
+				}
+				return err
+			},
+		}
+		for _, st := range []struct {
+			stream jetstream.Stream
+			subj   string
+		}{{s.events, s.evSubj}, {s.messages, s.msgSubj}} {
+			probes = append(probes, func() error {
+				_, err := st.stream.GetLastMsgForSubject(ctx, st.subj+probeKey)
+				if errors.Is(err, jetstream.ErrMsgNotFound) {
+					return nil
+				}
+				return err
+			})
+		}
+		errs := make([]error, len(probes))
+		var wg sync.WaitGroup
+		for i, p := range probes {
+			wg.Go(func() { errs[i] = p() })
+		}
+		wg.Wait()
+		for i, what := range []string{"meta leader", "store bucket's leader", "events stream's leader", "messages stream's leader"} {
+			if errs[i] != nil {
+				return fmt.Errorf("asking the cluster's %s: %w", what, errs[i])
+			}
+		}
+		return nil
+	})
 }
 
 // callerError reports whether err is the store refusing an argument

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -498,5 +499,125 @@ func TestJSStoreBytesLegacyJournal(t *testing.T) {
 	got, first, last, err := s.EventsSince(ctx, key, 0, 0)
 	if err != nil || len(got) != 3 || first != 18 || last != 20 {
 		t.Errorf("journal: %d events %d..%d, %v; want 18..20", len(got), first, last, err)
+	}
+}
+
+// TestNoAnswer: the errors that say the servers did not answer, or cannot
+// decide now, are told from those that say a request failed.
+func TestNoAnswer(t *testing.T) {
+	api := func(code jetstream.ErrorCode) error {
+		return fmt.Errorf("get: %w", &jetstream.APIError{ErrorCode: code, Description: "x"})
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), true},
+		{"request timeout", nats.ErrTimeout, true},
+		{"no responders", nats.ErrNoResponders, true},
+		{"no response from stream", jetstream.ErrNoStreamResponse, true},
+		{"reconnecting", nats.ErrConnectionReconnecting, true},
+		{"no meta leader", api(errCodeClusterNotAvailable), true},
+		{"stream offline", api(errCodeStreamOffline), true},
+		{"consumer offline", api(errCodeConsumerOffline), true},
+		{"new leader applying its log", api(errCodeLastPerSubjectPending), true},
+		{"cancelled", context.Canceled, false},
+		{"connection closed", nats.ErrConnectionClosed, false},
+		{"stream not found", jetstream.ErrStreamNotFound, false},
+		{"wrong last sequence", api(jetstream.JSErrCodeStreamWrongLastSequence), false},
+		{"insufficient resources", api(10023), false},
+		{"other", errors.New("disk on fire"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := noAnswer(tt.err); got != tt.want {
+				t.Errorf("noAnswer(%v): got %v, want %v", tt.err, got, tt.want)
+			}
+			got := storeFault(tt.err)
+			if !errors.Is(got, store.ErrUnavailable) {
+				t.Errorf("storeFault(%v) = %v: want it to wrap store.ErrUnavailable", tt.err, got)
+			}
+			if errors.Is(got, store.ErrUnreachable) != tt.want {
+				t.Errorf("storeFault(%v) = %v: wraps store.ErrUnreachable %v, want %v", tt.err, got, !tt.want, tt.want)
+			}
+			if !errors.Is(got, tt.err) {
+				t.Errorf("storeFault(%v) = %v: the cause is not kept", tt.err, got)
+			}
+		})
+	}
+}
+
+// TestJSStoreReachable: on a three-node cluster, a store of 3 replicas is
+// reachable; with the two servers gone that led the cluster and the
+// store's bucket and streams (the one left leads nothing and, without a
+// quorum, cannot be elected), Reachable and a read with a deadline fail
+// within it with store.ErrUnreachable (and store.ErrUnavailable), not
+// with an error that says the storage failed.
+func TestJSStoreReachable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	nodes := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	kept := 0
+	for nodes[kept].Server().JetStreamIsLeader() {
+		kept++
+	}
+	_, js := connectNode(t, nodes[kept])
+	prefix := newBucket()
+	var s *JSStore
+	for {
+		var err error
+		if s, err = OpenJSStore(ctx, js, StoreConfig{Prefix: prefix, Replicas: 3}); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("open store: %v", err)
+		}
+		retry(ctx) // the servers may still be learning of each other
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.CreateSession(ctx, store.Session{Key: storetest.Key(1), StartedAt: storetest.T0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reachable(ctx); err != nil {
+		t.Fatalf("Reachable on a whole cluster: %v", err)
+	}
+	// The kept server hands every leadership of the store's over.
+	srv := nodes[kept].Server()
+	for _, name := range []string{"KV_" + prefix + "_store", upper(prefix) + "_EVENTS", upper(prefix) + "_MESSAGES"} {
+		for srv.JetStreamIsStreamLeader("$G", name) || !srv.JetStreamIsStreamCurrent("$G", name) {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: node %d is still its leader", name, kept)
+			}
+			if srv.JetStreamIsStreamLeader("$G", name) {
+				_ = srv.JetStreamStepdownStream("$G", name)
+			}
+			retry(ctx) // polling the election
+		}
+	}
+	for i, e := range nodes {
+		if i != kept {
+			e.Shutdown()
+		}
+	}
+	const bound = 500 * time.Millisecond
+	for name, call := range map[string]func(context.Context) error{
+		"Reachable":  s.Reachable,
+		"GetSession": func(ctx context.Context) error { _, err := s.GetSession(ctx, storetest.Key(1)); return err },
+	} {
+		bctx, cancel := context.WithTimeout(ctx, bound)
+		began := time.Now()
+		err := call(bctx)
+		took := time.Since(began)
+		cancel()
+		if !errors.Is(err, store.ErrUnreachable) || !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s with no leader: got %v, want store.ErrUnreachable with store.ErrUnavailable", name, err)
+		}
+		if took > bound+time.Second {
+			t.Errorf("%s with no leader answered after %v, want within its deadline %v", name, took, bound)
+		}
 	}
 }

@@ -77,6 +77,9 @@ type Node struct {
 	ClientCredentials *ClientCredentials
 	relay             *Relay
 
+	// waited is how long StartNode waited for the other servers.
+	waited time.Duration
+
 	hooks     atomic.Pointer[Hooks]
 	activeSub *nats.Subscription
 	closeOnce sync.Once
@@ -133,7 +136,11 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	wait := &joinWait{log: cfg.Log}
 	if n.emb != nil {
+		if !n.emb.srv.JetStreamIsCurrent() {
+			wait.waiting("jetstream", nil)
+		}
 		if err := n.emb.WaitJetStream(ctx); err != nil {
 			return nil, err
 		}
@@ -188,20 +195,50 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		}},
 	}
 	for _, st := range steps {
-		if err := retryStep(ctx, cfg.Log, st.what, st.do); err != nil {
+		if err := retryStep(ctx, wait, st.what, st.do); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
 	n.Owners = NewHostOwners(kv, n.Registry, cfg.Log)
+	n.waited = wait.waited()
 	return n, nil
 }
+
+// joinWait is what a host says while it waits to join: once at info
+// that it waits for the other servers, every try after at debug.
+type joinWait struct {
+	log   zerolog.Logger
+	since time.Time // the first wait; zero while none
+}
+
+// waiting records that step is not ready (err: why, if known).
+func (w *joinWait) waiting(step string, err error) {
+	if w.since.IsZero() {
+		w.since = time.Now()
+		w.log.Info().Err(err).Str("step", step).Msg("waiting for the cluster's other servers (quorum)…")
+		return
+	}
+	w.log.Debug().Err(err).Str("step", step).Msg("cluster not ready; trying again")
+}
+
+// waited is how long the host waited (0 when it never did).
+func (w *joinWait) waited() time.Duration {
+	if w.since.IsZero() {
+		return 0
+	}
+	return time.Since(w.since)
+}
+
+// Waited is how long StartNode waited for the cluster's other servers
+// (0 when they answered at once).
+func (n *Node) Waited() time.Duration { return n.waited }
 
 // stepTimeout bounds one try of a step of joining the cluster.
 const stepTimeout = 2 * time.Second
 
 // retryStep runs do until it succeeds, each try bounded by stepTimeout,
-// until ctx ends.
-func retryStep(ctx context.Context, log zerolog.Logger, what string, do func(context.Context) error) error {
+// until ctx ends; each failure is said through w.
+func retryStep(ctx context.Context, w *joinWait, what string, do func(context.Context) error) error {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
 		err := do(sctx)
@@ -209,7 +246,7 @@ func retryStep(ctx context.Context, log zerolog.Logger, what string, do func(con
 		if err == nil {
 			return nil
 		}
-		log.Info().Err(err).Str("step", what).Msg("cluster not ready; trying again")
+		w.waiting(what, err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w", what, err)

@@ -102,6 +102,9 @@ func toRPCError(err error) *rpcError {
 		return errorf(CodeAlreadyResolved, "already resolved")
 	case errors.Is(err, session.ErrUnknownPermission), errors.Is(err, session.ErrUnknownOption):
 		return errorf(CodeInvalidParams, "%v", err)
+	case errors.Is(err, session.ErrStoreUnreachable):
+		// A cluster electing leaders: retried like an unreachable owner.
+		return errorf(CodeOwnerUnreachable, "owner unreachable; retry: %s", strings.ReplaceAll(err.Error(), ": storage unreachable", ""))
 	case errors.Is(err, session.ErrStorageUnavailable):
 		return errorf(CodeStorageUnavailable, "storage unavailable: %s", strings.ReplaceAll(err.Error(), ": storage unavailable", ""))
 	case errors.Is(err, session.ErrOwnersUnavailable):

@@ -42,6 +42,10 @@ func TestToRPCError(t *testing.T) {
 		// As the table wraps an ownership store's refusal (ownersError).
 		{"owners unavailable", fmt.Errorf("claim k: %v: %w", ownership.ErrUnavailable, session.ErrOwnersUnavailable), CodeOwnerUnreachable},
 		{"owned elsewhere", fmt.Errorf("bind k: %v: %w", ownership.ErrConflict, session.ErrOwnedElsewhere), CodeResumeFailed},
+		// As the table wraps a shared store that did not answer a resume
+		// (a cluster electing leaders): retry, not a storage fault.
+		{"cluster store unreachable", fmt.Errorf("load k: %v: %w", fmt.Errorf("%w: %w: %w", context.DeadlineExceeded, store.ErrUnreachable, store.ErrUnavailable), session.ErrStoreUnreachable), CodeOwnerUnreachable},
+		{"storage fault", fmt.Errorf("load k: %v: %w", store.ErrUnavailable, session.ErrStorageUnavailable), CodeStorageUnavailable},
 		{"rpc error kept", errorf(CodeInvalidParams, "x must be a string"), CodeInvalidParams},
 		{"rpc error wrapped", fmt.Errorf("outer: %w", errorf(CodeSessionRequired, "session_id required")), CodeSessionRequired},
 		// Anything else is a bug or an unexpected failure: -32603.
@@ -62,6 +66,11 @@ func TestToRPCError(t *testing.T) {
 				t.Errorf("toRPCError(%v): got an empty message, want one", tt.err)
 			}
 		})
+	}
+	// 5002 says its code's words first, and the cause once.
+	unreachable := fmt.Errorf("load k: asking the cluster's meta leader: %v: %w", fmt.Errorf("%w: %w", context.DeadlineExceeded, store.ErrUnreachable), session.ErrStoreUnreachable)
+	if got, want := toRPCError(unreachable).Message, "owner unreachable; retry: load k: asking the cluster's meta leader: context deadline exceeded: cluster store unreachable"; got != want {
+		t.Errorf("toRPCError(store unreachable): got message %q, want %q", got, want)
 	}
 	// The internal error names its cause, so a bug report carries it.
 	if got := toRPCError(errors.New("disk on fire")); !strings.Contains(got.Message, "disk on fire") {

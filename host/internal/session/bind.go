@@ -66,7 +66,7 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 		}
 		sess.Key = t.newKey(now)
 	}
-	s, err := t.build(ctx, sess, ag, opt.CloseOnDisconnect, contract.RandomHex(4))
+	s, err := t.build(ctx, sess, ag, opt.CloseOnDisconnect, contract.RandomHex(4), storageErr)
 	if err != nil {
 		return err
 	}
@@ -110,16 +110,18 @@ func agentState(ag agent.Agent, given json.RawMessage) string {
 
 // build loads a stored session's display history and makes its session,
 // with runtime id id, around ag (which it closes on failure), outside every lock.
-func (t *Table) build(ctx context.Context, sess store.Session, ag agent.Agent, closeOnDisconnect bool, id string) (*Session, error) {
+// A failed read or write of the store is mapped by storeErr (storageErr,
+// or resumeStorageErr for a resume).
+func (t *Table) build(ctx context.Context, sess store.Session, ag agent.Agent, closeOnDisconnect bool, id string, storeErr func(op string, err, other error) error) (*Session, error) {
 	seq, epoch, runs, err := t.recover(ctx, sess, id)
 	if err != nil {
 		t.discard(ag)
-		return nil, storageErr("recover "+sess.Key, err, ErrBuildFailed)
+		return nil, storeErr("recover "+sess.Key, err, ErrBuildFailed)
 	}
 	msgs, err := t.store.DisplayMessages(ctx, sess.Key)
 	if err != nil {
 		t.discard(ag)
-		return nil, storageErr("load "+sess.Key, err, ErrBuildFailed)
+		return nil, storeErr("load "+sess.Key, err, ErrBuildFailed)
 	}
 	_, turns := ag.(agent.Turner)
 	reset := false
@@ -301,12 +303,15 @@ func (t *Table) bind(ctx context.Context, s *Session, v Viewer, resumed string, 
 func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply) error {
 	key := target
 	if !store.ValidKey(target) {
+		if err := t.storeReachable(ctx, fmt.Sprintf("find %q", target)); err != nil {
+			return err
+		}
 		sess, err := t.store.FindByTitle(ctx, target)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("%q: %w", target, ErrStoredNotFound)
 		case err != nil:
-			return storageErr(fmt.Sprintf("find %q", target), err, ErrBuildFailed)
+			return resumeStorageErr(fmt.Sprintf("find %q", target), err, ErrBuildFailed)
 		}
 		key = sess.Key
 	}
@@ -349,16 +354,21 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 		}
 		t.mu.Unlock()
 
+		// Rebuilding reads the session's history and writes: on a
+		// cluster whose servers do not answer now, say so at once.
+		if err := t.storeReachable(ctx, "load "+key); err != nil {
+			return err
+		}
 		sess, err := t.store.GetSession(ctx, key)
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("%s: %w", key, ErrStoredNotFound)
 			}
-			return storageErr("load "+key, err, ErrBuildFailed)
+			return resumeStorageErr("load "+key, err, ErrBuildFailed)
 		}
 		// Rebuilding writes (the cursor, the reopening): refuse it while
 		// nothing can be stored.
-		if err := t.writable(); err != nil {
+		if err := t.resumeWritable(); err != nil {
 			return fmt.Errorf("resume %s: %w", key, err)
 		}
 		t.mu.Lock()
@@ -413,7 +423,7 @@ func (t *Table) rebuild(ctx context.Context, sess store.Session, v Viewer, c *cl
 	// host may have stored its end (cursor, agent state) between the
 	// first read and its giving the key back.
 	if fresh, ferr := t.store.GetSession(ctx, key); ferr != nil {
-		err = storageErr("load "+key, ferr, ErrBuildFailed)
+		err = resumeStorageErr("load "+key, ferr, ErrBuildFailed)
 		if errors.Is(ferr, store.ErrNotFound) {
 			err = fmt.Errorf("%s: %w", key, ErrStoredNotFound)
 		}
@@ -453,16 +463,16 @@ func (t *Table) buildClaimed(ctx context.Context, sess store.Session, id string)
 	if now := agentState(ag, state); now != sess.AgentState {
 		if err := t.store.SetAgentState(ctx, key, now); err != nil {
 			t.discard(ag)
-			return nil, storageErr("store agent state of "+key, err, ErrBuildFailed)
+			return nil, resumeStorageErr("store agent state of "+key, err, ErrBuildFailed)
 		}
 	}
-	s, err := t.build(ctx, sess, ag, false, id)
+	s, err := t.build(ctx, sess, ag, false, id, resumeStorageErr)
 	if err != nil {
 		return nil, err
 	}
 	if err := t.store.Reopen(ctx, key); err != nil {
 		t.discard(s.agent)
-		return nil, storageErr("reopen "+key, err, ErrBuildFailed)
+		return nil, resumeStorageErr("reopen "+key, err, ErrBuildFailed)
 	}
 	return s, nil
 }

@@ -30,4 +30,9 @@ var (
 	// ErrOwnersUnavailable: the ownership store could not be reached, so
 	// a bind could not be recorded and was refused.
 	ErrOwnersUnavailable = errors.New("ownership store unavailable")
+	// ErrStoreUnreachable: a store shared by a cluster's hosts did not
+	// answer a resume (store.ErrUnreachable: its servers are electing
+	// new leaders, e.g. after one went away with its host), so nothing
+	// was bound. Retried like an owner that cannot be reached.
+	ErrStoreUnreachable = errors.New("cluster store unreachable")
 )

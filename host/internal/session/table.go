@@ -216,11 +216,54 @@ func storageErr(op string, err error, other error) error {
 	return fmt.Errorf("%s: %v: %w", op, err, other)
 }
 
+// resumeStorageErr is storageErr for a resume: a shared store that did
+// not answer (store.ErrUnreachable) is ErrStoreUnreachable, to be tried
+// again like an owner that cannot be reached, not a storage fault.
+func resumeStorageErr(op string, err error, other error) error {
+	if errors.Is(err, store.ErrUnreachable) {
+		return fmt.Errorf("%s: %v: %w", op, err, ErrStoreUnreachable)
+	}
+	return storageErr(op, err, other)
+}
+
+// reachable is a store shared by a cluster's hosts (the cluster's
+// JSStore), which can say whether its servers answer now.
+type reachable interface {
+	Reachable(ctx context.Context) error
+}
+
+// storeReachable asks a shared store, within the ownership bound,
+// whether its servers answer now, before a resume reads and writes a
+// session's history: while they elect new leaders the resume answers
+// ErrStoreUnreachable at once, rather than after each read waited out
+// its timeout. A store of the host's own is always reachable.
+func (t *Table) storeReachable(ctx context.Context, op string) error {
+	r, ok := t.store.(reachable)
+	if !ok {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, t.ownersTimeout)
+	defer cancel()
+	if err := r.Reachable(rctx); err != nil {
+		return resumeStorageErr(op, err, ErrBuildFailed)
+	}
+	return nil
+}
+
 // writable reports why a call that must write should be refused now: the
 // journal's commits are failing (ErrStorageUnavailable), else nil.
 func (t *Table) writable() error {
 	if err := t.journal.health(); err != nil {
 		return fmt.Errorf("%v: %w", err, ErrStorageUnavailable)
+	}
+	return nil
+}
+
+// resumeWritable is writable for a resume: commits failing because a
+// shared store does not answer make it ErrStoreUnreachable (retry).
+func (t *Table) resumeWritable() error {
+	if err := t.journal.health(); err != nil {
+		return resumeStorageErr("commits failing", err, ErrStorageUnavailable)
 	}
 	return nil
 }
