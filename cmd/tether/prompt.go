@@ -110,12 +110,14 @@ func runPrompt(ctx context.Context, c *client.Conn, key, title, text string, out
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	var snap wire.Snapshot
-	var err error
-	if key != "" {
-		snap, err = c.Resume(cctx, wire.ResumeParams{SessionID: key})
-	} else {
-		snap, err = c.Create(cctx, wire.CreateParams{Title: title})
-	}
+	err := retryOwner(cctx, errOut, "tether prompt", func() (err error) {
+		if key != "" {
+			snap, err = c.Resume(cctx, wire.ResumeParams{SessionID: key})
+		} else {
+			snap, err = c.Create(cctx, wire.CreateParams{Title: title})
+		}
+		return err
+	})
 	if err != nil {
 		fmt.Fprintln(errOut, "tether prompt:", err)
 		return 1
@@ -180,6 +182,31 @@ func runPrompt(ctx context.Context, c *client.Conn, key, title, text string, out
 	}
 }
 
+// retryOwner calls f until it does not answer 5002 (the session's owner
+// host is unreachable: in a cluster, until its heartbeat is older than
+// the TTL), waiting 250 ms doubling to 2 s between tries, until ctx ends;
+// it says once on errOut that it waits.
+func retryOwner(ctx context.Context, errOut io.Writer, cmd string, f func() error) error {
+	said := false
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := f()
+		if !client.IsCode(err, wire.CodeOwnerUnreachable) {
+			return err
+		}
+		if !said {
+			fmt.Fprintf(errOut, "%s: the session's host is unreachable (5002); retrying…\n", cmd)
+			said = true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
 // exitAfter is status, or 130 after Ctrl-C.
 func exitAfter(interrupted bool, status int) int {
 	if interrupted {
@@ -224,98 +251,180 @@ func sessionsTail(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c := tf.dial(dctx, "tether sessions tail")
-	cancel()
-	if c == nil {
-		return 1
-	}
-	defer c.Close()
-	return runTail(ctx, c, fs.Arg(0), *asJSON, *lines, os.Stdout, os.Stderr)
+	t := &tailer{key: fs.Arg(0), asJSON: *asJSON, lines: *lines, out: os.Stdout, errOut: os.Stderr,
+		dial: func(ctx context.Context) *client.Conn {
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return tf.dial(dctx, "tether sessions tail")
+		}}
+	return t.run(ctx)
 }
 
-// runTail resumes key as a viewer and prints its events until ctx ends
-// (0) or the connection does (1).
-func runTail(ctx context.Context, c *client.Conn, key string, asJSON bool, lines int, out, errOut io.Writer) int {
+// tailRetryFor is how long tail tries to get back to its session after
+// its connection ended (a host restarting, or killed in a cluster).
+const tailRetryFor = 2 * time.Minute
+
+// tailer follows one session across dropped connections: after a drop
+// it dials again, resumes the session and prints the events it missed
+// (or says that some were lost), then goes on.
+type tailer struct {
+	key    string
+	asJSON bool
+	lines  int
+	out    io.Writer
+	errOut io.Writer
+	dial   func(context.Context) *client.Conn
+
+	last      uint64 // the seq of the last event printed
+	epoch     string
+	started   bool // the first attachment was made
+	streaming bool // a run's answer is being printed
+}
+
+// run follows the session until ctx ends (0), or it cannot be reached
+// again within tailRetryFor (1).
+func (t *tailer) run(ctx context.Context) int {
+	var lostAt time.Time
+	for wait := 250 * time.Millisecond; ; {
+		c := t.dial(ctx)
+		if c == nil {
+			if !t.started {
+				return 1
+			}
+		} else {
+			err, fatal := t.follow(ctx, c)
+			c.Close()
+			switch {
+			case ctx.Err() != nil:
+				return 0
+			case fatal:
+				fmt.Fprintln(t.errOut, "tether sessions tail:", err)
+				return 1
+			}
+			wait, lostAt = 250*time.Millisecond, time.Now()
+			fmt.Fprintf(t.errOut, "tether: connection lost (%v); following again…\n", err)
+		}
+		if !lostAt.IsZero() && time.Since(lostAt) > tailRetryFor {
+			fmt.Fprintf(t.errOut, "tether sessions tail: gave up after %v\n", tailRetryFor)
+			return 1
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return 0
+		case <-timer.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// follow resumes the session on c and prints its events until c ends
+// (fatal: a refusal that a retry does not mend) or ctx does.
+func (t *tailer) follow(ctx context.Context, c *client.Conn) (err error, fatal bool) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	snap, err := c.Resume(cctx, wire.ResumeParams{SessionID: key})
+	defer cancel()
+	var snap wire.Snapshot
+	err = retryOwner(cctx, t.errOut, "tether sessions tail", func() (err error) {
+		snap, err = c.Resume(cctx, wire.ResumeParams{SessionID: t.key})
+		return err
+	})
 	if err != nil {
-		cancel()
-		fmt.Fprintln(errOut, "tether sessions tail:", err)
-		return 1
+		// A refusal (4007, …) is final; a dropped connection, or an owner
+		// still unreachable, is not.
+		var re *client.Error
+		return err, errors.As(err, &re) && re.Code != wire.CodeOwnerUnreachable
 	}
-	var since wire.EventsSince
-	if asJSON {
-		since, err = c.EventsSince(cctx, snap.SessionID, 0)
-	}
-	cancel()
-	if err != nil {
-		fmt.Fprintln(errOut, "tether sessions tail:", err)
-		return 1
-	}
-	fmt.Fprintf(errOut, "tether: following session %s (%s); Ctrl-C ends\n", snap.SessionKey, snap.Title)
-	enc := json.NewEncoder(out)
-	last := snap.LatestSeq
-	if asJSON {
-		for _, e := range since.Events {
-			_ = enc.Encode(e)
-			last = max(last, e.Seq)
+	enc := json.NewEncoder(t.out)
+	switch {
+	case !t.started:
+		t.started = true
+		fmt.Fprintf(t.errOut, "tether: following session %s (%s); Ctrl-C ends\n", snap.SessionKey, snap.Title)
+		if t.asJSON {
+			since, err := c.EventsSince(cctx, snap.SessionID, 0)
+			if err != nil {
+				return err, false
+			}
+			for _, e := range since.Events {
+				_ = enc.Encode(e)
+			}
+		} else if t.lines > 0 {
+			msgs := snap.Messages
+			if len(msgs) > t.lines {
+				msgs = msgs[len(msgs)-t.lines:]
+			}
+			for _, m := range msgs {
+				fmt.Fprintf(t.out, "%s: %s\n", m.Role, strings.TrimRight(m.Text, "\n"))
+			}
 		}
-	} else if lines > 0 {
-		msgs := snap.Messages
-		if len(msgs) > lines {
-			msgs = msgs[len(msgs)-lines:]
+		t.last, t.epoch = snap.LatestSeq, snap.Epoch
+		t.streaming = snap.Status == wire.StatusWorking
+	default:
+		// Back after a drop: what was missed, from the journal.
+		since, err := c.EventsSince(cctx, snap.SessionID, t.last)
+		if err != nil {
+			return err, false
 		}
-		for _, m := range msgs {
-			fmt.Fprintf(out, "%s: %s\n", m.Role, strings.TrimRight(m.Text, "\n"))
+		if since.Truncated || since.Epoch != t.epoch {
+			fmt.Fprintln(t.errOut, "tether: some events of the session were lost while away; going on from now")
+			t.last, t.epoch = snap.LatestSeq, snap.Epoch
+		} else {
+			for _, e := range since.Events {
+				t.print(enc, client.Event{Event: e})
+			}
 		}
 	}
-	streaming := snap.Status == wire.StatusWorking
 	for {
 		select {
 		case <-ctx.Done():
-			return 0
+			return nil, false
 		case ev, ok := <-c.Events():
 			if !ok {
-				fmt.Fprintln(errOut, "tether sessions tail: the connection ended:", c.Err())
-				return 1
+				return c.Err(), false
 			}
-			if ev.SessionID != snap.SessionID || ev.Seq <= last {
-				continue
-			}
-			last = ev.Seq
-			if asJSON {
-				_ = enc.Encode(ev.Event)
-				continue
-			}
-			switch ev.Type {
-			case wire.EventMessageStart:
-				var st struct {
-					Prompt string `json:"prompt"`
-				}
-				if ev.Decode(&st) == nil && st.Prompt != "" {
-					fmt.Fprintf(out, "user: %s\n", strings.TrimRight(st.Prompt, "\n"))
-				}
-				fmt.Fprint(out, "assistant: ")
-				streaming = true
-			case wire.EventMessageDelta:
-				var d wire.MessageDelta
-				if ev.Decode(&d) == nil {
-					fmt.Fprint(out, d.Text)
-				}
-			case wire.EventMessageComplete:
-				var m wire.MessageComplete
-				_ = ev.Decode(&m)
-				if streaming {
-					fmt.Fprintln(out)
-				}
-				streaming = false
-				if m.Status != wire.RunComplete {
-					fmt.Fprintf(out, "[run %s]\n", m.Status)
-				}
-			default:
-				fmt.Fprintf(out, "[%s] %s\n", ev.Type, ev.Payload)
+			if ev.SessionID == snap.SessionID {
+				t.print(enc, ev)
 			}
 		}
+	}
+}
+
+// print prints one event of the session, once: by seq.
+func (t *tailer) print(enc *json.Encoder, ev client.Event) {
+	if ev.Seq <= t.last {
+		return
+	}
+	t.last = ev.Seq
+	if t.asJSON {
+		_ = enc.Encode(ev.Event)
+		return
+	}
+	switch ev.Type {
+	case wire.EventMessageStart:
+		var st struct {
+			Prompt string `json:"prompt"`
+		}
+		if ev.Decode(&st) == nil && st.Prompt != "" {
+			fmt.Fprintf(t.out, "user: %s\n", strings.TrimRight(st.Prompt, "\n"))
+		}
+		fmt.Fprint(t.out, "assistant: ")
+		t.streaming = true
+	case wire.EventMessageDelta:
+		var d wire.MessageDelta
+		if ev.Decode(&d) == nil {
+			fmt.Fprint(t.out, d.Text)
+		}
+	case wire.EventMessageComplete:
+		var m wire.MessageComplete
+		_ = ev.Decode(&m)
+		if t.streaming {
+			fmt.Fprintln(t.out)
+		}
+		t.streaming = false
+		if m.Status != wire.RunComplete {
+			fmt.Fprintf(t.out, "[run %s]\n", m.Status)
+		}
+	default:
+		fmt.Fprintf(t.out, "[%s] %s\n", ev.Type, ev.Payload)
 	}
 }

@@ -186,3 +186,62 @@ func TestStateDirAloneReachesHost(t *testing.T) {
 		t.Errorf("with no host: exit %d, stderr %q; want 1 saying no host runs there", code, stderr)
 	}
 }
+
+// TestSessionsTailCLIFollowsAcrossARestart: `tether sessions tail` keeps
+// following when its host restarts: it dials again, resumes the session
+// and shows what comes after, with nothing printed twice.
+func TestSessionsTailCLIFollowsAcrossARestart(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "", "--echo-delay", "5ms"}})
+	_, stderr, code := runCLI(t, "", "prompt", "--state-dir", s.StateDir, "before the restart")
+	m := sessionKeyLine.FindStringSubmatch(stderr)
+	if code != 0 || m == nil {
+		t.Fatalf("tether prompt: exit %d, stderr %q", code, stderr)
+	}
+	tail := exec.Command(e2e.Build(t), "sessions", "tail", "--url", s.URL, "--state-dir", s.StateDir, m[1])
+	tail.Env = cliEnv()
+	out, err := tail.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tailErr := new(e2e.Buffer)
+	tail.Stderr = tailErr
+	if err := tail.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tail.Process.Kill(); _ = tail.Wait() })
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case l := <-lines:
+			if l != want {
+				t.Fatalf("tail printed %q, want %q; stderr %q", l, want, tailErr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("tail printed nothing; want %q; stderr %q", want, tailErr.String())
+		}
+	}
+	next("user: before the restart")
+	next("assistant: before the restart")
+
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e2e.Start(t, e2e.Config{StateDir: s.StateDir, Args: []string{"--pty-command", "", "--echo-delay", "5ms", "--listen", s.Addr}})
+	waitFor(t, func() bool { return strings.Contains(tailErr.String(), "following again") }, "tail to say it follows again")
+	if _, stderr, code := runCLI(t, "", "prompt", "--state-dir", s2.StateDir, "--session", m[1], "after the restart"); code != 0 {
+		t.Fatalf("prompt after the restart: exit %d, %q", code, stderr)
+	}
+	next("user: after the restart")
+	next("assistant: after the restart")
+}
