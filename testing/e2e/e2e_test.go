@@ -109,6 +109,7 @@ func TestSessionsCommand(t *testing.T) {
 			EndedAt      *int64 `json:"ended_at"`
 			EndReason    string `json:"end_reason"`
 			MessageCount int    `json:"message_count"`
+			LastActive   int64  `json:"last_active"`
 		} `json:"stored"`
 	}
 	dec := json.NewDecoder(strings.NewReader(stdout))
