@@ -50,7 +50,7 @@ var _ CredentialStore = (*Store)(nil)
 
 // Credentials implements CredentialStore.
 func (s *Store) Credentials(ctx context.Context) ([]Credential, error) {
-	rows, err := s.db.QueryContext(ctx,
+	rows, err := s.reader().QueryContext(ctx,
 		`SELECT hash, id, name, kind, scopes, parent, parent_hash, created_at, expires_at, last_used FROM credentials ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)

@@ -246,7 +246,7 @@ func (j *journalTx) pruneBytes(ctx context.Context, key string, total, most int6
 // as the bytes bound counts them.
 func (s *Store) JournalBytes(ctx context.Context, key string) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, `SELECT journal_bytes FROM sessions WHERE key = ?`, key).Scan(&n); err != nil {
+	if err := s.reader().QueryRowContext(ctx, `SELECT journal_bytes FROM sessions WHERE key = ?`, key).Scan(&n); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("journal bytes of %s: %w", key, ErrNotFound)
 		}
@@ -331,7 +331,7 @@ func (s *Store) endRun(ctx context.Context, key, runID, status string, at time.T
 
 // Runs lists the runs of key, oldest first.
 func (s *Store) Runs(ctx context.Context, key string) ([]Run, error) {
-	rows, err := s.db.QueryContext(ctx,
+	rows, err := s.reader().QueryContext(ctx,
 		`SELECT run_id, status, started_at, ended_at, start_seq FROM runs WHERE session_key = ? ORDER BY started_at, start_seq`, key)
 	if err != nil {
 		return nil, fmt.Errorf("runs of %s: %w", key, err)

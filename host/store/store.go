@@ -57,7 +57,8 @@ const defaultListLimit = 100
 
 // Store is an open state database. Its methods are safe for concurrent use.
 type Store struct {
-	db      *sql.DB
+	db      *sql.DB // the one connection that writes (and the schema's)
+	rdb     *sql.DB // the connections that read (nil: reads go to db)
 	fault   atomic.Pointer[func() error] // SetWriteFault's hook; nil: none
 	onFault atomic.Pointer[func(error)]  // OnWriteFault's hook; nil: none
 
@@ -123,7 +124,40 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	if st.rdb, err = openReaders(path); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return st, nil
+}
+
+// readers is how many connections read at once beside the writer's.
+const readers = 4
+
+// openReaders opens the pool of read-only connections: in WAL mode a
+// read does not wait for a write in progress (a commit of a huge answer,
+// say), it reads the last committed state. Transactions there are
+// deferred (they take no write lock), and query_only refuses a write.
+func openReaders(path string) (*sql.DB, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	dsn := fmt.Sprintf("file:%s?_txlock=deferred&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=query_only(1)",
+		escapePath(abs), busyTimeout.Milliseconds())
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s for reading: %w", path, err)
+	}
+	db.SetMaxOpenConns(readers)
+	db.SetMaxIdleConns(readers)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if err := db.Ping(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open %s for reading: %w", path, err)
+	}
+	return db, nil
 }
 
 // Check opens the database at path read-only, with no change to it or its
@@ -230,7 +264,11 @@ func escapePath(p string) string {
 // Close closes the database. It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if err := s.db.Close(); err != nil {
+		var rerr error
+		if s.rdb != nil {
+			rerr = s.rdb.Close()
+		}
+		if err := errors.Join(s.db.Close(), rerr); err != nil {
 			s.closeErr = fmt.Errorf("close: %w", err)
 		}
 	})
@@ -385,7 +423,7 @@ func timeOf(sec int64) time.Time {
 // GetSession returns the stored session with that key, with MessageCount
 // filled, or an error wrapping ErrNotFound.
 func (s *Store) GetSession(ctx context.Context, key string) (Session, error) {
-	sess, err := scanSession(s.db.QueryRowContext(ctx,
+	sess, err := scanSession(s.reader().QueryRowContext(ctx,
 		`SELECT `+sessionColumns+` FROM sessions WHERE key = ?`, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Session{}, fmt.Errorf("get session %s: %w", key, ErrNotFound)
@@ -403,7 +441,7 @@ func (s *Store) FindByTitle(ctx context.Context, title string) (Session, error) 
 	if title == "" {
 		return Session{}, fmt.Errorf("find by title: empty title: %w", ErrNotFound)
 	}
-	sess, err := scanSession(s.db.QueryRowContext(ctx,
+	sess, err := scanSession(s.reader().QueryRowContext(ctx,
 		`SELECT `+sessionColumns+` FROM sessions WHERE title = ?
 		 ORDER BY started_at DESC, key DESC LIMIT 1`, title))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -426,7 +464,7 @@ func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	rows, err := s.db.QueryContext(ctx,
+	rows, err := s.reader().QueryContext(ctx,
 		`SELECT `+lastRunColumn+`, `+sessionColumns+` FROM sessions ORDER BY started_at DESC, key DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
@@ -448,10 +486,19 @@ func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
 	return out, nil
 }
 
-// readTx runs f in a transaction that is always rolled back, so that its
-// reads see one consistent state.
+// reader is the pool reads go to.
+func (s *Store) reader() *sql.DB {
+	if s.rdb != nil {
+		return s.rdb
+	}
+	return s.db
+}
+
+// readTx runs f in a read transaction that is always rolled back, so that
+// its reads see one consistent state; it takes no write lock and waits
+// for no write.
 func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.reader().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

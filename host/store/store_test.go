@@ -417,3 +417,37 @@ func TestJournalBytesAgainstModel(t *testing.T) {
 		}
 	})
 }
+
+// TestReadsDoNotWaitForAWrite: a write transaction in progress (a commit
+// of a huge answer, say) holds the writer; reads go on meanwhile, and see
+// the last committed state — not the write's rows until it commits.
+func TestReadsDoNotWaitForAWrite(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	mustCreate(t, s, Session{Key: "20260101_000000_000001", Title: "before", StartedAt: t0})
+	tx, err := s.db.BeginTx(ctx, nil) // immediate: the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (key, title, started_at) VALUES ('20260101_000000_000002', 'during', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	list, err := s.List(rctx, 10)
+	if err != nil {
+		t.Fatalf("List while a write is in progress: %v", err)
+	}
+	if len(list) != 1 || list[0].Title != "before" {
+		t.Errorf("List while a write is in progress: %+v, want only the committed session", list)
+	}
+	if _, _, _, err := s.EventsSince(rctx, "20260101_000000_000001", 0, 0); err != nil {
+		t.Errorf("EventsSince while a write is in progress: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := s.List(ctx, 10); err != nil || len(list) != 2 {
+		t.Errorf("List after the commit: %+v, %v; want both sessions", list, err)
+	}
+}
