@@ -57,8 +57,8 @@ const defaultListLimit = 100
 
 // Store is an open state database. Its methods are safe for concurrent use.
 type Store struct {
-	db      *sql.DB // the one connection that writes (and the schema's)
-	rdb     *sql.DB // the connections that read (nil: reads go to db)
+	db      *sql.DB                      // the one connection that writes (and the schema's)
+	rdb     *sql.DB                      // the connections that read (nil: reads go to db)
 	fault   atomic.Pointer[func() error] // SetWriteFault's hook; nil: none
 	onFault atomic.Pointer[func(error)]  // OnWriteFault's hook; nil: none
 
