@@ -5,8 +5,10 @@
 // foreign keys on, and its schema is brought to the newest version by
 // numbered, forward-only migrations, each applied in its own transaction
 // together with the bump of PRAGMA user_version. A Store is safe for use by
-// many goroutines: it keeps a single connection, so statements and
-// transactions are serialised.
+// many goroutines: it writes through a single connection, so writes and
+// write transactions are serialised, and reads through a small pool of
+// read-only connections, which in WAL mode read the last committed state
+// without waiting for a write in progress.
 //
 // A stored session is named by a key of the form YYYYMMDD_HHMMSS_xxxxxx
 // (see NewKey). A session may have a parent: its display history is then the
