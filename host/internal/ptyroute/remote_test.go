@@ -47,7 +47,7 @@ func (nopLeg) Close()                  {}
 // query without the credential it came with (the far host must never
 // receive this host's access token), its cursor kept.
 func TestRelayedSocketCarriesIdentityNotToken(t *testing.T) {
-	r := New(zerolog.Nop(), metrics.New())
+	r := New(zerolog.Nop(), metrics.New(), 0, 0)
 	rem := &farRemote{dials: make(chan struct{}, 1)}
 	r.SetRemote(rem)
 	tok := strings.Repeat("a", 16)
