@@ -14,7 +14,7 @@ import (
 
 func TestBackendListNotServing(t *testing.T) {
 	b := NewBackend(Options{StateDir: t.TempDir(), Log: zerolog.Nop()}, PluginSpec{Name: "pty", Path: "/nonexistent"},
-		contract.BackendConfig{}, ptyroute.New(zerolog.Nop(), metrics.New()))
+		contract.BackendConfig{}, ptyroute.New(zerolog.Nop(), metrics.New(), 0, 0))
 	ptys, err := b.List(context.Background())
 	if !errors.Is(err, ErrNotServing) || ptys != nil {
 		t.Errorf("List before Start: %v, %v; want ErrNotServing", ptys, err)
