@@ -513,10 +513,19 @@ type connResult struct {
 
 // attachOnce makes one attachment: the first with no cursor, every later
 // one with the last one's (its epoch and the offset after the last byte
-// shown), unless that one's snapshot was cut short.
+// shown), unless that one's snapshot was cut short. A writer sends the
+// terminal's size as it is now, so that the PTY takes it before a
+// snapshot is drawn (the resize sent once attached does the same on a
+// host that ignores it).
 func (a *attachClient) attachOnce(ctx context.Context) (*client.PTY, error) {
+	q := wire.PTYQuery{Attach: a.attach, View: a.view}
 	if a.last != nil && !a.snapshotCut {
-		return a.last.Reattach(ctx, nil)
+		q.HasCursor, q.Offset, q.Epoch = true, a.last.Offset(), a.last.Epoch()
+	}
+	if !a.view && a.size != nil {
+		if cols, rows, ok := a.size(); ok && cols <= wire.MaxSize && rows <= wire.MaxSize {
+			q.Cols, q.Rows = cols, rows
+		}
 	}
 	o := client.PTYOptions{
 		Options: client.Options{
@@ -528,7 +537,7 @@ func (a *attachClient) attachOnce(ctx context.Context) (*client.PTY, error) {
 		ReadTimeout: 3 * a.pingEvery,
 	}
 	u := *a.endpoint
-	u.RawQuery = wire.PTYQuery{Attach: a.attach, View: a.view}.Encode()
+	u.RawQuery = q.Encode()
 	return client.AttachURL(ctx, u.String(), o)
 }
 

@@ -174,7 +174,7 @@ func (p *fakePTY) drop() { _ = p.conn.Close() }
 // travels in the URL).
 func (p *fakePTY) wantQuery(want map[string]string) {
 	p.t.Helper()
-	for _, k := range []string{"attach", "view", "offset", "epoch"} {
+	for _, k := range []string{"attach", "view", "offset", "epoch", "cols", "rows"} {
 		if got := p.query.Get(k); got != want[k] {
 			p.t.Errorf("query %s=%q, want %q (query %s)", k, got, want[k], p.query.Encode())
 		}
@@ -433,6 +433,7 @@ func TestAttachResize(t *testing.T) {
 	})
 
 	p := host.accept(t, c)
+	p.wantQuery(map[string]string{"attach": testAttachToken, "token": "sekrit", "cols": "100", "rows": "30"})
 	p.replay("e1", 0, 0, true, "initial")
 	if op, msg := p.read(); op != ws.OpText || msg != "\x1b[RESIZE:100;30]" {
 		t.Fatalf("got %v %q on connect, want text %q", op, msg, "\x1b[RESIZE:100;30]")
@@ -445,10 +446,15 @@ func TestAttachResize(t *testing.T) {
 	}
 	p.drop()
 
-	p = host.accept(t, c) // a reattach sends the size again
+	// Resized while away: the reattach asks for the size of now, with
+	// its cursor, and sends it again.
+	cols.Store(90)
+	rows.Store(25)
+	p = host.accept(t, c)
+	p.wantQuery(map[string]string{"attach": testAttachToken, "token": "sekrit", "offset": "0", "epoch": "e1", "cols": "90", "rows": "25"})
 	p.replay("e1", 0, 0, false, "resume")
-	if op, msg := p.read(); op != ws.OpText || msg != "\x1b[RESIZE:120;40]" {
-		t.Fatalf("got %v %q on reattach, want text %q", op, msg, "\x1b[RESIZE:120;40]")
+	if op, msg := p.read(); op != ws.OpText || msg != "\x1b[RESIZE:90;25]" {
+		t.Fatalf("got %v %q on reattach, want text %q", op, msg, "\x1b[RESIZE:90;25]")
 	}
 	p.closeWith(4410, "")
 	if code := c.wait(t); code != 0 {
