@@ -65,7 +65,7 @@ type PTY struct {
 	closeWait   time.Duration
 	onText      func([]byte)
 	offset      atomic.Int64
-	size        atomic.Int64 // the size last sent, cols<<32 | rows (0: none); Reattach sends it
+	size        atomic.Int64  // the size last sent, cols<<32 | rows (0: none); Reattach sends it
 	closing     atomic.Int64  // UnixNano read deadline set by Close; 0 before
 	ended       chan struct{} // closed when the read side has ended
 	endOnce     sync.Once
