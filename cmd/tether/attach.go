@@ -313,11 +313,12 @@ func (a *attachClient) run(ctx context.Context) int {
 		step      int       // next backoff step
 		connected bool      // a dial has succeeded once
 	)
-	// end puts the terminal back and says why the attachment is over.
+	// end puts the terminal back and says why the attachment is over,
+	// on a line of its own.
 	end := func(code int, msg string) int {
-		a.leaveTerminal()
+		fresh := a.leaveTerminal()
 		if msg != "" {
-			a.say("%s", msg)
+			a.sayLines(fresh, msg)
 		}
 		return code
 	}
@@ -351,11 +352,14 @@ func (a *attachClient) run(ctx context.Context) int {
 
 // leaveTerminal puts the local terminal back as a shell expects it, when
 // stdout is one: off the alternate screen and with the modes a program
-// in the PTY may have set reset (see altScreen.leave).
-func (a *attachClient) leaveTerminal() {
-	if a.term {
-		_, _ = io.WriteString(a.stdout, a.alt.leave())
+// in the PTY may have set reset (see altScreen.leave), the cursor at the
+// start of a fresh line (freshLine). It reports whether it wrote that.
+func (a *attachClient) leaveTerminal() (lineStart bool) {
+	if !a.term {
+		return false
 	}
+	_, err := io.WriteString(a.stdout, a.alt.leave()+freshLine)
+	return err == nil
 }
 
 // verdict decides what an attachment's end means: final with an exit

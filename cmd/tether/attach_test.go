@@ -412,7 +412,7 @@ func TestAttachReattachReset(t *testing.T) {
 			}
 			want := "hello" + "new"
 			if onTerm {
-				want = "hello" + clearScreen + clearScrollback + "new" + c.a.alt.leave()
+				want = "hello" + clearScreen + clearScrollback + "new" + c.a.alt.leave() + freshLine
 			}
 			if got := c.stdout.String(); got != want {
 				t.Errorf("stdout %q, want %q", got, want)
@@ -925,7 +925,7 @@ func TestAttachRawTerminal(t *testing.T) {
 	if c.code != 0 {
 		t.Errorf("exit status %d, want 0", c.code)
 	}
-	if got, want := stderr.String(), "\r\ntether: attached; Enter ~. to detach\r\n\r\ntether: detached\r\n"; got != want {
+	if got, want := stderr.String(), "\r\ntether: attached; Enter ~. to detach\r\ntether: detached\r\n"; got != want {
 		t.Errorf("stderr %q, want %q", got, want)
 	}
 	if after := termios(); after != before {

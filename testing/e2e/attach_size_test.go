@@ -121,3 +121,120 @@ func startTmuxSized(t *testing.T, bin string, cols, rows int) *tmuxSession {
 	tm.run("set-option", "-g", "history-limit", "10000")
 	return tm
 }
+
+// viewProgram is the PTY program of TestAttachCLIViewDetachInTmux: it
+// reads the name of the screen to leave (not echoed), draws it, and
+// stays.
+const viewProgram = `stty -echo; IFS= read -r screen; stty echo
+case "$screen" in
+prompt)
+	printf '\033[H\033[2Jfirst line\n'
+	PS1='me@machine:~/src/repo# ' exec sh ;;
+alternate)
+	printf '\033[?1049h\033[?1000h\033[?1006h\033[?7l\033[?1h\033=\033[H\033[2J'
+	i=1; while [ $i -le 30 ]; do printf '\033[%d;1HALT-%02d' $i $i; i=$((i + 1)); done
+	exec sleep 3600 ;;
+lastrow)
+	i=1; while [ $i -le 60 ]; do echo "line $i"; i=$((i + 1)); done
+	PS1='me@machine:~/src/repo# ' exec sh ;;
+wrapped)
+	i=1; while [ $i -le 45 ]; do printf 'WIDE-%02d %0130d\n' $i 0; i=$((i + 1)); done
+	printf 'no newline at the end'
+	exec sleep 3600 ;;
+region)
+	printf '\033[H\033[2Jstatus line\033[2;29r\033[?6h\033[4h'
+	printf '\033[27;1Hin the region'
+	exec sleep 3600 ;;
+esac
+`
+
+// TestAttachCLIViewDetachInTmux: `tether attach --view` from a 120x40
+// tmux pane to PTYs of other sizes, each left in a state that can push
+// the last status line off the start of a line — a prompt with no
+// newline after it, a program on the alternate screen with mouse
+// reports and autowrap off, the cursor on the last row under a
+// scrollback, wide lines wrapped with no newline at the end, a scroll
+// region with origin and insert mode. Enter ~ . leaves "tether: detached" on a line of its own, the
+// shell's next prompt on the line after it and nothing under them, and
+// the pane's modes as a shell expects them.
+func TestAttachCLIViewDetachInTmux(t *testing.T) {
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Fatalf("this test needs tmux (apt-get install tmux): %v", err)
+	}
+	prog := filepath.Join(t.TempDir(), "view.sh")
+	if err := os.WriteFile(prog, []byte(viewProgram), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "sh " + prog}})
+	for _, tc := range []struct {
+		screen     string
+		cols, rows int
+		shown      string // on the pane once the snapshot is drawn
+	}{
+		{"prompt", 100, 30, "me@machine:~/src/repo#"},
+		{"alternate", 100, 30, "ALT-30"},
+		{"lastrow", 100, 30, "line 60"},
+		{"wrapped", 150, 50, "no newline at the end"},
+		{"region", 100, 30, "in the region"},
+	} {
+		t.Run(tc.screen, func(t *testing.T) {
+			tok := attachToken(t)
+			opener := ptyDial(t, s, "attach="+tok)
+			replayOf(t, opener)
+			if err := opener.Resize(tc.cols, tc.rows); err != nil {
+				t.Fatal(err)
+			}
+			if err := opener.Write([]byte(tc.screen + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			if err := opener.WaitOutput(ctxT(t, 15*time.Second), func(b []byte) bool { return bytes.Contains(b, []byte(tc.shown)) }); err != nil {
+				t.Fatal(err)
+			}
+			opener.Close()
+
+			tm := startTmux(t, tmux)
+			tm.sendLine("PS1='LOCAL> '; clear")
+			tm.sendLine(fmt.Sprintf("%s attach --view --url http://%s --state-dir %s %s", e2e.Build(t), s.Addr, s.StateDir, tok))
+			tm.waitCount(tc.shown, 1) // the announcement may be under an alternate screen
+			tm.keys("Enter", "~", ".")
+
+			// Once the shell has printed its prompt under the last line
+			// that mentions the detach, that line is the message alone,
+			// the prompt is alone on the next, and nothing is under it.
+			var rows []string
+			at := -1
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				rows = strings.Split(strings.TrimSuffix(tm.run("capture-pane", "-p", "-t", "e2e"), "\n"), "\n")
+				tm.lastCapture = strings.Join(rows, "\n")
+				at = -1
+				for i, r := range rows {
+					if strings.Contains(r, "tether: detached") {
+						at = i
+					}
+				}
+				if at >= 0 && at+1 < len(rows) && strings.Contains(strings.Join(rows[at+1:], "\n"), "LOCAL>") &&
+					tm.display("#{pane_current_command}") == "sh" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no shell prompt under the detach message; the pane:\n%s", tm.lastCapture)
+				}
+				time.Sleep(50 * time.Millisecond) // polling a terminal screen
+			}
+			if rows[at] != "tether: detached" || rows[at+1] != "LOCAL>" {
+				t.Errorf("after the detach the pane's rows read %q, %q; want %q, then the prompt %q", rows[at], rows[at+1], "tether: detached", "LOCAL>")
+			}
+			for i, r := range rows[at+2:] {
+				if r != "" {
+					t.Errorf("row %d under the prompt shows %q, want it empty", at+2+i, r)
+				}
+			}
+			const modes = "#{alternate_on} #{mouse_any_flag} #{mouse_sgr_flag} #{wrap_flag} #{origin_flag} #{insert_flag} #{keypad_flag} #{keypad_cursor_flag} #{cursor_flag} #{scroll_region_upper} #{scroll_region_lower}"
+			if got, want := tm.display(modes), "0 0 0 1 0 0 0 0 1 0 39"; got != want {
+				t.Errorf("after the detach the pane's %s are %q, want %q", modes, got, want)
+			}
+		})
+	}
+}
