@@ -88,7 +88,7 @@ func TestRelayedSocketCarriesIdentityNotToken(t *testing.T) {
 func TestRelayedSocketCarriesSize(t *testing.T) {
 	tok := strings.Repeat("a", 16)
 	for query, want := range map[string]string{
-		"attach=" + tok + "&cols=100&rows=30": "100x30",
+		"attach=" + tok + "&cols=100&rows=30":  "100x30",
 		"attach=" + tok + "&cols=1001&rows=30": "x",
 	} {
 		r := New(zerolog.Nop(), metrics.New(), 0, 0)
