@@ -31,6 +31,13 @@ type PTYOptions struct {
 	// View attaches read-only: the host drops input and resizes, and a
 	// token with no live PTY is closed with wire.CloseNoSuchTerminal.
 	View bool
+	// Cols and Rows, both set, are the size of the writer's terminal:
+	// the host resizes the PTY to it (a new one starts at it) before it
+	// decides the replay, so that a screen snapshot is drawn for this
+	// terminal. A host drops a size over its largest (--pty-max-size),
+	// and one that predates the parameters ignores it: send the size
+	// with Resize once attached as well. Ignored with View.
+	Cols, Rows int
 	// ReadTimeout, when positive, ends the connection when no frame (pong
 	// included) has arrived for that long; send a Ping more often.
 	ReadTimeout time.Duration
@@ -58,6 +65,7 @@ type PTY struct {
 	closeWait   time.Duration
 	onText      func([]byte)
 	offset      atomic.Int64
+	size        atomic.Int64  // the size last sent, cols<<32 | rows (0: none); Reattach sends it
 	closing     atomic.Int64  // UnixNano read deadline set by Close; 0 before
 	ended       chan struct{} // closed when the read side has ended
 	endOnce     sync.Once
@@ -86,14 +94,17 @@ func AttachPTY(ctx context.Context, baseURL, attachToken string, o PTYOptions) (
 	if o.Token == "" {
 		o.Token = token
 	}
-	u := wire.PTYURL(base, wire.PTYQuery{Attach: attachToken, HasCursor: o.HasCursor, Offset: o.Offset, Epoch: o.Epoch, View: o.View})
-	return attach(ctx, u, o)
+	q := wire.PTYQuery{Attach: attachToken, HasCursor: o.HasCursor, Offset: o.Offset, Epoch: o.Epoch, View: o.View}
+	if !o.View && validSize(o.Cols, o.Rows) {
+		q.Cols, q.Rows = o.Cols, o.Rows
+	}
+	return attach(ctx, wire.PTYURL(base, q), o)
 }
 
 // AttachURL is AttachPTY for a PTY endpoint URL used exactly as given,
 // path and query included (see Endpoint and wire.PTYURL to build one, or
-// DialURL): the attach token, view flag and cursor are the URL's own,
-// and o's are ignored.
+// DialURL): the attach token, view flag, cursor and size are the URL's
+// own, and o's are ignored.
 func AttachURL(ctx context.Context, endpoint string, o PTYOptions) (*PTY, error) {
 	u, err := wsURL(endpoint)
 	if err != nil {
@@ -105,8 +116,20 @@ func AttachURL(ctx context.Context, endpoint string, o PTYOptions) (*PTY, error)
 		o.HasCursor, o.Offset = true, n
 	}
 	o.View = q.Get("view") == "1"
+	o.Cols, o.Rows = 0, 0
+	if c, r, ok := wire.ParseSize(q.Get("cols"), q.Get("rows")); ok && !o.View {
+		o.Cols, o.Rows = c, r
+	}
 	return attach(ctx, u, o)
 }
+
+// validSize reports whether cols×rows is a size a resize can ask for.
+func validSize(cols, rows int) bool {
+	return cols >= 1 && rows >= 1 && cols <= wire.MaxSize && rows <= wire.MaxSize
+}
+
+// packSize packs a size for PTY.size.
+func packSize(cols, rows int) int64 { return int64(cols)<<32 | int64(rows) }
 
 func attach(ctx context.Context, u *url.URL, o PTYOptions) (*PTY, error) {
 	wc, first, err := dialWS(ctx, u, o.Options, o.readBuffer(32<<10))
@@ -132,6 +155,9 @@ func attach(ctx context.Context, u *url.URL, o PTYOptions) (*PTY, error) {
 		closeWait:   o.closeWait(),
 		onText:      o.OnText,
 		ended:       make(chan struct{}),
+	}
+	if !o.View && validSize(o.Cols, o.Rows) {
+		p.size.Store(packSize(o.Cols, o.Rows))
 	}
 	switch {
 	case r.Snapshot:
@@ -270,11 +296,18 @@ func (p *PTY) WriteText(b []byte) error {
 }
 
 // Resize asks the host to resize the PTY to cols×rows (1–10000 each).
+// A Reattach then asks for this size.
 func (p *PTY) Resize(cols, rows int) error {
-	if cols < 1 || rows < 1 || cols > wire.MaxSize || rows > wire.MaxSize {
+	if !validSize(cols, rows) {
 		return fmt.Errorf("resize to %dx%d: %w", cols, rows, ErrInvalidSize)
 	}
-	return p.WriteText(wire.EncodeResize(cols, rows))
+	if err := p.WriteText(wire.EncodeResize(cols, rows)); err != nil {
+		return err
+	}
+	if !p.opts.View {
+		p.size.Store(packSize(cols, rows))
+	}
+	return nil
 }
 
 // Ping sends a ping; the host's pong keeps PTYOptions.ReadTimeout from
@@ -332,7 +365,8 @@ type Backoff func(attempt int) (wait time.Duration, ok bool)
 
 // Reattach attaches again to p's PTY with p's cursor (Epoch, Offset), so
 // that the host replays exactly what p's Reads had not returned, if its
-// ring still holds it. Call it once p's Read has returned an error that
+// ring still holds it, and with the size last sent (PTYOptions' Cols and
+// Rows, or the last Resize). Call it once p's Read has returned an error that
 // Retryable accepts; p itself is not used again. Before each attempt it
 // waits what backoff says; it retries while the attempt's error is
 // Retryable, and returns the last error once backoff gives up, at the
@@ -344,9 +378,14 @@ func (p *PTY) Reattach(ctx context.Context, backoff Backoff) (*PTY, error) {
 	q := u.Query()
 	q.Set("offset", strconv.FormatInt(p.Offset(), 10))
 	q.Set("epoch", p.Epoch())
-	u.RawQuery = q.Encode()
 	o := p.opts
 	o.HasCursor, o.Offset, o.Epoch = true, p.Offset(), p.Epoch()
+	if size := p.size.Load(); size != 0 {
+		o.Cols, o.Rows = int(size>>32), int(size&(1<<32-1))
+		q.Set("cols", strconv.Itoa(o.Cols))
+		q.Set("rows", strconv.Itoa(o.Rows))
+	}
+	u.RawQuery = q.Encode()
 
 	lastErr := ErrGaveUp
 	for attempt := 0; ; attempt++ {

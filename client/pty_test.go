@@ -60,6 +60,10 @@ func TestAttachRequest(t *testing.T) {
 		{"fresh", "", client.PTYOptions{Options: client.Options{Token: "sekrit"}}, "attach=" + tok},
 		{"cursor", "/?token=sekrit", client.PTYOptions{HasCursor: true, Offset: 7, Epoch: "e1"}, "attach=" + tok + "&epoch=e1&offset=7"},
 		{"view", "", client.PTYOptions{Options: client.Options{Token: "sekrit"}, View: true}, "attach=" + tok + "&view=1"},
+		{"size", "", client.PTYOptions{Options: client.Options{Token: "sekrit"}, Cols: 100, Rows: 30}, "attach=" + tok + "&cols=100&rows=30"},
+		{"view drops the size", "", client.PTYOptions{Options: client.Options{Token: "sekrit"}, View: true, Cols: 100, Rows: 30}, "attach=" + tok + "&view=1"},
+		{"half a size", "", client.PTYOptions{Options: client.Options{Token: "sekrit"}, Cols: 100}, "attach=" + tok},
+		{"a size no resize can ask for", "", client.PTYOptions{Options: client.Options{Token: "sekrit"}, Cols: 10001, Rows: 30}, "attach=" + tok},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newFakeHost(t)
@@ -415,4 +419,73 @@ func TestRetryable(t *testing.T) {
 			t.Errorf("Retryable(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
+}
+
+// TestPTYReattachSize: a reattach asks for the size last sent: the
+// attach's own, then the last Resize's.
+func TestPTYReattachSize(t *testing.T) {
+	h := newFakeHost(t)
+	o := client.PTYOptions{Options: client.Options{Token: "sekrit"}, Cols: 100, Rows: 30}
+	c, p := attachPTY(t, h, o, wire.Replay{Epoch: "e1", Reset: true, Reason: wire.ReasonInitial, Snapshot: true, Cols: 100, Rows: 30})
+	reattach := func(want string) *peer {
+		t.Helper()
+		_ = p.Close() // lost
+		if _, err := c.Read(make([]byte, 8)); !client.Retryable(err) {
+			t.Fatalf("Read after a drop: %v, want a Retryable error", err)
+		}
+		ch := background(t, func() (*client.PTY, error) { return c.Reattach(ctxT(t), nil) })
+		np := h.next(t)
+		if got := np.query.Get("cols") + "x" + np.query.Get("rows"); got != want {
+			t.Errorf("reattach request %s: size %s, want %s", np.uri, got, want)
+		}
+		np.replay(wire.Replay{Epoch: "e1", Reason: wire.ReasonResume})
+		nc, err := wait(t, ch)
+		if err != nil {
+			t.Fatalf("Reattach: %v", err)
+		}
+		t.Cleanup(nc.Abort)
+		c = nc
+		return np
+	}
+	p = reattach("100x30")
+	if err := c.Resize(120, 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resize(0, 40); !errors.Is(err, client.ErrInvalidSize) {
+		t.Fatalf("Resize(0, 40): %v, want ErrInvalidSize", err)
+	}
+	if op, msg, err := p.read(); err != nil || op != ws.OpText || string(msg) != "\x1b[RESIZE:120;40]" {
+		t.Fatalf("got %v %q (%v), want the resize", op, msg, err)
+	}
+	reattach("120x40")
+}
+
+// TestAttachURLSize: AttachURL sends the URL's size, and a Reattach
+// after it the same.
+func TestAttachURLSize(t *testing.T) {
+	h := newFakeHost(t)
+	ch := background(t, func() (*client.PTY, error) {
+		return client.AttachURL(ctxT(t), h.URL+"/api/pty?attach="+tok+"&cols=90&rows=25", client.PTYOptions{Cols: 1, Rows: 1})
+	})
+	p := h.next(t)
+	p.replay(wire.Replay{Epoch: "e", Reset: true, Reason: wire.ReasonInitial, Snapshot: true, Cols: 90, Rows: 25})
+	c, err := wait(t, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Abort()
+	_ = p.Close()
+	if _, err := c.Read(make([]byte, 8)); !client.Retryable(err) {
+		t.Fatalf("Read after a drop: %v, want a Retryable error", err)
+	}
+	ch = background(t, func() (*client.PTY, error) { return c.Reattach(ctxT(t), nil) })
+	p = h.next(t)
+	if got := p.query.Get("cols") + "x" + p.query.Get("rows"); got != "90x25" {
+		t.Errorf("reattach request %s: size %s, want the URL's 90x25", p.uri, got)
+	}
+	p.replay(wire.Replay{Epoch: "e", Reason: wire.ReasonResume})
+	if c, err = wait(t, ch); err != nil {
+		t.Fatal(err)
+	}
+	c.Abort()
 }

@@ -117,7 +117,13 @@ type AttachRequest struct {
 	HasCursor bool
 	Offset    int64
 	Epoch     string
-	// Cols and Rows size a newly spawned PTY (0 = 80x24).
+	// Cols and Rows are the attaching writer's terminal size (0: none).
+	// A newly spawned PTY starts at it (0 = 80x24); a live PTY a writer
+	// (not a view) attaches to takes it, both being set, before the
+	// replay is decided, so that a snapshot is of the screen at this
+	// size; the program's redraw for it is live output after ReplayEnd.
+	// A size over BackendConfig.MaxCols×MaxRows fails with
+	// ErrInvalidArgument (the host sends none).
 	Cols, Rows int
 	// Argv overrides the configured command for a new PTY (nil = default).
 	Argv []string

@@ -215,3 +215,48 @@ func TestScreenRebuildsCrossGRPC(t *testing.T) {
 		})
 	}
 }
+
+// requestBackend records the attach requests it gets.
+type requestBackend struct {
+	contract.Backend
+	reqs []contract.AttachRequest
+}
+
+func (b *requestBackend) Attach(_ context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	b.reqs = append(b.reqs, req)
+	return contract.AttachResponse{Epoch: "e", Reset: true, Reason: contract.ReasonInitial, Snapshot: true, Cols: req.Cols, Rows: req.Rows}, nil
+}
+
+// TestAttachRequestCrossesGRPC: every field of an attach request — the
+// writer's size among them, which a live PTY takes before its snapshot —
+// reaches the backend across the gRPC shims, streamed and in one reply.
+func TestAttachRequestCrossesGRPC(t *testing.T) {
+	want := contract.AttachRequest{Token: "tok_size_0123456789", Viewer: contract.TransportID{Instance: "ws", Conn: 9},
+		HasCursor: true, Offset: 42, Epoch: "e1", Cols: 100, Rows: 30, Argv: []string{"/bin/sh", "-c", "true"}}
+	for _, streamed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("streamed=%v", streamed), func(t *testing.T) {
+			impl := &requestBackend{}
+			c := backendConn(t, &contract.BackendGRPCServer{Impl: impl})
+			req := want
+			if streamed {
+				req.OnHeader, req.OnReplay = func(contract.AttachResponse) {}, func([]byte) {}
+			}
+			resp, err := c.Attach(context.Background(), req)
+			if err != nil {
+				t.Fatalf("Attach: got error %v, want nil", err)
+			}
+			if len(impl.reqs) != 1 {
+				t.Fatalf("the backend got %d attaches, want 1", len(impl.reqs))
+			}
+			got := impl.reqs[0]
+			if got.Token != want.Token || got.Viewer != want.Viewer || got.View != want.View || got.HasCursor != want.HasCursor ||
+				got.Offset != want.Offset || got.Epoch != want.Epoch || got.Cols != want.Cols || got.Rows != want.Rows ||
+				fmt.Sprint(got.Argv) != fmt.Sprint(want.Argv) {
+				t.Errorf("the backend got %+v, want %+v", got, want)
+			}
+			if resp.Cols != 100 || resp.Rows != 30 {
+				t.Errorf("response: snapshot of %dx%d, want 100x30", resp.Cols, resp.Rows)
+			}
+		})
+	}
+}

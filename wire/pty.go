@@ -164,6 +164,18 @@ func ParseResize(frame []byte) (cols, rows int, ok bool) {
 	return cols, rows, true
 }
 
+// ParseSize parses the cols and rows of an /api/pty query as a resize
+// escape's numbers: decimal digits only (no sign; leading zeros allowed),
+// both in 1–MaxSize.
+func ParseSize(cols, rows string) (c, r int, ok bool) {
+	c, ok1 := sizeNumber([]byte(cols))
+	r, ok2 := sizeNumber([]byte(rows))
+	if !ok1 || !ok2 {
+		return 0, 0, false
+	}
+	return c, r, true
+}
+
 // sizeNumber parses one or more decimal digits as a number in 1–MaxSize.
 func sizeNumber(b []byte) (int, bool) {
 	if len(b) == 0 {
@@ -226,6 +238,11 @@ type PTYQuery struct {
 	// never supersedes the writer, and a token with no live PTY is closed
 	// with CloseNoSuchTerminal.
 	View bool
+	// Cols and Rows, when both are set, are the writer's terminal size:
+	// the PTY takes it before the host decides the replay, so that a
+	// snapshot is drawn for this terminal (a new PTY starts at it). A
+	// view's size is ignored.
+	Cols, Rows int
 }
 
 // Encode returns q as a query string.
@@ -240,6 +257,10 @@ func (q PTYQuery) Encode() string {
 	}
 	if q.View {
 		v.Set("view", "1")
+	}
+	if q.Cols > 0 && q.Rows > 0 {
+		v.Set("cols", strconv.Itoa(q.Cols))
+		v.Set("rows", strconv.Itoa(q.Rows))
 	}
 	return v.Encode()
 }

@@ -313,11 +313,12 @@ func (a *attachClient) run(ctx context.Context) int {
 		step      int       // next backoff step
 		connected bool      // a dial has succeeded once
 	)
-	// end puts the terminal back and says why the attachment is over.
+	// end puts the terminal back and says why the attachment is over,
+	// on a line of its own.
 	end := func(code int, msg string) int {
-		a.leaveTerminal()
+		fresh := a.leaveTerminal()
 		if msg != "" {
-			a.say("%s", msg)
+			a.sayLines(fresh, msg)
 		}
 		return code
 	}
@@ -351,11 +352,14 @@ func (a *attachClient) run(ctx context.Context) int {
 
 // leaveTerminal puts the local terminal back as a shell expects it, when
 // stdout is one: off the alternate screen and with the modes a program
-// in the PTY may have set reset (see altScreen.leave).
-func (a *attachClient) leaveTerminal() {
-	if a.term {
-		_, _ = io.WriteString(a.stdout, a.alt.leave())
+// in the PTY may have set reset (see altScreen.leave), the cursor at the
+// start of a fresh line (freshLine). It reports whether it wrote that.
+func (a *attachClient) leaveTerminal() (lineStart bool) {
+	if !a.term {
+		return false
 	}
+	_, err := io.WriteString(a.stdout, a.alt.leave()+freshLine)
+	return err == nil
 }
 
 // verdict decides what an attachment's end means: final with an exit
@@ -513,10 +517,19 @@ type connResult struct {
 
 // attachOnce makes one attachment: the first with no cursor, every later
 // one with the last one's (its epoch and the offset after the last byte
-// shown), unless that one's snapshot was cut short.
+// shown), unless that one's snapshot was cut short. A writer sends the
+// terminal's size as it is now, so that the PTY takes it before a
+// snapshot is drawn (the resize sent once attached does the same on a
+// host that ignores it).
 func (a *attachClient) attachOnce(ctx context.Context) (*client.PTY, error) {
+	q := wire.PTYQuery{Attach: a.attach, View: a.view}
 	if a.last != nil && !a.snapshotCut {
-		return a.last.Reattach(ctx, nil)
+		q.HasCursor, q.Offset, q.Epoch = true, a.last.Offset(), a.last.Epoch()
+	}
+	if !a.view && a.size != nil {
+		if cols, rows, ok := a.size(); ok && cols <= wire.MaxSize && rows <= wire.MaxSize {
+			q.Cols, q.Rows = cols, rows
+		}
 	}
 	o := client.PTYOptions{
 		Options: client.Options{
@@ -528,7 +541,7 @@ func (a *attachClient) attachOnce(ctx context.Context) (*client.PTY, error) {
 		ReadTimeout: 3 * a.pingEvery,
 	}
 	u := *a.endpoint
-	u.RawQuery = wire.PTYQuery{Attach: a.attach, View: a.view}.Encode()
+	u.RawQuery = q.Encode()
 	return client.AttachURL(ctx, u.String(), o)
 }
 

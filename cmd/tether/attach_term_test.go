@@ -4,6 +4,37 @@ import (
 	"testing"
 )
 
+// TestAltScreenRegion: the tracker sees a scroll region set (DECSTBM
+// with parameters) and reset (without), and origin mode, and forgets
+// both at RIS; other sequences ending in r or ?6h are no such thing.
+func TestAltScreenRegion(t *testing.T) {
+	for _, tc := range []struct {
+		name, out      string
+		region, origin bool
+	}{
+		{"none", "hello\x1b[1mworld\x1b[m", false, false},
+		{"region", "\x1b[5;20r", true, false},
+		{"region reset", "\x1b[5;20r\x1b[r", false, false},
+		{"private r is XTRESTORE", "\x1b[?1049r", false, false},
+		{"an intermediate", "\x1b[1 r", false, false},
+		{"origin", "\x1b[?6h", false, true},
+		{"origin among others", "\x1b[?1;6;1000h", false, true},
+		{"origin left", "\x1b[?6h\x1b[?6l", false, false},
+		{"not private", "\x1b[6h", false, false},
+		{"RIS", "\x1b[5;20r\x1b[?6h\x1bc", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s altScreen
+			for i := range len(tc.out) {
+				s.write([]byte{tc.out[i]})
+			}
+			if s.region != tc.region || s.origin != tc.origin {
+				t.Errorf("region %v origin %v, want %v %v", s.region, s.origin, tc.region, tc.origin)
+			}
+		})
+	}
+}
+
 func TestAltScreen(t *testing.T) {
 	for _, tc := range []struct {
 		name, out string
@@ -54,6 +85,10 @@ func TestAttachLeavesTerminal(t *testing.T) {
 		{"alternate screen", "\x1b[?1049h\x1b[?1000h\x1b[?1006hvim", "\x1b[?1049l" + restoreModes},
 		{"primary screen", "\x1b[?1049hvim\x1b[?1049l$ ", restoreModes},
 		{"47", "\x1b[?47hless", "\x1b[?47l" + restoreModes},
+		{"scroll region", "\x1b[1;20rtop", restoreModes + resetRegion},
+		{"scroll region reset", "\x1b[1;20rtop\x1b[r", restoreModes},
+		{"origin mode", "\x1b[?1049h\x1b[2;20r\x1b[?6hvim", "\x1b[?1049l" + restoreModes + resetOrigin},
+		{"origin mode left", "\x1b[?6h\x1b[?6l$ ", restoreModes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			host := newFakePTYHost(t)
@@ -69,7 +104,7 @@ func TestAttachLeavesTerminal(t *testing.T) {
 			if code := c.wait(t); code != 0 {
 				t.Errorf("exit status %d, want 0", code)
 			}
-			want := clearScreen + "tether: attached; Enter ~. to detach\n" + tc.out + tc.want + "tether: detached\n"
+			want := clearScreen + "tether: attached; Enter ~. to detach\n" + tc.out + tc.want + freshLine + "tether: detached\n"
 			if got := c.stdout.String(); got != want {
 				t.Errorf("terminal %q\nwant     %q", got, want)
 			}

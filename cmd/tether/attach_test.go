@@ -174,7 +174,7 @@ func (p *fakePTY) drop() { _ = p.conn.Close() }
 // travels in the URL).
 func (p *fakePTY) wantQuery(want map[string]string) {
 	p.t.Helper()
-	for _, k := range []string{"attach", "view", "offset", "epoch"} {
+	for _, k := range []string{"attach", "view", "offset", "epoch", "cols", "rows"} {
 		if got := p.query.Get(k); got != want[k] {
 			p.t.Errorf("query %s=%q, want %q (query %s)", k, got, want[k], p.query.Encode())
 		}
@@ -412,7 +412,7 @@ func TestAttachReattachReset(t *testing.T) {
 			}
 			want := "hello" + "new"
 			if onTerm {
-				want = "hello" + clearScreen + clearScrollback + "new" + c.a.alt.leave()
+				want = "hello" + clearScreen + clearScrollback + "new" + c.a.alt.leave() + freshLine
 			}
 			if got := c.stdout.String(); got != want {
 				t.Errorf("stdout %q, want %q", got, want)
@@ -433,6 +433,7 @@ func TestAttachResize(t *testing.T) {
 	})
 
 	p := host.accept(t, c)
+	p.wantQuery(map[string]string{"attach": testAttachToken, "token": "sekrit", "cols": "100", "rows": "30"})
 	p.replay("e1", 0, 0, true, "initial")
 	if op, msg := p.read(); op != ws.OpText || msg != "\x1b[RESIZE:100;30]" {
 		t.Fatalf("got %v %q on connect, want text %q", op, msg, "\x1b[RESIZE:100;30]")
@@ -445,10 +446,15 @@ func TestAttachResize(t *testing.T) {
 	}
 	p.drop()
 
-	p = host.accept(t, c) // a reattach sends the size again
+	// Resized while away: the reattach asks for the size of now, with
+	// its cursor, and sends it again.
+	cols.Store(90)
+	rows.Store(25)
+	p = host.accept(t, c)
+	p.wantQuery(map[string]string{"attach": testAttachToken, "token": "sekrit", "offset": "0", "epoch": "e1", "cols": "90", "rows": "25"})
 	p.replay("e1", 0, 0, false, "resume")
-	if op, msg := p.read(); op != ws.OpText || msg != "\x1b[RESIZE:120;40]" {
-		t.Fatalf("got %v %q on reattach, want text %q", op, msg, "\x1b[RESIZE:120;40]")
+	if op, msg := p.read(); op != ws.OpText || msg != "\x1b[RESIZE:90;25]" {
+		t.Fatalf("got %v %q on reattach, want text %q", op, msg, "\x1b[RESIZE:90;25]")
 	}
 	p.closeWith(4410, "")
 	if code := c.wait(t); code != 0 {
@@ -919,7 +925,7 @@ func TestAttachRawTerminal(t *testing.T) {
 	if c.code != 0 {
 		t.Errorf("exit status %d, want 0", c.code)
 	}
-	if got, want := stderr.String(), "\r\ntether: attached; Enter ~. to detach\r\n\r\ntether: detached\r\n"; got != want {
+	if got, want := stderr.String(), "\r\ntether: attached; Enter ~. to detach\r\ntether: detached\r\n"; got != want {
 		t.Errorf("stderr %q, want %q", got, want)
 	}
 	if after := termios(); after != before {

@@ -350,7 +350,8 @@ func (b *Backend) makeRoomLocked() ([]*ptyRec, error) {
 }
 
 // attachLocked binds req.Viewer to rec and answers with the raw replay of
-// a resume (none when reset: Attach adds the snapshot). The replay and
+// a resume (none when reset: Attach adds the snapshot). A writer's size
+// (req.Cols×req.Rows) resizes a PTY it did not spawn first. The replay and
 // ReplayEnd are taken under rec.mu, the lock the drain appends under, so
 // every byte at or past ReplayEnd reaches the Output stream after this
 // moment.
@@ -372,6 +373,15 @@ func (b *Backend) attachLocked(rec *ptyRec, req contract.AttachRequest, spawned 
 		}
 		rec.writer = req.Viewer
 		rec.detached = time.Time{}
+		if !spawned && req.Cols > 0 && req.Rows > 0 {
+			// The writer's size, taken before the replay is decided: a
+			// snapshot is of the model at this size, and the program's
+			// answer to SIGWINCH follows as live output. Under rec.mu,
+			// with the writer bound, so no later writer's size is undone.
+			if err := rec.setSizeLocked(req.Cols, req.Rows); err != nil {
+				rec.log.Debug().Err(err).Int("cols", req.Cols).Int("rows", req.Rows).Msg("pty attach: resize failed")
+			}
+		}
 	}
 	start, end := rec.ring.StartOffset(), rec.ring.EndOffset()
 	reason := replayReason(req.HasCursor, req.Offset, req.Epoch, rec.epoch, start, end)

@@ -608,3 +608,89 @@ func TestReplayMatchesStream(t *testing.T) {
 		}
 	}
 }
+
+// sizeScript draws a marker on the first and last rows of the screen at
+// the size it starts at, leaving the cursor on the last row; for every
+// line it reads (not echoed) it writes the terminal's size on the first
+// row and puts the cursor back on the last, without redrawing.
+const sizeScript = `stty -echo; printf '\033[H\033[2JFIRST-ROW\033[41;1HLAST-ROW'
+while IFS= read -r x; do printf '\033[1;20Hsize %s\033[41;1H' "$(stty size)"; done`
+
+// TestAttachTakesWritersSize: a writer's attach with its size resizes a
+// live PTY before the replay is decided: the snapshot is of the screen
+// at that size (the last rows, the cursor's, kept), the program sees the
+// size, List reports it. A view attach's size changes nothing; a resume
+// with a size still replays exactly the raw bytes it missed.
+func TestAttachTakesWritersSize(t *testing.T) {
+	ctx := context.Background()
+	b, out := newBackend(t, contract.BackendConfig{})
+	tok, w := token("size"), viewer(1)
+	first := attach(t, b, contract.AttachRequest{Token: tok, Viewer: w, Cols: 128, Rows: 41, Argv: sh(sizeScript)})
+	out.waitOutput(t, first.Epoch, "LAST-ROW")
+
+	view := attach(t, b, contract.AttachRequest{Token: tok, Viewer: viewer(2), View: true, Cols: 100, Rows: 30})
+	if view.Cols != 128 || view.Rows != 41 {
+		t.Errorf("a view attach with a size: snapshot of %dx%d, want the PTY's 128x41", view.Cols, view.Rows)
+	}
+	if info, _ := listed(t, b, tok); info.Cols != 128 || info.Rows != 41 {
+		t.Errorf("after a view attach with a size: PTY of %dx%d, want 128x41", info.Cols, info.Rows)
+	}
+
+	for _, size := range [][2]int{{100, 30}, {150, 50}} {
+		cols, rows := size[0], size[1]
+		r := attach(t, b, contract.AttachRequest{Token: tok, Viewer: viewer(uint64(cols)), Cols: cols, Rows: rows})
+		if !r.Snapshot || r.Cols != cols || r.Rows != rows {
+			t.Fatalf("writer attach at %dx%d: snapshot=%v of %dx%d, want a snapshot of %dx%d", cols, rows, r.Snapshot, r.Cols, r.Rows, cols, rows)
+		}
+		if info, _ := listed(t, b, tok); info.Cols != cols || info.Rows != rows {
+			t.Errorf("after a writer attach at %dx%d: PTY of %dx%d", cols, rows, info.Cols, info.Rows)
+		}
+		// Drawn on a fresh terminal of that size, the snapshot shows the
+		// last row where the cursor is, on the screen.
+		tm := newTerm(cols, rows, 1000)
+		tm.write(r.Replay)
+		cur := tm.active().Cursor()
+		if got := screenLine(tm, cur.Y); !strings.HasPrefix(got, "LAST-ROW") {
+			t.Errorf("at %dx%d: the cursor's row %d shows %q, want LAST-ROW", cols, rows, cur.Y, got)
+		}
+		if want := map[int]string{30: "", 50: "                   size 30 100"}[rows]; screenLine(tm, 0) != want {
+			t.Errorf("at %dx%d: the first row shows %q, want %q", cols, rows, screenLine(tm, 0), want)
+		}
+		if err := b.Write(ctx, tok, viewer(uint64(cols)), []byte("\n")); err != nil {
+			t.Fatal(err)
+		}
+		out.waitOutput(t, first.Epoch, fmt.Sprintf("size %d %d", rows, cols))
+	}
+
+	// A resume with a size: the raw bytes after the cursor, nothing else.
+	has := func(want string) func(*streamLog) bool {
+		return func(s *streamLog) bool { return bytes.Contains(s.data, []byte(want)) }
+	}
+	seen := out.wait(t, first.Epoch, "the last size", has("size 50 150"))
+	cursor := seen.start + int64(len(seen.data))
+	if err := b.Write(ctx, tok, viewer(150), []byte("\n")); err != nil {
+		t.Fatal(err)
+	}
+	all := out.wait(t, first.Epoch, "the size again", func(s *streamLog) bool { return bytes.Count(s.data, []byte("size 50 150")) == 2 })
+	r := attach(t, b, contract.AttachRequest{Token: tok, Viewer: viewer(3), HasCursor: true, Epoch: first.Epoch, Offset: cursor, Cols: 90, Rows: 25})
+	if want := all.data[cursor-all.start : min(r.ReplayEnd-all.start, int64(len(all.data)))]; r.Reset || r.Reason != contract.ReasonResume || !bytes.Equal(r.Replay, want) {
+		t.Errorf("resume with a size: reset=%v reason %q replay %q, want the raw bytes %q", r.Reset, r.Reason, r.Replay, want)
+	}
+	if info, _ := listed(t, b, tok); info.Cols != 90 || info.Rows != 25 {
+		t.Errorf("after a resume at 90x25: PTY of %dx%d", info.Cols, info.Rows)
+	}
+}
+
+// screenLine is row y of tm's active screen, trailing blanks trimmed.
+func screenLine(tm *term, y int) string {
+	s := tm.active()
+	var b strings.Builder
+	for x := range tm.emu.Width() {
+		if c := s.CellAt(x, y); c != nil && c.Content != "" {
+			b.WriteString(c.Content)
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	return strings.TrimRight(b.String(), " ")
+}

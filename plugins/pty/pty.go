@@ -377,13 +377,18 @@ func (rec *ptyRec) isWriter(viewer contract.TransportID) bool {
 // setSize sets the terminal size through the poller-owned descriptor
 // (pty.Setsize would switch the master to blocking mode).
 func (rec *ptyRec) setSize(cols, rows int) error {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.setSizeLocked(cols, rows)
+}
+
+// setSizeLocked is setSize with rec.mu held.
+func (rec *ptyRec) setSizeLocked(cols, rows int) error {
 	rc, err := rec.master.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var ioErr error
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	if err := rc.Control(func(fd uintptr) {
 		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: uint16(rows)})
 	}); err != nil {

@@ -76,7 +76,9 @@ var defaultArgv = sh("exec cat")
 //     longest, else fails with contract.ErrRegistryFull; attaching to an
 //     existing PTY needs no room.
 //   - Resize: the PTY starts with the attach's size, and Resize changes
-//     it (stty size sees both).
+//     it (stty size sees both); a writer's attach with a size resizes
+//     the PTY before its snapshot, which is of that size (stty size and
+//     List see it too); a view attach's size changes nothing.
 //   - OneStream: a second Output stream fails with
 //     contract.ErrAlreadyLinked while one runs; a new stream starts at
 //     each PTY's end offset, replaying nothing.

@@ -34,6 +34,9 @@ var broken = map[string]func(inner contract.Backend) contract.Backend{
 	"raw-reset": func(inner contract.Backend) contract.Backend { return &rawReset{inner} },
 	// A view attach of an unknown token spawns a PTY.
 	"view-spawns": func(inner contract.Backend) contract.Backend { return &viewSpawns{inner} },
+	// A writer's size sizes only a PTY its attach spawns, as before the
+	// PTY took the attaching writer's size.
+	"size-on-spawn": func(inner contract.Backend) contract.Backend { return &sizeOnSpawn{inner} },
 }
 
 // TestBrokenHelper is not a test: TestKitFailsBrokenBackends runs it in a
@@ -65,6 +68,7 @@ func TestKitFailsBrokenBackends(t *testing.T) {
 		{Name: "no-resume", WantFail: []string{"Replay", "ExactlyOnce", "Snapshot"}},
 		{Name: "raw-reset", WantFail: []string{"Replay", "Snapshot"}},
 		{Name: "view-spawns", WantFail: []string{"View"}},
+		{Name: "size-on-spawn", WantFail: []string{"Resize"}},
 	})
 }
 
@@ -163,4 +167,20 @@ func (v *viewSpawns) Attach(ctx context.Context, req contract.AttachRequest) (co
 		}
 	}
 	return resp, err
+}
+
+// sizeOnSpawn drops the writer's size of an attach to a live PTY.
+type sizeOnSpawn struct{ contract.Backend }
+
+func (s *sizeOnSpawn) Attach(ctx context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	infos, err := s.List(ctx)
+	if err != nil {
+		return contract.AttachResponse{}, err
+	}
+	for _, info := range infos {
+		if info.Token == req.Token {
+			req.Cols, req.Rows = 0, 0
+		}
+	}
+	return s.Backend.Attach(ctx, req)
 }

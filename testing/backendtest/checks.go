@@ -458,7 +458,7 @@ func checkResize(t *testing.T, nb newBackendFunc) {
 	h := start(t, nb, contract.BackendConfig{})
 	tok, w := h.token("resize"), h.viewer()
 	r := h.attach(t, contract.AttachRequest{Token: tok, Viewer: w, Cols: 100, Rows: 30,
-		Argv: sh("stty size; read x; stty size; exec cat")})
+		Argv: sh("stty size; read x; stty size; read x; stty size; exec cat")})
 	h.out.waitOutput(t, r.Epoch, "30 100\r\n")
 
 	wantErr(t, "Resize to zero columns", h.b.Resize(ctx, tok, w, 0, 40), contract.ErrInvalidArgument)
@@ -467,6 +467,19 @@ func checkResize(t *testing.T, nb newBackendFunc) {
 	}
 	h.write(t, tok, w, "\n")
 	h.out.waitOutput(t, r.Epoch, "40 120\r\n")
+
+	// A view's size changes nothing; a writer's attach with its size
+	// resizes the PTY before the snapshot, which is of that size.
+	view := h.attach(t, contract.AttachRequest{Token: tok, Viewer: h.viewer(), View: true, Cols: 70, Rows: 20})
+	wantSnapshot(t, "a view attach with a size", view, 120, 40)
+	w2 := h.viewer()
+	again := h.attach(t, contract.AttachRequest{Token: tok, Viewer: w2, Cols: 90, Rows: 25})
+	wantSnapshot(t, "a writer's attach with its size", again, 90, 25)
+	if info, ok := h.listed(t, tok); !ok || info.Cols != 90 || info.Rows != 25 {
+		t.Errorf("after a writer's attach at 90x25: listed %v, size %dx%d, want 90x25", ok, info.Cols, info.Rows)
+	}
+	h.write(t, tok, w2, "\n")
+	h.out.waitOutput(t, r.Epoch, "25 90\r\n")
 }
 
 func checkOneStream(t *testing.T, nb newBackendFunc) {

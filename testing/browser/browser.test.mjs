@@ -417,6 +417,34 @@ test("the screen after a reload is the screen before it", { timeout: 120000 }, (
   }),
 );
 
+// A tab in a window of another size opens the terminal another tab left:
+// the PTY takes the new tab's size before its snapshot is drawn, so the
+// snapshot is of the screen at that size, and the shell says that size.
+test("a tab of another size gets the snapshot for its size", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const first = await open(ctx);
+    await waitState(first, "connected");
+    await type(first, "echo MARK-BEFORE");
+    await waitText(first, "\nMARK-BEFORE\n");
+    const before = await first.evaluate(() => [window.tether.term.cols, window.tether.term.rows]);
+    await first.close();
+
+    const page = await ctx.newPage();
+    await page.setViewportSize({ width: 700, height: 400 });
+    const resp = await page.goto(url);
+    assert.equal(resp.status(), 200);
+    await waitState(page, "connected");
+    const now = await page.evaluate(() => [window.tether.term.cols, window.tether.term.rows]);
+    assert.notDeepEqual(now, before, "the smaller window fits the same size");
+    const r = await lastReplay(page);
+    assert.equal(r.snapshot, true, JSON.stringify(r));
+    assert.deepEqual([r.cols, r.rows], now, `snapshot ${JSON.stringify(r)} is not drawn for the window's ${now}`);
+    await waitText(page, "\nMARK-BEFORE\n");
+    await type(page, "stty size");
+    await waitText(page, `\n${now[1]} ${now[0]}\n`);
+  }),
+);
+
 test("a second tab supersedes the first: dimmed, input blocked", { timeout: 120000 }, (t) =>
   withContext(t, async (ctx) => {
     const a = await open(ctx);

@@ -332,19 +332,7 @@ type tmuxSession struct {
 
 func startTmux(t *testing.T, bin string) *tmuxSession {
 	t.Helper()
-	tm := &tmuxSession{t: t, bin: bin, sock: filepath.Join(t.TempDir(), "tmux.sock")}
-	tm.run("-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-x", "120", "-y", "40", "sh")
-	t.Cleanup(func() {
-		cmd := exec.Command(tm.bin, "-S", tm.sock, "kill-server")
-		cmd.Env = cliEnv()
-		_ = cmd.Run()
-		if t.Failed() {
-			t.Logf("tmux pane at the end:\n%s", tm.lastCapture)
-		}
-	})
-	tm.run("set-option", "-g", "status", "off")
-	tm.run("set-option", "-g", "history-limit", "10000")
-	return tm
+	return startTmuxSized(t, bin, 120, 40)
 }
 
 // run runs a tmux command on the test's server.

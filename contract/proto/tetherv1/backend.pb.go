@@ -296,16 +296,18 @@ func (x *BackendInfo) GetProof() string {
 }
 
 type AttachRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	Viewer        *Viewer                `protobuf:"bytes,2,opt,name=viewer,proto3" json:"viewer,omitempty"`
-	View          bool                   `protobuf:"varint,3,opt,name=view,proto3" json:"view,omitempty"`
-	HasCursor     bool                   `protobuf:"varint,4,opt,name=has_cursor,json=hasCursor,proto3" json:"has_cursor,omitempty"`
-	Offset        int64                  `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
-	Epoch         string                 `protobuf:"bytes,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Cols          int32                  `protobuf:"varint,7,opt,name=cols,proto3" json:"cols,omitempty"`
-	Rows          int32                  `protobuf:"varint,8,opt,name=rows,proto3" json:"rows,omitempty"`
-	Argv          []string               `protobuf:"bytes,9,rep,name=argv,proto3" json:"argv,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Token     string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Viewer    *Viewer                `protobuf:"bytes,2,opt,name=viewer,proto3" json:"viewer,omitempty"`
+	View      bool                   `protobuf:"varint,3,opt,name=view,proto3" json:"view,omitempty"`
+	HasCursor bool                   `protobuf:"varint,4,opt,name=has_cursor,json=hasCursor,proto3" json:"has_cursor,omitempty"`
+	Offset    int64                  `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	Epoch     string                 `protobuf:"bytes,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The attaching writer's terminal size (0: none): a new PTY starts at
+	// it, a live one a writer attaches to takes it before the replay.
+	Cols          int32    `protobuf:"varint,7,opt,name=cols,proto3" json:"cols,omitempty"`
+	Rows          int32    `protobuf:"varint,8,opt,name=rows,proto3" json:"rows,omitempty"`
+	Argv          []string `protobuf:"bytes,9,rep,name=argv,proto3" json:"argv,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -17,10 +17,22 @@ type PTYQuery struct {
 	Offset    int64
 	Epoch     string
 	View      bool
+	// Cols and Rows are the writer's terminal size, both set or neither:
+	// the PTY takes it before the replay is decided. A size given with
+	// view=1 (and an attach token) is dropped; a malformed one sets BadSize
+	// instead.
+	Cols, Rows int
+	// BadSize reports a size that was given but dropped: not both cols
+	// and rows, each once, as decimal digits from 1 to 10000 (as in a
+	// resize escape). Router.Open also drops, with BadSize, a size over
+	// --pty-max-size.
+	BadSize bool
 }
 
 // ParsePTYQuery parses and validates the query of an /api/pty upgrade. A
-// malformed attach token or offset is an error (close 4400).
+// malformed attach token or offset is an error (close 4400); a malformed
+// size is not: like a malformed resize escape, it is dropped (BadSize)
+// and the PTY keeps its size.
 func ParsePTYQuery(raw string) (PTYQuery, error) {
 	q, err := url.ParseQuery(raw)
 	if err != nil {
@@ -45,7 +57,28 @@ func ParsePTYQuery(raw string) (PTYQuery, error) {
 	}
 	p.Epoch = q.Get("epoch")
 	p.View = q.Get("view") == "1"
+	cols, hasCols := q["cols"]
+	rows, hasRows := q["rows"]
+	switch {
+	case !hasCols && !hasRows:
+	case len(cols) != 1 || len(rows) != 1:
+		p.BadSize = true
+	default:
+		c, r, ok := wire.ParseSize(cols[0], rows[0])
+		p.Cols, p.Rows, p.BadSize = c, r, !ok
+	}
+	if p.View && p.Attach != "" {
+		p.Cols, p.Rows, p.BadSize = 0, 0, false
+	}
 	return p, nil
+}
+
+// boundSize drops q's size when it is over maxCols×maxRows (BadSize), as
+// a resize escape over the largest PTY size is dropped.
+func (q *PTYQuery) boundSize(maxCols, maxRows int) {
+	if q.Cols > maxCols || q.Rows > maxRows {
+		q.Cols, q.Rows, q.BadSize = 0, 0, true
+	}
 }
 
 // Encode is the query of q as an /api/pty URL carries it, with nothing
@@ -63,6 +96,10 @@ func (q PTYQuery) Encode() string {
 	}
 	if q.View {
 		v.Set("view", "1")
+	}
+	if q.Cols > 0 && q.Rows > 0 {
+		v.Set("cols", strconv.Itoa(q.Cols))
+		v.Set("rows", strconv.Itoa(q.Rows))
 	}
 	return v.Encode()
 }

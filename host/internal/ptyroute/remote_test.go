@@ -82,3 +82,35 @@ func TestRelayedSocketCarriesIdentityNotToken(t *testing.T) {
 	c.OnClosed()
 	r.Wait()
 }
+
+// TestRelayedSocketCarriesSize: a writer's size goes along the leg to
+// the PTY's host; one over this host's largest does not.
+func TestRelayedSocketCarriesSize(t *testing.T) {
+	tok := strings.Repeat("a", 16)
+	for query, want := range map[string]string{
+		"attach=" + tok + "&cols=100&rows=30":  "100x30",
+		"attach=" + tok + "&cols=1001&rows=30": "x",
+	} {
+		r := New(zerolog.Nop(), metrics.New(), 0, 0)
+		rem := &farRemote{dials: make(chan struct{}, 1)}
+		r.SetRemote(rem)
+		c := r.Open(link.Opening{
+			ID: contract.TransportID{Instance: "ws", Conn: 1}, Transport: "ws",
+			Event: &contract.Event{Kind: contract.EventOpened, Path: "/api/pty", Query: query},
+			Out:   &stuckSender{},
+		})
+		select {
+		case <-rem.dials:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no leg dialled")
+		}
+		rem.mu.Lock()
+		v, _ := url.ParseQuery(rem.query[0])
+		rem.mu.Unlock()
+		if got := v.Get("cols") + "x" + v.Get("rows"); got != want {
+			t.Errorf("%s: relayed query %s carries size %q, want %q", query, v.Encode(), got, want)
+		}
+		c.OnClosed()
+		r.Wait()
+	}
+}

@@ -121,6 +121,21 @@ func TestParsePTYQuery(t *testing.T) {
 		{"attach=" + tok + "&offset=99999999999999999999", PTYQuery{}, true},
 		{"attach=%zz", PTYQuery{}, true},
 		{"token=abc&view=0", PTYQuery{}, false},
+		{"attach=" + tok + "&cols=100&rows=30", PTYQuery{Attach: tok, Cols: 100, Rows: 30}, false},
+		{"cols=0100&rows=030", PTYQuery{Cols: 100, Rows: 30}, false},
+		{"attach=" + tok + "&cols=10000&rows=10000", PTYQuery{Attach: tok, Cols: 10000, Rows: 10000}, false},
+		{"attach=" + tok + "&cols=100&rows=30&view=1", PTYQuery{Attach: tok, View: true}, false},
+		{"attach=" + tok + "&cols=x&rows=30&view=1", PTYQuery{Attach: tok, View: true}, false},
+		{"view=1&cols=100&rows=30", PTYQuery{View: true, Cols: 100, Rows: 30}, false},
+		{"attach=" + tok + "&cols=100", PTYQuery{Attach: tok, BadSize: true}, false},
+		{"attach=" + tok + "&rows=30", PTYQuery{Attach: tok, BadSize: true}, false},
+		{"attach=" + tok + "&cols=0&rows=30", PTYQuery{Attach: tok, BadSize: true}, false},
+		{"attach=" + tok + "&cols=10001&rows=30", PTYQuery{Attach: tok, BadSize: true}, false},
+		{"attach=" + tok + "&cols=-100&rows=30", PTYQuery{Attach: tok, BadSize: true}, false},
+		{"attach=" + tok + "&cols=%2B100&rows=30", PTYQuery{Attach: tok, BadSize: true}, false},
+		{"attach=" + tok + "&cols=100&rows=3.5", PTYQuery{Attach: tok, BadSize: true}, false},
+		{"attach=" + tok + "&cols=100&cols=100&rows=30", PTYQuery{Attach: tok, BadSize: true}, false},
+		{"attach=" + tok + "&cols=&rows=", PTYQuery{Attach: tok, BadSize: true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -139,7 +154,7 @@ func TestParsePTYQuery(t *testing.T) {
 }
 
 func FuzzParsePTYQuery(f *testing.F) {
-	for _, s := range []string{"attach=aaaaaaaaaaaaaaaa&offset=3&epoch=x", "offset=-1", "attach=%", "view=1&attach=0123456789abcdef0"} {
+	for _, s := range []string{"attach=aaaaaaaaaaaaaaaa&offset=3&epoch=x", "offset=-1", "attach=%", "view=1&attach=0123456789abcdef0", "cols=80&rows=24", "cols=1&rows=x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -155,6 +170,9 @@ func FuzzParsePTYQuery(f *testing.F) {
 		}
 		if q.Offset < 0 || (!q.HasOffset && q.Offset != 0) {
 			t.Fatalf("bad offset %+v", q)
+		}
+		if (q.Cols == 0) != (q.Rows == 0) || q.Cols < 0 || q.Rows < 0 || q.Cols > 10000 || q.Rows > 10000 || q.BadSize && q.Cols != 0 {
+			t.Fatalf("bad size %+v", q)
 		}
 	})
 }
@@ -379,5 +397,73 @@ func TestInputBeforeCloseIsWritten(t *testing.T) {
 	}
 	if got := r.ConnCount(); got != 0 {
 		t.Errorf("sockets routed after the close: %d, want 0", got)
+	}
+}
+
+// attachRecorder records the attach requests it gets and answers each
+// with an empty snapshot.
+type attachRecorder struct {
+	contract.Backend
+	mu   sync.Mutex
+	reqs []contract.AttachRequest
+}
+
+func (b *attachRecorder) Attach(_ context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reqs = append(b.reqs, req)
+	return contract.AttachResponse{Epoch: "e", Reset: true, Reason: contract.ReasonInitial, Snapshot: true}, nil
+}
+
+func (b *attachRecorder) Detach(context.Context, string, contract.TransportID) error { return nil }
+func (b *attachRecorder) Close(context.Context, string) error                        { return nil }
+
+// TestAttachSizeFromQuery: the writer's size in the query reaches the
+// backend's attach; a size over the router's largest, malformed, or a
+// view's never does, and only the first two are counted as bad resizes.
+func TestAttachSizeFromQuery(t *testing.T) {
+	tok := strings.Repeat("a", 16)
+	for _, tt := range []struct {
+		query      string
+		cols, rows int
+		bad        float64
+	}{
+		{"attach=" + tok + "&cols=100&rows=30", 100, 30, 0},
+		{"attach=" + tok + "&cols=200&rows=50", 200, 50, 0},
+		{"attach=" + tok + "&cols=201&rows=50", 0, 0, 1},
+		{"attach=" + tok + "&cols=200&rows=51", 0, 0, 1},
+		{"attach=" + tok + "&cols=100", 0, 0, 1},
+		{"attach=" + tok + "&cols=100&rows=30&view=1", 0, 0, 0},
+		{"attach=" + tok + "&offset=5&epoch=e&cols=100&rows=30", 100, 30, 0},
+		{"cols=100&rows=30", 100, 30, 0},
+		{"view=1&cols=100&rows=30", 100, 30, 0},
+	} {
+		t.Run(tt.query, func(t *testing.T) {
+			r := New(zerolog.Nop(), metrics.New(), 200, 50)
+			be := &attachRecorder{}
+			r.SetBackend(be)
+			c := r.Open(link.Opening{
+				ID: contract.TransportID{Instance: "ws", Conn: 1}, Transport: "ws",
+				Event: &contract.Event{Kind: contract.EventOpened, Path: "/api/pty", Query: tt.query},
+				Out:   &stuckSender{},
+			})
+			if c == nil {
+				t.Fatal("Open refused the socket")
+			}
+			r.Wait()
+			c.OnClosed()
+			r.Wait()
+			be.mu.Lock()
+			defer be.mu.Unlock()
+			if len(be.reqs) != 1 {
+				t.Fatalf("the backend got %d attaches, want 1", len(be.reqs))
+			}
+			if got := be.reqs[0]; got.Cols != tt.cols || got.Rows != tt.rows {
+				t.Errorf("attach size %dx%d, want %dx%d", got.Cols, got.Rows, tt.cols, tt.rows)
+			}
+			if got := testutil.ToFloat64(r.metrics.BadResizes); got != tt.bad {
+				t.Errorf("bad resizes counted %v, want %v", got, tt.bad)
+			}
+		})
 	}
 }

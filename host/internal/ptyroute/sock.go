@@ -52,6 +52,12 @@ func (r *Router) Open(o link.Opening) link.Conn {
 		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseBadRequest, Reason: "bad attach token or offset"})
 		return nil
 	}
+	q.boundSize(r.maxCols, r.maxRows)
+	if q.BadSize {
+		// Dropped like a bad resize escape: the PTY keeps its size.
+		r.metrics.BadResizes.Inc()
+		r.log.Debug().Str("transport_id", id.String()).Msg("attach size dropped")
+	}
 	r.mu.Lock()
 	remote := r.remote
 	r.mu.Unlock()
@@ -163,6 +169,8 @@ func (c *ptyConn) attach() {
 		HasCursor: c.q.HasOffset,
 		Offset:    c.q.Offset,
 		Epoch:     c.q.Epoch,
+		Cols:      c.q.Cols,
+		Rows:      c.q.Rows,
 		OnHeader: func(resp contract.AttachResponse) {
 			headerSent = true
 			c.sendReplayHeader(resp)

@@ -380,6 +380,12 @@
     let q = "attach=" + encodeURIComponent(attach); // the access token goes in the cookie
     const cursor = screenEpoch !== null ? offset : null;
     if (cursor !== null) q += "&offset=" + cursor + "&epoch=" + encodeURIComponent(screenEpoch);
+    // The size the window fits: the PTY takes it before the host draws a
+    // snapshot, so the snapshot is of the screen at this size. The page
+    // still fits and sends its size once the replay is written (a host
+    // that ignores the query resizes then).
+    const fit = fitSize();
+    if (fit) q += "&cols=" + fit.cols + "&rows=" + fit.rows;
 
     const why = outage ? closeLabel(outage) + " — " : "";
     setState(next, next === "reconnecting" ? why + "reconnecting…" : "connecting…", {
@@ -458,9 +464,11 @@
     restoring = true;
     if (h.snapshot) {
       // A snapshot redraws the terminal on a fresh cols×rows terminal, so
-      // the page resets xterm.js and gives it the PTY's size while it is
-      // written; once written, the page fits the window and resizes the
-      // PTY, and the program redraws for the new size.
+      // the page resets xterm.js and gives it the snapshot's size while
+      // it is written — the window's, which the page asked for, unless
+      // the host could not give it; once written, the page fits the
+      // window and resizes the PTY, and the program redraws for the new
+      // size.
       h.remaining = count(msg.snapshot_bytes);
       const cols = size(msg.cols);
       const rows = size(msg.rows);
@@ -687,6 +695,17 @@
     } catch (_) {
       // not laid out yet
     }
+  }
+  // fitSize is the size fitTerminal would give the terminal, or null
+  // when the page is not laid out (a hidden terminal).
+  function fitSize() {
+    try {
+      const d = fitAddon.proposeDimensions();
+      if (d && Number.isInteger(d.cols) && Number.isInteger(d.rows) && d.cols >= 1 && d.rows >= 1) return d;
+    } catch (_) {
+      // not laid out yet
+    }
+    return null;
   }
   function sendSize() {
     if (!restoring && ws && ws.readyState === WebSocket.OPEN && header !== null) {
