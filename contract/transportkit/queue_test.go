@@ -413,6 +413,9 @@ func TestQueueStop(t *testing.T) {
 		q := transportkit.NewQueue(0)
 		s := newSink(true)
 		done, _ := link(t, q, s)
+		q.Push(contract.Event{Kind: contract.EventOpened, Conn: 1})
+		recv(t, s.entered, "the first delivery") // the link runs
+		s.gate <- nil
 		ctx, cancel := context.WithCancel(context.Background())
 		stopped := make(chan error, 1)
 		go func() {
