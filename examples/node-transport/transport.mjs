@@ -565,7 +565,7 @@ function main() {
   let sock = '';
   const exit = () => {
     server.forceShutdown();
-    if (sock) fs.rmSync(sock, { force: true });
+    for (const f of [sock, state.unixPath]) if (f) fs.rmSync(f, { force: true });
     process.exit(0);
   };
   server.addService(controller.GRPCController.service, {
