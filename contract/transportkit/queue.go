@@ -39,9 +39,10 @@ const keepBatchCap = 1024
 // Stop runs a transport's own stop once, then lets the running link
 // deliver what is left and return; later Stops wait for the first.
 //
-// A Queue's lock is taken last: a caller may hold its own locks while it
-// calls Push, PushFrame (only its keep function) and Wake, never while it
-// calls Link or Stop. The zero value is not usable; call NewQueue.
+// A Queue's lock is taken last: a transport may hold its own locks while
+// it calls Push or Wake, but not while it calls PushFrame (which waits),
+// Link or Stop; PushFrame calls keep with no lock of the Queue's held.
+// The zero value is not usable; call NewQueue.
 type Queue struct {
 	wake chan struct{} // wakes the link; capacity 1
 

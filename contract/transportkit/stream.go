@@ -49,6 +49,7 @@ type CloseError struct {
 	Peer bool
 }
 
+// Error says "close CODE REASON", or "peer close CODE REASON".
 func (e *CloseError) Error() string {
 	who := "close"
 	if e.Peer {
@@ -152,7 +153,10 @@ type Stream struct {
 	lastID  uint64
 }
 
-var _ contract.Transport = (*Stream)(nil)
+var (
+	_ contract.Transport     = (*Stream)(nil)
+	_ contract.StatsReporter = (*Stream)(nil)
+)
 
 // streamConfig is a started Stream's settings.
 type streamConfig struct {
@@ -223,6 +227,18 @@ func orDefault[T time.Duration | int64](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// Stats implements contract.StatsReporter: the connections open now,
+// from their accept until they are reported Closed (or dropped before
+// they opened). A Stream refuses none: Refused503 is 0.
+func (s *Stream) Stats(context.Context) (contract.TransportStats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return contract.TransportStats{}, fmt.Errorf("stats: %w", contract.ErrNotStarted)
+	}
+	return contract.TransportStats{Connections: int64(len(s.opening) + len(s.conns))}, nil
 }
 
 // Link implements contract.Transport (see Queue.Link).

@@ -415,3 +415,26 @@ func TestStreamAcceptRetries(t *testing.T) {
 	dialPeer(t, "tcp", addr).write("HELLO")
 	events.until(t, "an Opened after a failed accept", func(evs []contract.Event) bool { return len(evs) > 0 })
 }
+
+func TestStreamStats(t *testing.T) {
+	if _, err := newStream(t, &hello{}).Stats(context.Background()); !errors.Is(err, contract.ErrNotStarted) {
+		t.Errorf("Stats before Start: got %v, want contract.ErrNotStarted", err)
+	}
+	s, addr, events := startStream(t, &hello{}, contract.StartRequest{})
+	count := func(when string, want int64) {
+		t.Helper()
+		st, err := s.Stats(context.Background())
+		if err != nil || st.Connections != want || st.Refused503 != 0 {
+			t.Errorf("Stats %s: got %+v %v, want %d connections", when, st, err, want)
+		}
+	}
+	count("at first", 0)
+	p := dialPeer(t, "tcp", addr)
+	p.write("HELLO")
+	events.until(t, "an Opened", func(evs []contract.Event) bool { return len(evs) > 0 })
+	count("with one open", 1)
+	p.nc.Close()
+	_ = s.Exec(context.Background(), []contract.Command{{Kind: contract.CommandAdmit, Conn: 1}})
+	closedOf(t, events, 1)
+	count("once it was reported Closed", 0)
+}
