@@ -239,7 +239,7 @@ func (c *conn) closeLocked(code int, reason string, flush bool, by time.Time) {
 	}
 	c.ensureWriterLocked()
 	c.ensureReaderLocked()
-	c.s.wakeReaders() // a reader waiting for event space drops its frame
+	c.s.events.Wake() // a reader waiting for event space drops its frame
 }
 
 // closeByLocked sets the close deadline to t unless it is already earlier.
@@ -438,7 +438,9 @@ func (c *conn) readLoop() {
 		if op, data, err = m.next(); err != nil {
 			break
 		}
-		c.s.pushFrame(c, op == ws.OpBinary, data)
+		// Waits while the event queue is full; dropped once c is closing
+		// (the host asked for no more of it).
+		c.s.events.PushFrame(contract.Event{Kind: contract.EventFrame, Conn: c.id, Binary: op == ws.OpBinary, Data: data}, c.wantsFrames)
 	}
 	if errors.Is(err, errIdle) {
 		c.s.wg.Add(1)

@@ -130,7 +130,9 @@
 //
 // # Events
 //
-// Events are queued in order and delivered by Link, which calls the sink
+// Events go through a transportkit.Queue (the transport kit of package
+// contract, which examples/unixsock uses too). They are queued in order
+// and delivered by Link, which calls the sink
 // with everything pending at once, so events batch while the sink is busy.
 // Events that arrive with no link running stay queued and are delivered
 // when a link starts; a batch the sink rejects is kept and delivered first
@@ -157,7 +159,8 @@
 //
 // # Locking
 //
-// Lock order: Server.mu before Server.evMu; conn.mu before Server.evMu.
+// Lock order: Server.mu before the event queue's lock
+// (transportkit.Queue's, always taken last); conn.mu before the queue's.
 // Server.mu and a conn.mu are never held together. No lock is held across
 // socket I/O, a channel send that can block, or a call to the sink.
 package ws

@@ -59,7 +59,7 @@ func (s *Server) askHost(r *http.Request) (contract.Command, bool) {
 	s.lastID++
 	id := s.lastID
 	s.pages[id] = answer
-	s.pushEvent(contract.Event{
+	s.events.Push(contract.Event{
 		Kind:   contract.EventOpened,
 		Conn:   id,
 		Page:   true,

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/contract/transportkit"
 )
 
 // Version is the version of this transport, reported by Start.
@@ -31,7 +32,7 @@ const (
 	DefaultPeerTimeout    = 60 * time.Second
 	DefaultMaxMessage     = 1 << 20
 	DefaultSendQueue      = 8 << 20
-	DefaultEventBuffer    = 16 << 20
+	DefaultEventBuffer    = transportkit.DefaultEventBuffer
 	DefaultMaxConnections = 20000
 	DefaultHeaderTimeout  = 10 * time.Second
 )
@@ -82,7 +83,7 @@ type Server struct {
 	certCheckEvery time.Duration // how often a handshake looks for a renewed certificate
 
 	log    zerolog.Logger
-	evWake chan struct{} // wakes the link; capacity 1
+	events *transportkit.Queue // Link, and the end of Stop
 	wg     sync.WaitGroup
 	hwg    sync.WaitGroup // upgrade handlers in flight
 
@@ -90,7 +91,6 @@ type Server struct {
 	cfg      *config
 	started  bool
 	stopped  bool
-	stopDone chan struct{} // closed when the first Stop returns
 	stopCh   chan struct{} // closed by Stop: ends the ticker
 	hs       *http.Server
 	ln       net.Listener
@@ -105,14 +105,6 @@ type Server struct {
 	csMu  sync.Mutex            // guards the fields below
 	busy  map[net.Conn]struct{} // HTTP connections between accept and their response or upgrade
 	quiet chan struct{}         // non-nil while Stop waits for busy to empty
-
-	evMu     sync.Mutex // guards the fields below
-	evs      []contract.Event
-	evBytes  int64
-	evLimit  int64
-	evSpace  chan struct{} // closed and replaced when space frees or a conn starts closing
-	linkDone chan struct{} // non-nil while a link runs; closed when it returns
-	evStop   bool          // Stop finished: the link drains and returns
 }
 
 var (
@@ -124,14 +116,12 @@ var (
 // New returns an unstarted Server that logs to log.
 func New(log zerolog.Logger) *Server {
 	return &Server{
-		log:     log,
-		evWake:  make(chan struct{}, 1),
-		conns:   make(map[uint64]*conn),
-		pages:   make(map[uint64]chan contract.Command),
-		stopCh:  make(chan struct{}),
-		evSpace: make(chan struct{}),
-		evLimit: DefaultEventBuffer,
-		busy:    make(map[net.Conn]struct{}),
+		log:    log,
+		events: transportkit.NewQueue(DefaultEventBuffer),
+		conns:  make(map[uint64]*conn),
+		pages:  make(map[uint64]chan contract.Command),
+		stopCh: make(chan struct{}),
+		busy:   make(map[net.Conn]struct{}),
 
 		certCheckEvery: certCheckEvery,
 	}
@@ -179,11 +169,9 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	if tlsCfg != nil {
 		ln = tls.NewListener(lim, tlsCfg)
 	}
-	s.evMu.Lock()
 	if s.EventBuffer > 0 {
-		s.evLimit = s.EventBuffer
+		s.events.SetLimit(s.EventBuffer)
 	}
-	s.evMu.Unlock()
 	s.cfg = cfg
 	s.started = true
 	s.ln = ln
@@ -344,24 +332,24 @@ func (s *Server) exec(cmds []contract.Command, clone bool) {
 	}
 }
 
+// Link implements contract.Transport: it delivers the queued events to
+// sink (see transportkit.Queue.Link and the package doc, Events).
+func (s *Server) Link(ctx context.Context, sink contract.EventSink) error {
+	return s.events.Link(ctx, sink)
+}
+
 // Stop implements contract.Transport: it closes the listener, then every
 // connection with req.Code (default 1001), waits for all of them and, when
 // a link is running, for their Closed events to be delivered. It is
 // idempotent; later calls wait for the first one.
 func (s *Server) Stop(ctx context.Context, req contract.StopRequest) error {
+	return s.events.Stop(ctx, func(ctx context.Context) { s.stop(ctx, req) })
+}
+
+// stop is the first Stop's own work: when it returns, every connection
+// is closed and its Closed event queued.
+func (s *Server) stop(ctx context.Context, req contract.StopRequest) {
 	s.mu.Lock()
-	if s.stopDone != nil {
-		done := s.stopDone
-		s.mu.Unlock()
-		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	s.stopDone = make(chan struct{})
-	defer close(s.stopDone)
 	hs, cfg, ln, served := s.hs, s.cfg, s.ln, s.served
 	s.stopCode, s.stopMsg = req.Code, req.Reason
 	if s.stopCode == 0 {
@@ -429,21 +417,7 @@ func (s *Server) Stop(ctx context.Context, req contract.StopRequest) error {
 		}
 		<-done
 	}
-
-	s.evMu.Lock()
-	s.evStop = true
-	link := s.linkDone
-	s.evMu.Unlock()
-	s.wakeLink()
-	if link != nil {
-		select {
-		case <-link:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	s.log.Info().Int("conns", len(conns)).Msg("websocket transport stopped")
-	return nil
 }
 
 // serveHTTP routes the public listener.
@@ -524,7 +498,7 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 	s.lastID++
 	c.id, ev.Conn = s.lastID, s.lastID
 	s.conns[c.id] = c
-	s.pushEvent(ev)
+	s.events.Push(ev) // under s.mu: in order with the connection table
 	s.mu.Unlock()
 	s.log.Debug().Uint64("conn", c.id).Str("path", ev.Path).Str("remote", ev.Remote).Msg("opened")
 }
@@ -596,7 +570,7 @@ func (s *Server) tick(cfg *config) {
 func (s *Server) closed(c *conn, code int, reason string) {
 	s.mu.Lock()
 	delete(s.conns, c.id)
-	s.pushEvent(contract.Event{Kind: contract.EventClosed, Conn: c.id, Code: code, Reason: reason})
+	s.events.Push(contract.Event{Kind: contract.EventClosed, Conn: c.id, Code: code, Reason: reason})
 	s.mu.Unlock()
 	s.log.Debug().Uint64("conn", c.id).Int("code", code).Str("reason", reason).Msg("closed")
 }

@@ -33,17 +33,19 @@
 // protocol supplies its own Dialer, whose ClientConn can send a data
 // message, receive messages and the close code, close with a code, and
 // drop the connection abruptly, and tells the kit which capabilities it
-// lacks. A transport over a Unix socket that carries one text message per
-// line, say:
+// lacks. LineDialer is such a Dialer, for the line protocol of tether's
+// example transports (one text message per line over a Unix socket or
+// TCP):
 //
 //	transporttest.Run(t, newTransport,
 //		transporttest.WithListen(func(t *testing.T) string { return "unix:" + socketPath(t) }),
-//		transporttest.WithDialer(lineDialer),
+//		transporttest.WithDialer(transporttest.LineDialer),
 //		transporttest.Without(transporttest.Binary|transporttest.MultilineText|transporttest.HalfOpen),
 //	)
 //
-// examples/unixsock in the tether repository is such a transport, with its
-// Dialer in its conformance test.
+// examples/unixsock (in Go) and examples/node-transport (in Node.js) in
+// the tether repository are such transports; dialer.go and lines.go show
+// how to write a Dialer of your own.
 //
 // # Over go-plugin
 //
