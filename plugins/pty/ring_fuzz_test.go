@@ -106,8 +106,8 @@ func FuzzRingOffsets(f *testing.F) {
 	})
 }
 
-// FuzzReplayCursor fuzzes the replay-cursor decision of an attach (SPEC
-// §6.1) through Backend.attachLocked over a real ring: a PTY has written
+// FuzzReplayCursor fuzzes the replay-cursor decision of an attach
+// (docs/PROTOCOL.md, 13.3) through Backend.attachLocked over a real ring: a PTY has written
 // `written` bytes into a ring of `size`, and a client attaches with an
 // arbitrary cursor (offset, epoch, or none). The answer must be exactly:
 //   - resume (reset false) iff the cursor has this PTY's epoch and

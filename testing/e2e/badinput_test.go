@@ -5,7 +5,7 @@ package e2e_test
 // over the limit, invalid UTF-8, binary frames on /api/ws, malformed attach
 // tokens and offsets and stale cursors on /api/pty, wrong tokens, origins
 // and hosts, and 1,000 sockets dropped in the middle of their handshake.
-// Each refusal is the SPEC's code; afterwards the host still serves, its
+// Each refusal is docs/PROTOCOL.md's code; afterwards the host still serves, its
 // goroutines and memory are back to their baseline (so are the WebSocket
 // plugin's memory), and sessions stored before the battery resume with
 // every message.
@@ -66,7 +66,7 @@ type badParam struct {
 }
 
 // badWrong are wrong-typed JSON values for each kind of param. null is
-// not among them: a null param counts as absent (SPEC §4: a null
+// not among them: a null param counts as absent (docs/PROTOCOL.md, section 3: a null
 // session_id is 4006, checked in errors_test.go).
 var badWrong = map[string][]string{
 	"string": {`5`, `0`, `-1`, `1.5`, `true`, `false`, `{}`, `{"a":"b"}`, `[]`, `["x"]`},
@@ -86,7 +86,7 @@ var badValid = map[string]string{
 	"text":                `"hello"`,
 }
 
-// badMethods are the methods of SPEC §4 with their params.
+// badMethods are the methods of docs/PROTOCOL.md, section 5, with their params.
 var badMethods = []struct {
 	method string
 	params []badParam
@@ -215,7 +215,7 @@ func (c *badWSConn) write(frames ...gobws.Frame) (wait func()) {
 
 // closeCode reads frames until the server's close frame and returns its
 // code; data frames before it are returned too. A connection that ends
-// without a close frame is a failure: SPEC §9 wants a code.
+// without a close frame is a failure: docs/PROTOCOL.md, section 12, wants a code.
 func (c *badWSConn) closeCode(tb testing.TB) (code int, data [][]byte) {
 	tb.Helper()
 	_ = c.nc.SetReadDeadline(time.Now().Add(errsStep))
@@ -443,7 +443,7 @@ func TestBadInputBattery(t *testing.T) {
 				// Each param wrong, the others valid; for a method that
 				// takes a session_id, with a known live runtime id, an
 				// unknown one, and an unknown stored key (params are
-				// type-checked before any lookup, SPEC §4).
+				// type-checked before any lookup, docs/PROTOCOL.md, section 3).
 				sids := []string{`"` + live.SessionID + `"`, `"` + badUnknownSID + `"`, `"` + badUnknownKey + `"`}
 				for _, wrong := range m.params {
 					for _, v := range badWrong[wrong.kind] {
@@ -594,7 +594,7 @@ func TestBadInputBattery(t *testing.T) {
 			c.Close()
 		}
 		// With the token in that query, the host cannot read the token
-		// either: 4401 is as right as 4400 (SPEC §3 checks the token
+		// either: 4401 is as right as 4400 (docs/PROTOCOL.md, section 2: the token is checked
 		// first).
 		c := ptyDial(t, s, "attach=%zz"+tok)
 		if code := closeCode(t, c); code != contract.CloseBadRequest && code != contract.CloseUnauthorized {

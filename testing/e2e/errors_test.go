@@ -1,6 +1,6 @@
 package e2e_test
 
-// End-to-end tests of every error a client can meet (SPEC §3, §4, §9),
+// End-to-end tests of every error a client can meet (docs/PROTOCOL.md, sections 2, 11, 12 and 15),
 // against the real binary: each JSON-RPC error code with the exact code,
 // the socket still open after every error response, and each close code of
 // the access checks and frame limits. The host must not log at error level
@@ -44,7 +44,7 @@ func errsCtx(tb testing.TB) context.Context {
 }
 
 // errsAlive checks that c is still open and answers a call: an error
-// response never closes the socket (SPEC §4).
+// response never closes the socket (docs/PROTOCOL.md, section 11).
 func errsAlive(tb testing.TB, c *wsclient.Client) {
 	tb.Helper()
 	select {
@@ -121,7 +121,7 @@ func errsCreate(tb testing.TB, c *wsclient.Client, params map[string]any) (id, k
 }
 
 // errsNoErrorLogs checks that the host logged nothing at error level (or
-// worse): refused input is expected, not an error of the host (SPEC §9,
+// worse): refused input is expected, not an error of the host (docs/PROTOCOL.md, section 15;
 // STYLE: expected disconnects are Debug).
 func errsNoErrorLogs(tb testing.TB, s *e2e.Server) {
 	tb.Helper()
@@ -393,7 +393,7 @@ func TestErrorsDomain(t *testing.T) {
 
 // TestErrorsBusy floods one socket with requests written back to back: the
 // host answers every one, each with a result or -32000 "busy" (at most 256
-// wait per socket, SPEC §9), and the socket stays open.
+// wait per socket, docs/PROTOCOL.md, section 15), and the socket stays open.
 func TestErrorsBusy(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{})
 	c := s.Dial(t)
@@ -444,7 +444,7 @@ func TestErrorsBusy(t *testing.T) {
 	errsNoErrorLogs(t, s)
 }
 
-// TestErrorsAccess reaches the close codes of the access checks (SPEC §3)
+// TestErrorsAccess reaches the close codes of the access checks (docs/PROTOCOL.md, section 2)
 // and checks the ways a client may be admitted.
 func TestErrorsAccess(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{Args: []string{"--allow-origin", "https://ok.example"}})
@@ -532,8 +532,8 @@ func TestErrorsAccess(t *testing.T) {
 	errsNoErrorLogs(t, s)
 }
 
-// TestErrorsFrameLimits reaches the close codes of the frame limits (SPEC
-// §9): 1009 for a frame over 1 MiB, 1007 for invalid UTF-8 in a text frame;
+// TestErrorsFrameLimits reaches the close codes of the frame limits
+// (docs/PROTOCOL.md, section 15): 1009 for a frame over 1 MiB, 1007 for invalid UTF-8 in a text frame;
 // a frame of exactly 1 MiB is served.
 func TestErrorsFrameLimits(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{})

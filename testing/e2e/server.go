@@ -31,7 +31,7 @@ const (
 	tailLines    = 200 // stderr lines printed when a test fails
 )
 
-// Lines `tether serve` prints on stdout (SPEC §2).
+// Lines `tether serve` prints on stdout (docs/PROTOCOL.md, section 1).
 const (
 	listeningPrefix = "tether listening on "
 	adminPrefix     = "tether admin on "
@@ -307,7 +307,7 @@ func (s *Server) exitDescription() string {
 }
 
 // killPTYPlugin stops the PTY plugin recorded in dir/plugins/pty.json, the
-// one the host leaves running for the next host (SPEC §6.3), when it is
+// one the host leaves running for the next host (docs/PROTOCOL.md, 13.6), when it is
 // still this binary: SIGTERM, SIGKILL after 5 s.
 func killPTYPlugin(tb testing.TB, dir, bin string) {
 	b, err := os.ReadFile(filepath.Join(dir, "plugins", "pty.json"))
@@ -358,7 +358,7 @@ func (s *Server) Dial(tb testing.TB, opts ...func(*wsclient.Options)) *wsclient.
 }
 
 // DialReady is Dial that also returns the gateway.ready event. It fails the
-// test if the first event is not gateway.ready (SPEC §4: it comes first).
+// test if the first event is not gateway.ready (docs/PROTOCOL.md, section 6: it comes first).
 func (s *Server) DialReady(tb testing.TB, opts ...func(*wsclient.Options)) (*wsclient.Client, wsclient.Event) {
 	tb.Helper()
 	o := wsclient.Options{Token: s.Token}

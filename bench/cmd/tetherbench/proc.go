@@ -240,7 +240,7 @@ func (s *server) stop() {
 }
 
 // stopKeepPTY stops the host like stop but leaves the PTY plugin it may
-// have left for the next host (SPEC §6.3) running.
+// have left for the next host (docs/PROTOCOL.md, 13.6) running.
 func (s *server) stopKeepPTY() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -260,7 +260,7 @@ func (s *server) kill() {
 }
 
 // killLeftPTYPlugin kills the PTY plugin recorded in the state dir
-// (SPEC §6.3 lets it outlive its host) when it is still our binary.
+// (docs/PROTOCOL.md 13.6 lets it outlive its host) when it is still our binary.
 func (s *server) killLeftPTYPlugin() {
 	if s.stateDir == "" {
 		return

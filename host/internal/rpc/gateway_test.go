@@ -103,7 +103,7 @@ func (s *recordingSender) frames() [][]byte {
 	return out
 }
 
-// specCodes are the JSON-RPC error codes of SPEC §4 and §9.
+// specCodes are the JSON-RPC error codes of docs/PROTOCOL.md, section 11.
 var specCodes = map[int]bool{
 	CodeParseError:         true,
 	CodeInvalidRequest:     true,
@@ -129,7 +129,7 @@ type outFrame struct {
 // checkOutFrame checks one frame the gateway sent: valid JSON, an object
 // with "jsonrpc":"2.0", and either an event (method "event", no id) or a
 // response with an id and exactly one of result and error, whose code is
-// one of the SPEC's.
+// one of docs/PROTOCOL.md's (section 11).
 func checkOutFrame(tb testing.TB, frame []byte) outFrame {
 	tb.Helper()
 	if !json.Valid(frame) {
@@ -171,7 +171,7 @@ func checkOutFrame(tb testing.TB, frame []byte) outFrame {
 		tb.Fatalf("gateway sent %s: error without code or message", frame)
 	}
 	if !specCodes[*e.Code] {
-		tb.Fatalf("gateway sent %s: code %d is not in the SPEC", frame, *e.Code)
+		tb.Fatalf("gateway sent %s: code %d is not in docs/PROTOCOL.md", frame, *e.Code)
 	}
 	// -32603 is the bug code: no input reaches it on a healthy table and
 	// database.
@@ -182,7 +182,7 @@ func checkOutFrame(tb testing.TB, frame []byte) outFrame {
 }
 
 // TestGatewayOneResponsePerFrame checks what the fuzz target cannot: each
-// malformed frame gets exactly one response with the SPEC's code and id.
+// malformed frame gets exactly one response with docs/PROTOCOL.md's code and id.
 func TestGatewayOneResponsePerFrame(t *testing.T) {
 	tbl, st, m := newTestTable(t)
 	gw := New(tbl, st, "test", zerolog.Nop(), m)
