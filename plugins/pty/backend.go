@@ -20,7 +20,7 @@ import (
 const Version = "0.1.0"
 
 // Defaults for zero BackendConfig fields: those of tether serve's --pty-*
-// flags (the README's flags table).
+// flags (the flags table of docs/OPERATIONS.md).
 const (
 	DefaultTTL         = 30 * time.Minute
 	DefaultMaxSessions = 16

@@ -75,7 +75,7 @@ func (h *clusterHost) restart(t *testing.T) {
 	h.Server = e2e.Start(t, e2e.Config{Args: h.Args, StateDir: h.StateDir})
 }
 
-// clusterSecret makes a cluster secret the way the README says, with
+// clusterSecret makes a cluster secret the way docs/CLUSTER.md says, with
 // `tether cluster secret` into a file of mode 0600, and returns its path.
 func clusterSecret(tb testing.TB) string {
 	tb.Helper()
@@ -96,7 +96,7 @@ func clusterSecret(tb testing.TB) string {
 
 // startCluster3 starts three real hosts, each running an embedded NATS
 // server routed with the two others (--cluster embedded) with one
-// cluster secret, the way the README's three-host setup does, and waits
+// cluster secret, the way docs/CLUSTER.md's three-host setup does, and waits
 // until all serve.
 func startCluster3(t *testing.T, args ...string) []*clusterHost {
 	t.Helper()
