@@ -77,6 +77,9 @@ func TestEmbed(t *testing.T) {
 			break
 		}
 		got.apply(t, ev)
+		if got.complete != nil {
+			t.Fatal("the answer completed on the first socket: it was not closed by a swap")
+		}
 	}
 	if code, _ := c1.CloseCode(); code != 1012 {
 		t.Fatalf("the client's close at the swap: %d, want 1012", code)
