@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // count is what the test asks the agent to count to: long enough, at the
 // pace given, for the answer to be streaming still when the swap is done.
-const count = 800
+const count = 1500
 
 // TestEmbed runs the example end to end: the built binary in a fresh
 // state dir, its WebSocket transport (itself) and examples/unixsock's
@@ -58,7 +58,7 @@ func TestEmbed(t *testing.T) {
 	if err := c1.Call(ctx, "prompt.submit", map[string]any{"session_id": snap.SessionID, "text": fmt.Sprintf("count to %d", count)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	var got stream
+	got := stream{last: snap.LatestSeq}
 	for len(got.deltas) < 5 { // the answer is streaming
 		ev, err := c1.NextEvent(ctx)
 		if err != nil {
@@ -207,6 +207,7 @@ func TestCounter(t *testing.T) {
 type snapshot struct {
 	SessionID  string `json:"session_id"`
 	SessionKey string `json:"session_key"`
+	LatestSeq  uint64 `json:"latest_seq"`
 	Epoch      string `json:"epoch"`
 	Running    bool   `json:"running"`
 	Messages   []struct {
@@ -216,7 +217,8 @@ type snapshot struct {
 }
 
 // stream is the answer as a client applies its events: each seq once,
-// in order (docs/PROTOCOL.md section 9, step 5).
+// in order, from the snapshot's latest_seq on (docs/PROTOCOL.md section
+// 9, step 5); a seq skipped fails the test.
 type stream struct {
 	last     uint64 // the highest seq applied
 	deltas   []string
@@ -228,7 +230,7 @@ func (s *stream) apply(t *testing.T, ev wsclient.Event) {
 	if ev.Seq == 0 || ev.Seq <= s.last { // gateway.ready, or seen already
 		return
 	}
-	if s.last != 0 && ev.Seq != s.last+1 {
+	if ev.Seq != s.last+1 {
 		t.Fatalf("event seq %d after %d: one was lost", ev.Seq, s.last)
 	}
 	s.last = ev.Seq

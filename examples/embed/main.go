@@ -80,6 +80,9 @@ func run() int {
 	// transport serves: that line is the only sign that it is ready.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	usr1 := make(chan os.Signal, 1) // caught from the start: its default is to exit
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	out := &readyWriter{w: os.Stdout, ready: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
@@ -117,9 +120,6 @@ func run() int {
 			log.Error().Err(err).Msg("loading transport unix")
 		}
 	}
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	defer signal.Stop(usr1)
 	for {
 		select {
 		case <-usr1:
@@ -152,7 +152,8 @@ func control(ctx context.Context, stateDir string, req host.ControlRequest) erro
 }
 
 // Counter is the agent: it answers "count to N" (the first number in the
-// prompt; 10 if none) with "1 2 … N." streamed one word per delta.
+// prompt, from 1 to 100000; else 10) with "1 2 … N." streamed one word
+// per delta.
 type Counter struct {
 	Pace time.Duration // waited before each word
 }
