@@ -4,8 +4,9 @@
 //
 //	go build -o /tmp/embed ./examples/embed
 //	go build -o /tmp/unixsock ./examples/unixsock
-//	/tmp/embed -state-dir /tmp/embed-state -unix-plugin /tmp/unixsock
-//	kill -USR1 <pid>   # swap the WebSocket transport for a fresh process
+//	/tmp/embed -state-dir /tmp/embed-state -unix-plugin /tmp/unixsock &
+//	kill -USR1 $!   # swap the WebSocket transport for a fresh process
+//	kill -TERM $!   # stop
 //
 // What it shows, in order:
 //   - the agent: Counter implements agent.Agent and streams its answer
