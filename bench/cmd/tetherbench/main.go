@@ -29,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tether-agent/tether/internal/bytesize"
 )
 
 // config is the parsed flags.
@@ -73,6 +75,9 @@ type config struct {
 
 var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "reconnect-storm", "acp",
 	"cluster-relay", "cluster-storm", "cluster-failover", "cluster-pty", "fanout"}
+
+// maxSize bounds the byte-size flags (-pty-size and the like).
+const maxSize = 1 << 40
 
 // tmpRoot holds every state dir and payload of this run.
 var tmpRoot string
@@ -179,13 +184,13 @@ func run() int {
 		reattachN: *reattachN, storm: *storm, stormPause: *stormPause, stormHistory: *stormHist, stormDial: *stormDial, perfDir: *perfDir, idle: *idle, idleSettle: *idleSettle, idleProfile: *idleProf, out: *out, waitQuiet: *quietWait, rows: map[string]bool{},
 		acp: acpOpts{updates: *acpUpd, burst: *acpBurst, paced: *acpPaced, delayMS: *acpDelay, warmup: *acpWarm, single: *acpSingle, journal: *acpJournal, profile: *acpProf}}
 	var err error
-	if cfg.ptySize, err = parseSize(*ptySize); err != nil {
+	if cfg.ptySize, err = bytesize.Parse(*ptySize, 1, maxSize); err != nil {
 		return fail(err)
 	}
-	if cfg.checkSize, err = parseSize(*checkSize); err != nil {
+	if cfg.checkSize, err = bytesize.Parse(*checkSize, 1, maxSize); err != nil {
 		return fail(err)
 	}
-	if cfg.reattachRing, err = parseSize(*reattachRg); err != nil {
+	if cfg.reattachRing, err = bytesize.Parse(*reattachRg, 1, maxSize); err != nil {
 		return fail(err)
 	}
 	for _, f := range strings.Split(*reattachSz, ",") {
@@ -258,7 +263,7 @@ func run() int {
 		cfg.reconnect.deadline = time.Duration(cfg.reconnect.words)*cfg.reconnect.delay + 30*time.Second
 	}
 	cfg.cluster = clusterOpts{words: *clWords, prompts: *clPrompts, echoDelay: *clDelay, storm: *clStorm, ttl: *clTTL, failovers: *clFail, reattach: *clReattach}
-	if cfg.cluster.ptySize, err = parseSize(*clPTYSize); err != nil {
+	if cfg.cluster.ptySize, err = bytesize.Parse(*clPTYSize, 1, maxSize); err != nil {
 		return fail(err)
 	}
 	if cfg.cluster.words < 1 || cfg.cluster.prompts < 1 || cfg.cluster.storm < 3 || cfg.cluster.failovers < 1 || cfg.cluster.reattach < 1 || cfg.cluster.echoDelay < 0 {
@@ -469,24 +474,6 @@ func buildTether(repo, rev string) (string, string, error) {
 		return "", "", fmt.Errorf("building tether in %s: %w", src, err)
 	}
 	return out, what, nil
-}
-
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	t := s
-	switch {
-	case strings.HasSuffix(t, "GiB"):
-		mult, t = 1<<30, strings.TrimSuffix(t, "GiB")
-	case strings.HasSuffix(t, "MiB"):
-		mult, t = 1<<20, strings.TrimSuffix(t, "MiB")
-	case strings.HasSuffix(t, "KiB"):
-		mult, t = 1<<10, strings.TrimSuffix(t, "KiB")
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return v * mult, nil
 }
 
 func sizeName(n int64) string {
