@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/internal/bytesize"
+	"github.com/tether-agent/tether/testing/hostproc"
 )
 
 // config is the parsed flags.
@@ -413,23 +414,16 @@ func findRepo(repo string) (string, error) {
 	if repo != "" {
 		return filepath.Abs(repo)
 	}
-	wd, err := os.Getwd()
+	d, err := hostproc.FindRepo(".")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w; pass -repo (or -tether for rows other than acp)", err)
 	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/tether-agent/tether\n") {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no tether repository above %s; pass -repo (or -tether for rows other than acp)", wd)
-		}
-	}
+	return d, nil
 }
 
 // buildTether builds cmd/tether of repo (of its revision rev when not
-// empty) into tmpRoot and says what it built. It never lets the build
-// touch the root module's go.mod/go.sum (-mod=readonly).
+// empty) into tmpRoot and says what it built (hostproc.Build: never
+// touching the root module's go.mod/go.sum).
 func buildTether(repo, rev string) (string, string, error) {
 	git := func(args ...string) string {
 		b, err := exec.Command("git", append([]string{"-C", repo}, args...)...).Output()
@@ -460,18 +454,8 @@ func buildTether(repo, rev string) (string, string, error) {
 		what = fmt.Sprintf("commit %s (%s)", commit[:12], git("log", "-1", "--format=%cd %s", "--date=iso", commit))
 	}
 	out := filepath.Join(tmpRoot, "tether")
-	cmd := exec.Command("go", "build", "-mod=readonly", "-o", out, "./cmd/tether")
-	cmd.Dir = src
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GOFLAGS=") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, "GOFLAGS=-buildvcs=false")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", "", fmt.Errorf("building tether in %s: %w", src, err)
+	if err := hostproc.Build(src, out, false); err != nil {
+		return "", "", fmt.Errorf("building tether: %w", err)
 	}
 	return out, what, nil
 }

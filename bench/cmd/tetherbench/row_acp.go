@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tether-agent/tether/testing/hostproc"
 )
 
 // acpOpts are the acp row's flags.
@@ -121,7 +123,7 @@ func runBench(kit, node string, side acpSide, args []string, onThroughput func()
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{filepath.Join(kit, "bench.mjs"), side.url}, args...)...)
 	cmd.Dir = kit
-	env := cleanEnv()
+	env := hostproc.Environ()
 	if side.token != "" {
 		env = append(env, "ACP_TEST_TOKEN="+side.token)
 	}
@@ -204,7 +206,7 @@ func startRelay(kit, node, agentDir string) (*server, string, error) {
 	s := &server{stderr: &tail{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(node, filepath.Join(kit, "relay.mjs"), "--", node, filepath.Join(kit, "agent.mjs"), "--dir", agentDir)
 	s.cmd.Dir = kit
-	s.cmd.Env = cleanEnv()
+	s.cmd.Env = hostproc.Environ()
 	s.cmd.Stderr = s.stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := s.cmd.StdoutPipe()

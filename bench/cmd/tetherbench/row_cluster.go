@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/testing/hostproc"
 	"github.com/tether-agent/tether/wire"
 )
 
@@ -46,35 +46,12 @@ type cluster struct {
 	opts  []tetherOpts // how each was started, to start it again in place
 }
 
-// freeAddrs returns n loopback addresses whose ports were free a moment
-// ago. All n are held open together before they are closed, so that no
-// two are the same: the NATS servers must know each other's route
-// addresses before any of them starts.
-func freeAddrs(n int) ([]string, error) {
-	var out []string
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	return out, nil
-}
-
 // startCluster starts three hosts with o (each its own state dir, token
 // and host id h1..h3) at once — each waits for the others for its
 // JetStream quorum before it prints its URL — and returns when all three
 // serve.
 func startCluster(bin string, o tetherOpts) (*cluster, error) {
-	addrs, err := freeAddrs(6)
+	addrs, err := hostproc.FreeAddrs(6)
 	if err != nil {
 		return nil, err
 	}
