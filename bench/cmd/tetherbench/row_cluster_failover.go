@@ -64,81 +64,12 @@ func failoverRep(cfg config, codes map[int]int) (took []time.Duration, setupRetr
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	for k := 0; k < o.failovers; k++ {
-		victim := cl.hosts[1]
-		owner, err := dialHost(ctx, victim, nil)
+		d, retries, err := failover(ctx, cl, o.ttl, k, codes)
+		setupRetries += retries
 		if err != nil {
-			return nil, 0, fmt.Errorf("dial h2: %w", err)
-		}
-		// Right after a restart the streams h2's NATS server led may
-		// still be changing hands: the create may be refused a while.
-		var snap wire.Snapshot
-		for t0 := time.Now(); ; {
-			snap, err = owner.Create(ctx, wire.CreateParams{Title: fmt.Sprintf("failover-%d", k)})
-			if err == nil {
-				break
-			}
-			if !retryable(err) || time.Since(t0) > 30*time.Second {
-				owner.Abort()
-				return nil, 0, fmt.Errorf("create on h2: %w", err)
-			}
-			setupRetries++
-			time.Sleep(50 * time.Millisecond)
-		}
-		c, err := dialHost(ctx, cl.hosts[0], nil)
-		if err != nil {
-			owner.Abort()
-			return nil, 0, fmt.Errorf("dial h1: %w", err)
-		}
-		time.Sleep(200 * time.Millisecond) // a heartbeat or two with the session owned
-
-		if err := syscall.Kill(-victim.pid(), syscall.SIGKILL); err != nil {
 			return nil, 0, err
 		}
-		killed := time.Now()
-		var got wire.Snapshot
-		for {
-			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-			got, err = c.Resume(cctx, wire.ResumeParams{SessionID: snap.SessionKey})
-			ccancel()
-			if err == nil {
-				break
-			}
-			var ce *client.CloseError
-			switch {
-			case retryable(err):
-				codes[client.ErrorCode(err)]++
-			case client.ErrorCode(err) != 0:
-				codes[-1]++ // another error answered: counted, and retried
-			case errors.As(err, &ce):
-				// h1 relayed the call to the dead owner and closed the
-				// socket when it saw the owner gone (1001 "owner host
-				// gone; resume"): dial again, as a client would.
-				codes[-2]++
-				c.Abort()
-				if c, err = dialHost(ctx, cl.hosts[0], nil); err != nil {
-					return nil, 0, fmt.Errorf("dial h1 again: %w", err)
-				}
-			default:
-				return nil, 0, fmt.Errorf("resume on h1 after the kill: %w", err)
-			}
-			if time.Since(killed) > o.ttl+60*time.Second {
-				return nil, 0, fmt.Errorf("still no resume %v after the kill (ttl %v): %w", time.Since(killed), o.ttl, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		took = append(took, time.Since(killed))
-		owner.Abort()
-		victim.kill() // reaps it, and a PTY plugin it left
-		cl.hosts[1] = nil
-		if got.SessionKey != snap.SessionKey || got.Epoch != snap.Epoch {
-			c.Abort()
-			return nil, 0, fmt.Errorf("resume after the failover gave %s epoch %s, want %s epoch %s", got.SessionKey, got.Epoch, snap.SessionKey, snap.Epoch)
-		}
-		if _, err := c.CloseSession(ctx, got.SessionID); err != nil {
-			c.Abort()
-			return nil, 0, err
-		}
-		c.Abort()
+		took = append(took, d)
 		if err := cl.restart(1); err != nil {
 			return nil, 0, err
 		}
@@ -149,4 +80,107 @@ func failoverRep(cfg config, codes map[int]int) (took []time.Duration, setupRetr
 		waitQuiet(3 * time.Second)
 	}
 	return took, setupRetries, nil
+}
+
+// failover is failover k of a repetition: a session created on h2, h2
+// killed (its process group), and the session resumed on h1; the time
+// from the kill to that success, and how often the create was refused.
+// h2 is down when it returns.
+func failover(ctx context.Context, cl *cluster, ttl time.Duration, k int, codes map[int]int) (took time.Duration, setupRetries int, err error) {
+	victim := cl.hosts[1]
+	owner, err := dialHost(ctx, victim, nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("dial h2: %w", err)
+	}
+	defer owner.Abort()
+	snap, setupRetries, err := createRetrying(ctx, owner, fmt.Sprintf("failover-%d", k))
+	if err != nil {
+		return 0, setupRetries, fmt.Errorf("create on h2: %w", err)
+	}
+	c, err := dialHost(ctx, cl.hosts[0], nil)
+	if err != nil {
+		return 0, setupRetries, fmt.Errorf("dial h1: %w", err)
+	}
+	defer func() {
+		if c != nil { // nil when dialling it again failed
+			c.Abort()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // a heartbeat or two with the session owned
+
+	if err := syscall.Kill(-victim.pid(), syscall.SIGKILL); err != nil {
+		return 0, setupRetries, err
+	}
+	killed := time.Now()
+	got, err := resumeAfterKill(ctx, cl, &c, snap.SessionKey, killed, ttl, codes)
+	if err != nil {
+		return 0, setupRetries, err
+	}
+	took = time.Since(killed)
+	owner.Abort()
+	victim.kill() // reaps it, and a PTY plugin it left
+	cl.hosts[1] = nil
+	if got.SessionKey != snap.SessionKey || got.Epoch != snap.Epoch {
+		return 0, setupRetries, fmt.Errorf("resume after the failover gave %s epoch %s, want %s epoch %s", got.SessionKey, got.Epoch, snap.SessionKey, snap.Epoch)
+	}
+	if _, err := c.CloseSession(ctx, got.SessionID); err != nil {
+		return 0, setupRetries, err
+	}
+	return took, setupRetries, nil
+}
+
+// createRetrying creates a session on c, retrying every 50 ms for up to
+// 30 s while it is refused with 5002/5003: right after a restart the
+// streams h2's NATS server led may still be changing hands. It returns
+// how often it was refused.
+func createRetrying(ctx context.Context, c *client.Conn, title string) (wire.Snapshot, int, error) {
+	retries := 0
+	for t0 := time.Now(); ; {
+		snap, err := c.Create(ctx, wire.CreateParams{Title: title})
+		if err == nil {
+			return snap, retries, nil
+		}
+		if !retryable(err) || time.Since(t0) > 30*time.Second {
+			return wire.Snapshot{}, retries, err
+		}
+		retries++
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// resumeAfterKill calls session.resume of key on *c (on h1) every 50 ms
+// until it succeeds, counting the answers before in codes (-1: another
+// error, -2: the socket closed, then *c is dialled again); it gives up
+// ttl + 60 s after killed.
+func resumeAfterKill(ctx context.Context, cl *cluster, c **client.Conn, key string, killed time.Time, ttl time.Duration, codes map[int]int) (wire.Snapshot, error) {
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		got, err := (*c).Resume(cctx, wire.ResumeParams{SessionID: key})
+		ccancel()
+		if err == nil {
+			return got, nil
+		}
+		var ce *client.CloseError
+		switch {
+		case retryable(err):
+			codes[client.ErrorCode(err)]++
+		case client.ErrorCode(err) != 0:
+			codes[-1]++ // another error answered: counted, and retried
+		case errors.As(err, &ce):
+			// h1 relayed the call to the dead owner and closed the
+			// socket when it saw the owner gone (1001 "owner host
+			// gone; resume"): dial again, as a client would.
+			codes[-2]++
+			(*c).Abort()
+			if *c, err = dialHost(ctx, cl.hosts[0], nil); err != nil {
+				return wire.Snapshot{}, fmt.Errorf("dial h1 again: %w", err)
+			}
+		default:
+			return wire.Snapshot{}, fmt.Errorf("resume on h1 after the kill: %w", err)
+		}
+		if time.Since(killed) > ttl+60*time.Second {
+			return wire.Snapshot{}, fmt.Errorf("still no resume %v after the kill (ttl %v): %w", time.Since(killed), ttl, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
