@@ -21,6 +21,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/internal/bytesize"
 	"github.com/tether-agent/tether/internal/umask"
 )
 
@@ -514,49 +515,16 @@ func defaultShell() string {
 // suffix, from 1 KiB up to most (0: 1 GiB).
 type sizeFlag struct{ n, most int64 }
 
-func (f *sizeFlag) String() string {
-	switch {
-	case f.n > 0 && f.n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", f.n>>30)
-	case f.n > 0 && f.n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", f.n>>20)
-	case f.n > 0 && f.n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", f.n>>10)
-	}
-	return fmt.Sprint(f.n)
-}
+func (f *sizeFlag) String() string { return bytesize.Format(f.n) }
 
 // Set implements flag.Value.
 func (f *sizeFlag) Set(s string) error {
-	n, err := parseSize(s, cmp.Or(f.most, 1<<30))
+	n, err := bytesize.Parse(s, 1<<10, cmp.Or(f.most, 1<<30))
 	if err != nil {
 		return err
 	}
 	f.n = n
 	return nil
-}
-
-// parseSize parses "4096", "64KiB", "1MiB" or "2GiB": at least 1 KiB, at
-// most most bytes.
-func parseSize(s string, most int64) (int64, error) {
-	mult := int64(1)
-	num := s
-	switch {
-	case strings.HasSuffix(s, "GiB"):
-		mult, num = 1<<30, strings.TrimSuffix(s, "GiB")
-	case strings.HasSuffix(s, "MiB"):
-		mult, num = 1<<20, strings.TrimSuffix(s, "MiB")
-	case strings.HasSuffix(s, "KiB"):
-		mult, num = 1<<10, strings.TrimSuffix(s, "KiB")
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > most/mult {
-		return 0, fmt.Errorf("size %q: want bytes, or a number with KiB, MiB or GiB, up to %s", s, (&sizeFlag{n: most}).String())
-	}
-	if n*mult < 1<<10 {
-		return 0, fmt.Errorf("size %q: at least 1KiB", s)
-	}
-	return n * mult, nil
 }
 
 // ptySize is --pty-max-size: COLSxROWS, each from 1 to 10000 (the

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/testing/e2e"
+	"github.com/tether-agent/tether/testing/hostproc"
 	"github.com/tether-agent/tether/testing/ptyclient"
 	"github.com/tether-agent/tether/testing/wsclient"
 	"github.com/tether-agent/tether/wire"
@@ -38,24 +38,15 @@ func (g goTB) Fatal(args ...any) {
 }
 
 // freeAddrs returns n loopback addresses whose ports were free a moment
-// ago (each listened on and closed): the embedded NATS servers of a
-// cluster must know each other's route addresses before they start.
+// ago (hostproc.FreeAddrs): the embedded NATS servers of a cluster must
+// know each other's route addresses before they start.
 func freeAddrs(tb testing.TB, n int) []string {
 	tb.Helper()
-	var out []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
+	addrs, err := hostproc.FreeAddrs(n)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
+	return addrs
 }
 
 // clusterHost is one host of a test cluster: the server and its NATS
