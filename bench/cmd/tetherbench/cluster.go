@@ -34,7 +34,7 @@ type clusterOpts struct {
 var clusterRows = []string{"cluster-relay", "cluster-storm", "cluster-failover", "cluster-pty"}
 
 // cluster is three `tether serve` processes, each with an embedded NATS
-// server routed with the two others (--cluster embedded), as the README's
+// server routed with the two others (--cluster embedded), as docs/CLUSTER.md's
 // three-host set-up runs them.
 type cluster struct {
 	bin   string
@@ -91,7 +91,7 @@ func startCluster(bin string, o tetherOpts) (*cluster, error) {
 	return c, nil
 }
 
-// clusterSecret makes the cluster's shared secret as the README does,
+// clusterSecret makes the cluster's shared secret as docs/CLUSTER.md does,
 // (umask 077; tether cluster secret > FILE), in tmpRoot, and returns the
 // file's path.
 func clusterSecret(bin string) (string, error) {
