@@ -1,0 +1,162 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// recorder records the starts and stops of fake parts, and the deadline
+// each stop was given.
+type recorder struct {
+	events    []string
+	deadlines []time.Time
+	expired   map[string]bool // part name: its stop's ctx was done when it returned
+}
+
+// part is a fake part named name; its start fails with startErr, and its
+// stop, when block, waits for its ctx to end (a part that overruns).
+func (r *recorder) part(name string, startErr error, block bool) part {
+	return part{
+		name: name,
+		start: func(context.Context) error {
+			r.events = append(r.events, "start "+name)
+			return startErr
+		},
+		stop: func(ctx context.Context) error {
+			r.events = append(r.events, "stop "+name)
+			d, _ := ctx.Deadline()
+			r.deadlines = append(r.deadlines, d)
+			if block {
+				<-ctx.Done()
+			}
+			r.expired[name] = ctx.Err() != nil
+			return nil
+		},
+	}
+}
+
+// logLines are the JSON log lines in buf.
+func logLines(t testing.TB, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		if len(l) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestLifecycle: parts start in order and stop in reverse under one
+// deadline; a part that overruns it is named in the log and the parts
+// after it are still stopped, with the expired ctx; a failed start stops
+// only the parts that started, once, and Run returns its error.
+func TestLifecycle(t *testing.T) {
+	errStart := errors.New("b cannot start")
+	errServe := errors.New("served")
+	for _, tt := range []struct {
+		name        string
+		failB       bool
+		blockB      bool
+		want        []string
+		wantErr     error
+		wantOverrun string
+		wantExpired map[string]bool
+	}{
+		{
+			name:        "all start in order and stop in reverse",
+			want:        []string{"start a", "start b", "start c", "serve", "stop c", "stop b", "stop a"},
+			wantErr:     errServe,
+			wantExpired: map[string]bool{"a": false, "b": false, "c": false},
+		},
+		{
+			name:        "a failed start stops only the parts started, once",
+			failB:       true,
+			want:        []string{"start a", "start b", "stop a"},
+			wantErr:     errStart,
+			wantExpired: map[string]bool{"a": false},
+		},
+		{
+			name:        "an overrun is named and the parts after it still stop, late",
+			blockB:      true,
+			want:        []string{"start a", "start b", "start c", "serve", "stop c", "stop b", "stop a"},
+			wantErr:     errServe,
+			wantOverrun: "b",
+			wantExpired: map[string]bool{"a": true, "b": true, "c": false},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{expired: map[string]bool{}}
+			var failB error
+			if tt.failB {
+				failB = errStart
+			}
+			var buf bytes.Buffer
+			l := lifecycle{
+				parts:  []part{r.part("a", nil, false), r.part("b", failB, tt.blockB), r.part("c", nil, false)},
+				budget: 200 * time.Millisecond,
+				log:    zerolog.New(&buf),
+			}
+			err := l.run(context.Background(), func(context.Context) error {
+				r.events = append(r.events, "serve")
+				return errServe
+			})
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("run: got %v, want %v", err, tt.wantErr)
+			}
+			if !slices.Equal(r.events, tt.want) {
+				t.Errorf("got %q, want %q", r.events, tt.want)
+			}
+			for _, d := range r.deadlines {
+				if d.IsZero() || !d.Equal(r.deadlines[0]) {
+					t.Errorf("stop deadlines: got %v, want one deadline for every part", r.deadlines)
+					break
+				}
+			}
+			for name, want := range tt.wantExpired {
+				if got := r.expired[name]; got != want {
+					t.Errorf("part %s stopped with its ctx done: got %v, want %v", name, got, want)
+				}
+			}
+			var overran []string
+			for _, m := range logLines(t, &buf) {
+				if m["level"] == "error" {
+					overran = append(overran, m["part"].(string))
+				}
+			}
+			if want := []string{tt.wantOverrun}; tt.wantOverrun != "" && !slices.Equal(overran, want) || tt.wantOverrun == "" && overran != nil {
+				t.Errorf("parts logged as overrunning: got %q, want %q", overran, tt.wantOverrun)
+			}
+		})
+	}
+}
+
+// TestShortened: a step's shortened deadline is earlier than the one
+// deadline, never later, and without a deadline it is only cancellable.
+func TestShortened(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	d, _ := ctx.Deadline()
+	s, scancel := shortened(ctx, time.Minute)
+	defer scancel()
+	if got, _ := s.Deadline(); !got.Equal(d.Add(-time.Minute)) {
+		t.Errorf("shortened deadline: got %v, want %v", got, d.Add(-time.Minute))
+	}
+	n, ncancel := shortened(context.Background(), time.Minute)
+	defer ncancel()
+	if _, ok := n.Deadline(); ok {
+		t.Error("shortened without a deadline: got one, want none")
+	}
+}
