@@ -79,7 +79,7 @@ func (l lifecycle) stop(ctx context.Context, n int) {
 		case !late && ctx.Err() != nil, late && took > lateStop:
 			l.log.Error().Err(err).Str("part", p.name).Dur("took", took).Msg("stopping this part overran the shutdown deadline; the parts after it are stopped at once")
 		case err != nil:
-			l.log.Warn().Err(err).Str("part", p.name).Msg("stopping this part failed")
+			l.log.Error().Err(err).Str("part", p.name).Msg("stopping this part failed")
 		default:
 			l.log.Debug().Str("part", p.name).Dur("took", took).Bool("late", late).Msg("part stopped")
 		}

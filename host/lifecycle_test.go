@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,7 +133,7 @@ func TestLifecycle(t *testing.T) {
 			}
 			var overran []string
 			for _, m := range logLines(t, &buf) {
-				if m["level"] == "error" {
+				if msg, _ := m["message"].(string); strings.Contains(msg, "overran") {
 					overran = append(overran, m["part"].(string))
 				}
 			}
