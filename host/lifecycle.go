@@ -62,9 +62,11 @@ func (l lifecycle) start(ctx context.Context) (n int, err error) {
 }
 
 // stop stops the first n parts in reverse, each with ctx, whose deadline
-// is the whole stop's: a part that overruns it is logged by name, and
-// the parts after it are still stopped (with the expired ctx, so that
-// they let go at once).
+// is the whole stop's. A part that overruns it is logged by name, and the
+// parts after it are still stopped, with the expired ctx, so that they
+// let go at once. A part that ignores the deadline is waited for at most
+// lateStop past it, then left behind (named in the log): the stop, and
+// Run, return in time whatever a part does.
 func (l lifecycle) stop(ctx context.Context, n int) {
 	for i := n - 1; i >= 0; i-- {
 		p := l.parts[i]
@@ -73,9 +75,11 @@ func (l lifecycle) stop(ctx context.Context, n int) {
 		}
 		late := ctx.Err() != nil
 		began := time.Now()
-		err := p.stop(ctx)
+		done, err := stopWithin(ctx, p)
 		took := time.Since(began)
 		switch {
+		case !done:
+			l.log.Error().Str("part", p.name).Dur("took", took).Msg("stopping this part overran the shutdown deadline and did not let go; left behind, the parts after it are stopped at once")
 		case !late && ctx.Err() != nil, late && took > lateStop:
 			l.log.Error().Err(err).Str("part", p.name).Dur("took", took).Msg("stopping this part overran the shutdown deadline; the parts after it are stopped at once")
 		case err != nil:
@@ -86,10 +90,31 @@ func (l lifecycle) stop(ctx context.Context, n int) {
 	}
 }
 
-// lateStop is how long a part stopped past the deadline may take before
-// it is named as overrunning too: past the deadline a stop should only
-// let go.
-const lateStop = 100 * time.Millisecond
+// stopWithin runs p's stop and waits for it until lateStop past ctx's
+// end; done is false when it had not returned by then (it goes on, on its
+// own goroutine).
+func stopWithin(ctx context.Context, p part) (done bool, err error) {
+	ch := make(chan error, 1)
+	go func() { ch <- p.stop(ctx) }()
+	select {
+	case err := <-ch:
+		return true, err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(lateStop)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return true, err
+	case <-t.C:
+		return false, nil
+	}
+}
+
+// lateStop is how long a part stopped past the deadline may take to let
+// go (kill, close) before it is named as overrunning, and how long one
+// that ignores the deadline is waited for before it is left behind.
+const lateStop = 500 * time.Millisecond
 
 // shortened is ctx with a deadline reserve earlier than its own (at once
 // if that is past), for a step that must leave time to the steps after

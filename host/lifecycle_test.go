@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,27 +17,46 @@ import (
 // recorder records the starts and stops of fake parts, and the deadline
 // each stop was given.
 type recorder struct {
+	mu        sync.Mutex // a stop left behind runs beside the next ones
 	events    []string
 	deadlines []time.Time
 	expired   map[string]bool // part name: its stop's ctx was done when it returned
 }
 
+// How a fake part's stop behaves.
+const (
+	stopsAtOnce     = iota
+	overruns        // waits for its ctx to end
+	ignoresDeadline // waits for the test's end
+)
+
 // part is a fake part named name; its start fails with startErr, and its
-// stop, when block, waits for its ctx to end (a part that overruns).
-func (r *recorder) part(name string, startErr error, block bool) part {
+// stop behaves as how says.
+func (r *recorder) part(t *testing.T, name string, startErr error, how int) part {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
 	return part{
 		name: name,
 		start: func(context.Context) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
 			r.events = append(r.events, "start "+name)
 			return startErr
 		},
 		stop: func(ctx context.Context) error {
+			r.mu.Lock()
 			r.events = append(r.events, "stop "+name)
 			d, _ := ctx.Deadline()
 			r.deadlines = append(r.deadlines, d)
-			if block {
+			r.mu.Unlock()
+			switch how {
+			case overruns:
 				<-ctx.Done()
+			case ignoresDeadline:
+				<-release
 			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
 			r.expired[name] = ctx.Err() != nil
 			return nil
 		},
@@ -70,7 +90,7 @@ func TestLifecycle(t *testing.T) {
 	for _, tt := range []struct {
 		name        string
 		failB       bool
-		blockB      bool
+		stopB       int
 		want        []string
 		wantErr     error
 		wantOverrun string
@@ -91,11 +111,19 @@ func TestLifecycle(t *testing.T) {
 		},
 		{
 			name:        "an overrun is named and the parts after it still stop, late",
-			blockB:      true,
+			stopB:       overruns,
 			want:        []string{"start a", "start b", "start c", "serve", "stop c", "stop b", "stop a"},
 			wantErr:     errServe,
 			wantOverrun: "b",
 			wantExpired: map[string]bool{"a": true, "b": true, "c": false},
+		},
+		{
+			name:        "a part that ignores the deadline is left behind, named, and the stop ends in time",
+			stopB:       ignoresDeadline,
+			want:        []string{"start a", "start b", "start c", "serve", "stop c", "stop b", "stop a"},
+			wantErr:     errServe,
+			wantOverrun: "b",
+			wantExpired: map[string]bool{"a": true, "c": false},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,14 +134,20 @@ func TestLifecycle(t *testing.T) {
 			}
 			var buf bytes.Buffer
 			l := lifecycle{
-				parts:  []part{r.part("a", nil, false), r.part("b", failB, tt.blockB), r.part("c", nil, false)},
+				parts:  []part{r.part(t, "a", nil, stopsAtOnce), r.part(t, "b", failB, tt.stopB), r.part(t, "c", nil, stopsAtOnce)},
 				budget: 200 * time.Millisecond,
 				log:    zerolog.New(&buf),
 			}
+			began := time.Now()
 			err := l.run(context.Background(), func(context.Context) error {
 				r.events = append(r.events, "serve")
 				return errServe
 			})
+			if took, most := time.Since(began), l.budget+lateStop+time.Second; took > most {
+				t.Errorf("run took %v, want at most %v (the budget, and lateStop for a part that does not let go)", took, most)
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
 			if !errors.Is(err, tt.wantErr) {
 				t.Errorf("run: got %v, want %v", err, tt.wantErr)
 			}
