@@ -99,12 +99,8 @@ flags:
 			}
 		}
 	}()
-	served := make(chan struct{})
-	defer close(served)
-	go stopWatchdog(ctx, served, stopDeadline, func() {
-		log.Error().Str("after", stopDeadline.String()).Msg("the stop did not finish in time; exiting now (the lines above say what was not persisted)")
-		os.Exit(0)
-	})
+	// No watchdog: host.Run's stop has one deadline for all its parts
+	// (about 4 s), so it returns in time even when a step cannot finish.
 	cfg.Reload, cfg.Stdout = reload, os.Stdout
 	err = host.Run(ctx, cfg)
 	if errors.Is(err, host.ErrPrimaryFailed) {
@@ -120,30 +116,6 @@ flags:
 		return 1
 	}
 	return 0
-}
-
-// stopDeadline bounds a stop (SIGINT, SIGTERM): the host persists and
-// hands back within about 4 s, but when a step cannot finish — a cluster
-// that lost its quorum takes no write, and each step then waits out its
-// own timeout — the process exits anyway this long after the signal,
-// before systemd's TimeoutStopSec (10 s) would kill it.
-const stopDeadline = 8 * time.Second
-
-// stopWatchdog calls exit when ctx ends (the stop signal) and served is
-// not closed within d.
-func stopWatchdog(ctx context.Context, served <-chan struct{}, d time.Duration, exit func()) {
-	select {
-	case <-ctx.Done():
-	case <-served:
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		exit()
-	case <-served:
-	}
 }
 
 // exitPrimaryFailed is tether serve's exit status when the primary
