@@ -24,6 +24,11 @@ import (
 // arguments and optional expected sha256.
 type PluginSpec = supervise.PluginSpec
 
+// TransportSettings are the settings every transport plugin is started
+// with (Config.TransportSettings): bound on connections, TLS files,
+// liveness checks, and the extra Origins and Hosts accepted.
+type TransportSettings = supervise.TransportSettings
+
 // TransportSpec is one transport plugin the host runs, under its name,
 // and the address it serves.
 type TransportSpec = supervise.TransportSpec
@@ -82,12 +87,11 @@ type Config struct {
 	// TokenCreated says the token file was made by this start (so the
 	// state dir is new: a missing state.db is no loss to warn of).
 	TokenCreated bool
-	// TLSCert and TLSKey are PEM files: with them the public listener
-	// serves HTTPS/WSS.
-	TLSCert, TLSKey string
-	// MaxConnections bounds each transport's open connections (0: its
-	// default, 20000); past it a new connection gets HTTP 503.
-	MaxConnections int
+	// TransportSettings are passed whole to every transport plugin:
+	// MaxConnections, TLSCert and TLSKey (the public listener serves
+	// HTTPS/WSS), PingInterval and PeerTimeout, AllowOrigins and
+	// AllowHosts (AllowHosts also guards the admin listener).
+	TransportSettings
 	// OrphanGrace is how long a session with no viewer stays parked before
 	// it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
@@ -103,11 +107,6 @@ type Config struct {
 	// JournalBytes bounds the bytes of each session's journal
 	// (--journal-bytes-per-session; 0 = the default, 64 MiB).
 	JournalBytes int64
-	// AllowOrigins are extra accepted Origins.
-	AllowOrigins []string
-	// AllowHosts are extra accepted Host names ("NAME" with any port or
-	// none, "NAME:PORT" exactly), e.g. behind a reverse proxy.
-	AllowHosts []string
 	// Pprof also serves /debug/pprof on the admin listener.
 	Pprof bool
 	// Agents builds each live session's agent (echo, exec, or your own);
@@ -150,9 +149,6 @@ type Config struct {
 	// AdminListen, if set, serves /metrics, /healthz and (with Pprof)
 	// /debug/pprof, behind the access token and the Host check.
 	AdminListen string
-	// PingInterval and PeerTimeout tune the transport's liveness checks
-	// (0 = the transport's defaults, 20s and 60s).
-	PingInterval, PeerTimeout time.Duration
 	// Cluster, when set, joins the host to a cluster sharing one session
 	// table on NATS JetStream (cluster.go); nil: a single host on SQLite.
 	Cluster *ClusterConfig

@@ -299,24 +299,17 @@ func (h *hostParts) supervise() supervise.Options {
 			default:
 			}
 		},
-		StateDir:     cfg.StateDir,
-		SocketDir:    h.sockDir,
-		Credentials:  h.creds,
-		AllowOrigins: cfg.AllowOrigins,
-		AllowHosts:   cfg.AllowHosts,
-		Endpoints:    h.endpoints,
-		RestartLimit: cfg.RestartLimit,
-		StartTimeout: cfg.PluginStartTimeout,
-
-		HealthInterval: cfg.HealthInterval,
-		HealthTimeout:  cfg.HealthTimeout,
-		MaxConnections: cfg.MaxConnections,
-		TLSCert:        cfg.TLSCert,
-		TLSKey:         cfg.TLSKey,
-		PingInterval:   cfg.PingInterval,
-		PeerTimeout:    cfg.PeerTimeout,
-		Metrics:        h.m,
-		Log:            cfg.Log,
+		StateDir:          cfg.StateDir,
+		SocketDir:         h.sockDir,
+		Credentials:       h.creds,
+		TransportSettings: cfg.TransportSettings,
+		Endpoints:         h.endpoints,
+		RestartLimit:      cfg.RestartLimit,
+		StartTimeout:      cfg.PluginStartTimeout,
+		HealthInterval:    cfg.HealthInterval,
+		HealthTimeout:     cfg.HealthTimeout,
+		Metrics:           h.m,
+		Log:               cfg.Log,
 	}
 }
 
