@@ -23,6 +23,9 @@ import (
 	"github.com/tether-agent/tether/internal/umask"
 )
 
+// serve is tether serve: it parses and checks the flags (serveFlags),
+// judges the state dir, reads or makes the token, and runs the host until
+// SIGINT or SIGTERM, SIGHUP reloading the transports.
 func serve(args []string) int {
 	// Every file the host, its plugins and its libraries make is private
 	// from birth (0600, directories 0700); the processes that run the
@@ -59,17 +62,15 @@ flags:
 	}
 	log := f.log
 	// The token file is made once every flag is known good: a start
-	// refused for a bad flag leaves a fresh state dir as it was.
-	// Nothing in the state dir is read before it is judged: a state dir
-	// (or a file in it) of another user, or one others can write, or a
-	// link anywhere in it, is refused before its token file could be
-	// printed.
+	// refused for a bad flag leaves a fresh state dir as it was. Nothing
+	// in the state dir is read before it is judged: a state dir (or a
+	// file in it) of another user, or one others can write, or a link
+	// anywhere in it, is refused before its token file could be printed.
 	if err := host.PrepareStateDir(f.stateDir, log); err != nil {
 		fmt.Fprintln(os.Stderr, "tether serve:", err)
 		return 1
 	}
 	cfg := f.hostConfig()
-	cfg.Token = f.token
 	if cfg.Token == "" {
 		t, created, err := loadOrCreateToken(f.stateDir, f.tokenFile, log)
 		if err != nil {

@@ -202,10 +202,11 @@ func (f *serveFlags) pluginSpecs(self string) error {
 }
 
 // hostConfig is the host's configuration the validated flags describe;
-// the caller adds the token, Reload and Stdout.
+// the caller adds the token when --token is not given, Reload and Stdout.
 func (f *serveFlags) hostConfig() host.Config {
 	return host.Config{
 		Listen:      f.listen,
+		Token:       f.token,
 		StateDir:    f.stateDir,
 		TokenFile:   f.tokenFile,
 		OrphanGrace: f.orphanGrace,
