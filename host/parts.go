@@ -70,24 +70,24 @@ type hostParts struct {
 // the cluster) and the control socket; unlock the state dir.
 func (h *hostParts) parts() []part {
 	return []part{
-		{name: "state dir", start: h.startStateDir, stop: h.stopStateDir},
-		{name: "control socket", start: h.listenControl, stop: h.closeControlSocket},
-		{name: "store", start: h.openStore, stop: h.closeStore},
-		{name: "credentials", start: h.openCredentials},
-		{name: "acp agent", start: h.startACPAgent, stop: h.closeACPAgent},
-		{name: "gateway", start: h.startGateway, stop: h.closeGateway},
-		{name: "public listener", start: h.listenPublic, stop: h.closePublic},
-		{name: "pty backend", start: h.startBackend, stop: h.stopBackend},
-		{name: "primary transport", start: h.loadPrimary, stop: h.stopTransports},
-		{name: "added transports", start: h.loadAdded},
-		{name: "sessions", stop: h.persistSessions},
-		{name: "cluster", start: h.serveCluster, stop: h.drainCluster},
-		{name: "intake", stop: h.drainTransports},
-		{name: "control server", start: h.serveControl, stop: h.closeControl},
-		{name: "reloads", start: h.startReloads, stop: h.endReloads},
-		{name: "url file", start: h.writeURL, stop: h.removeURL},
-		{name: "admin listener", start: h.serveAdmin, stop: h.closeAdmin},
-		{name: "listening line", start: h.announce},
+		{name: "state dir", start: h.startStateDir, stop: h.stopStateDir},            // judged, locked (one host per state dir), socket dir
+		{name: "control socket", start: h.listenControl, stop: h.closeControlSocket}, // bound now, served by "control server"
+		{name: "store", start: h.openStore, stop: h.closeStore},                      // state.db, or the cluster joined and its store
+		{name: "credentials", start: h.openCredentials},                              // the access token and the page sign-ins
+		{name: "acp agent", start: h.startACPAgent, stop: h.closeACPAgent},           // --agent acp only
+		{name: "gateway", start: h.startGateway, stop: h.closeGateway},               // the session table, /api/ws, /acp
+		{name: "public listener", start: h.listenPublic, stop: h.closePublic},        // a TCP --listen, lent to every transport process
+		{name: "pty backend", start: h.startBackend, stop: h.stopBackend},            // /api/pty: the PTY plugin, reattached or started
+		{name: "primary transport", start: h.loadPrimary, stop: h.stopTransports},    // serves --listen; its stop stops every transport
+		{name: "added transports", start: h.loadAdded},                               // --plugin transport:NAME=PATH
+		{name: "sessions", stop: h.persistSessions},                                  // stop only: interrupt the runs, persist
+		{name: "cluster", start: h.serveCluster, stop: h.drainCluster},               // a cluster member: heartbeat counts, relay
+		{name: "intake", stop: h.drainTransports},                                    // stop only: no new connections
+		{name: "control server", start: h.serveControl, stop: h.closeControl},        // tether plugins, tether ptys
+		{name: "reloads", start: h.startReloads, stop: h.endReloads},                 // SIGHUP
+		{name: "url file", start: h.writeURL, stop: h.removeURL},                     // <state-dir>/url for client commands
+		{name: "admin listener", start: h.serveAdmin, stop: h.closeAdmin},            // --admin-listen
+		{name: "listening line", start: h.announce},                                  // "tether listening on …": the start is done
 	}
 }
 
