@@ -46,14 +46,14 @@ type serveFlags struct {
 	cluster                            *clusterFlags
 
 	// Set by validate.
-	log       zerolog.Logger
-	agents    agent.Factory
-	acpArgv   []string
-	ptyArgv   []string
-	transport host.PluginSpec
-	backend   host.PluginSpec
-	extra     []host.TransportSpec
-	clusterCf *host.ClusterConfig
+	log           zerolog.Logger
+	agents        agent.Factory
+	acpArgv       []string
+	ptyArgv       []string
+	transport     host.PluginSpec
+	backend       host.PluginSpec
+	extra         []host.TransportSpec
+	clusterConfig *host.ClusterConfig
 }
 
 // newServeFlags defines tether serve's flags on fs.
@@ -139,7 +139,7 @@ func (f *serveFlags) validate(self string) (err error) {
 	if err := f.pluginSpecs(self); err != nil {
 		return err
 	}
-	if f.clusterCf, err = f.cluster.config(); err != nil {
+	if f.clusterConfig, err = f.cluster.config(); err != nil {
 		return err
 	}
 	if f.restartLimit < 0 {
@@ -232,7 +232,7 @@ func (f *serveFlags) hostConfig() host.Config {
 		Transport:    f.transport,
 		Transports:   f.extra,
 		RestartLimit: f.restartLimit,
-		Cluster:      f.clusterCf,
+		Cluster:      f.clusterConfig,
 
 		PluginStartTimeout: f.startTimeout,
 		HealthInterval:     f.healthEvery,

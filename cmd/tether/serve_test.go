@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPTYSizeFlag: --pty-max-size is COLSxROWS with each number 1-10000
@@ -149,7 +151,9 @@ func TestServeFlagsValidate(t *testing.T) {
 	}
 	fs := flag.NewFlagSet("tether serve", flag.ContinueOnError)
 	f := newServeFlags(fs)
-	if err := fs.Parse([]string{"--state-dir", dir, "--pty-command", "", "--plugin", "transport:side=/bin/sh", "--transport-listen", "side=unix:/tmp/s.sock"}); err != nil {
+	if err := fs.Parse([]string{"--state-dir", dir, "--pty-command", "", "--plugin", "transport:side=/bin/sh", "--transport-listen", "side=unix:/tmp/s.sock",
+		"--max-connections", "7", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--ping-interval", "1s", "--peer-timeout", "2s",
+		"--allow-origin", "https://o.example", "--allow-host", "h.example"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.validate("/usr/bin/tether"); err != nil {
@@ -159,5 +163,10 @@ func TestServeFlagsValidate(t *testing.T) {
 	if cfg.TokenFile != filepath.Join(dir, "token") || cfg.PTY.Spec.Path != "" || cfg.Transport.Path != "/usr/bin/tether" ||
 		len(cfg.Transports) != 1 || cfg.Transports[0].Name != "side" || cfg.Transports[0].Listen != "unix:/tmp/s.sock" {
 		t.Errorf("hostConfig: token file %q, PTY %+v, transport %+v, added %+v", cfg.TokenFile, cfg.PTY.Spec, cfg.Transport, cfg.Transports)
+	}
+	ts := cfg.TransportSettings
+	if ts.MaxConnections != 7 || ts.TLSCert != "c.pem" || ts.TLSKey != "k.pem" || ts.PingInterval != time.Second || ts.PeerTimeout != 2*time.Second ||
+		!slices.Equal(ts.AllowOrigins, []string{"https://o.example"}) || !slices.Equal(ts.AllowHosts, []string{"h.example"}) {
+		t.Errorf("hostConfig: transport settings %+v", ts)
 	}
 }
