@@ -501,9 +501,10 @@ func serveCluster(n *cluster.Node, m *metrics.Metrics, table *session.Table, bac
 // still exit in time (the others see it gone after the TTL instead).
 const leaveTimeout = time.Second
 
-// leaveCluster leaves the cluster at the end of Run.
-func leaveCluster(n *cluster.Node) {
-	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+// leaveCluster leaves the cluster at the end of Run, within ctx's
+// deadline and at most leaveTimeout.
+func leaveCluster(ctx context.Context, n *cluster.Node) {
+	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
 	defer cancel()
 	n.Close(ctx)
 }
