@@ -16,6 +16,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/wire"
 )
 
 // TestParseResize: a resize is exactly the escape with both numbers from
@@ -412,7 +413,7 @@ func (b *attachRecorder) Attach(_ context.Context, req contract.AttachRequest) (
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reqs = append(b.reqs, req)
-	return contract.AttachResponse{Epoch: "e", Reset: true, Reason: contract.ReasonInitial, Snapshot: true}, nil
+	return contract.AttachResponse{Epoch: "e", Reset: true, Reason: wire.ReasonInitial, Snapshot: true}, nil
 }
 
 func (b *attachRecorder) Detach(context.Context, string, contract.TransportID) error { return nil }

@@ -152,7 +152,7 @@ func (c *conn) fromLeg(l *leg, cmd contract.Command) {
 		if !closed {
 			code, reason := cmd.Code, cmd.Reason
 			if code == 0 {
-				code, reason = 1001, "owner host gone; resume"
+				code, reason = wire.CloseGoingAway, "owner host gone; resume"
 			}
 			c.out.Send(contract.Command{Kind: contract.CommandClose, Conn: c.id.Conn, Code: code, Reason: reason})
 		}
