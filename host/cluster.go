@@ -22,6 +22,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/cluster"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
 	"github.com/tether-agent/tether/host/internal/rpc"
 	"github.com/tether-agent/tether/host/internal/session"
@@ -439,7 +440,7 @@ func openStore(ctx context.Context, cfg Config) (store.Backend, *cluster.Node, e
 	return st, nil, nil
 }
 
-func nodeOwners(n *cluster.Node) session.Owners {
+func nodeOwners(n *cluster.Node) ownership.Store {
 	if n == nil {
 		return nil
 	}

@@ -171,7 +171,7 @@ func (c *ptyConn) OnFrame(data []byte, _ bool) {
 	if c.q.View {
 		return
 	}
-	if IsResize(data) {
+	if wire.IsResize(data) {
 		cols, rows, err := ParseResize(data, c.r.maxCols, c.r.maxRows)
 		if err != nil {
 			// Never typed into the shell, and never sent to the

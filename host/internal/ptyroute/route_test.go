@@ -166,7 +166,7 @@ func FuzzParsePTYQuery(f *testing.F) {
 			}
 			return
 		}
-		if q.Attach != "" && !ValidAttachToken(q.Attach) {
+		if q.Attach != "" && !wire.ValidAttachToken(q.Attach) {
 			t.Fatalf("accepted invalid attach %q", q.Attach)
 		}
 		if q.Offset < 0 || (!q.HasOffset && q.Offset != 0) {

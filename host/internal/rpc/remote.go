@@ -75,7 +75,7 @@ func (c *conn) relayBind(cl call, held *ownership.HeldError) error {
 		rl, err := c.gw.remote.Dial(ctx, held.Host, held.Instance, c.who, func(cmd contract.Command) { c.fromLeg(l, cmd) })
 		cancel()
 		if err != nil {
-			return errorf(CodeOwnerUnreachable, "owner unreachable; retry: session live on host %s: %v", held.Host, err)
+			return errorf(wire.CodeOwnerUnreachable, "owner unreachable; retry: session live on host %s: %v", held.Host, err)
 		}
 		l.l = rl
 		c.mu.Lock()
@@ -96,7 +96,7 @@ func (c *conn) relayBind(cl call, held *ownership.HeldError) error {
 	l.pending[string(cl.id)] = true
 	c.mu.Unlock()
 	if err := l.l.Send(cl.raw, false); err != nil {
-		return errorf(CodeOwnerUnreachable, "owner unreachable; retry: %v", err)
+		return errorf(wire.CodeOwnerUnreachable, "owner unreachable; retry: %v", err)
 	}
 	c.gw.metrics.FramesOut.Inc() // relayed on the client's behalf
 	return errReplied

@@ -229,7 +229,7 @@ func ownersError(op string, err error) error {
 	switch {
 	case errors.Is(err, ErrTableClosed):
 		return err
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, ownership.ErrConflict):
 		return fmt.Errorf("%s: %w: %w", op, err, ErrOwnedElsewhere)
 	default:
 		return fmt.Errorf("%s: %w: %w", op, err, ErrOwnersUnavailable)
@@ -406,7 +406,7 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 func (t *Table) rebuild(ctx context.Context, sess store.Session, v Viewer, c *claim, reply Reply) error {
 	key := sess.Key
 	id := contract.RandomHex(4)
-	first := Owner{Host: t.host, Instance: t.instance, SessionID: id, Gen: 1, Viewers: []contract.TransportID{v.ID()}}
+	first := ownership.Owner{Host: t.host, Instance: t.instance, SessionID: id, Gen: 1, Viewers: []contract.TransportID{v.ID()}}
 	octx, cancel := context.WithTimeout(ctx, t.ownersTimeout)
 	rev, err := t.owners.Create(octx, key, first)
 	cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/cluster"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -79,7 +80,7 @@ func TestTableCASMatchesModelKV(t *testing.T) {
 				switch {
 				case err == nil:
 					n++
-				case !errors.Is(err, ErrNoOwner):
+				case !errors.Is(err, ownership.ErrNoOwner):
 					return 0, err
 				}
 			}
@@ -218,7 +219,7 @@ func TestTwoHostsOneBucket(t *testing.T) {
 		t.Fatalf("close on b = %v, %v", closed, err)
 	}
 	<-sb.released
-	if _, _, err := a.kv.Get(ctx, key); !errors.Is(err, ErrNoOwner) {
+	if _, _, err := a.kv.Get(ctx, key); !errors.Is(err, ownership.ErrNoOwner) {
 		t.Fatalf("after b's close: owner lookup %v, want ErrNoOwner", err)
 	}
 }

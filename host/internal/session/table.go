@@ -15,6 +15,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -34,8 +35,8 @@ const maxKeyDraws = 4
 type Config struct {
 	Store  store.Backend
 	Agents agent.Factory
-	// Owners records key ownership; nil means a new MemOwners.
-	Owners Owners
+	// Owners records key ownership; nil means a new ownership.Mem.
+	Owners ownership.Store
 	// OwnersTimeout bounds one call to Owners (default 5s). A cluster
 	// host keeps it well under its TTL: a bind waiting on an unreachable
 	// store holds its session's slot, and the host must let go of its
@@ -73,7 +74,7 @@ type Config struct {
 type Table struct {
 	store  store.Backend
 	agents agent.Factory
-	owners Owners
+	owners ownership.Store
 	host   string
 	// instance is Config.Instance.
 	instance string
@@ -124,7 +125,7 @@ type claim struct {
 // in cfg.Metrics, whoever makes it: one table per store.
 func NewTable(cfg Config) *Table {
 	if cfg.Owners == nil {
-		cfg.Owners = NewMemOwners()
+		cfg.Owners = ownership.NewMem()
 	}
 	if cfg.RingSize <= 0 {
 		cfg.RingSize = 4096
