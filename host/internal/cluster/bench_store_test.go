@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -116,7 +117,7 @@ func (j kvJournal) since(ctx context.Context, after uint64, limit int) (int, err
 	if err != nil {
 		return 0, err
 	}
-	defer stopWatch(w)
+	defer bus.StopWatch(w)
 	n := 0
 	for e := range w.Updates() {
 		if e == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -41,7 +42,7 @@ func OpenClientCredentials(ctx context.Context, js jetstream.JetStream, replicas
 }
 
 func openCredentials(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, log zerolog.Logger) (*ClientCredentials, error) {
-	kv, err := openLeaderKV(ctx, js, jetstream.KeyValueConfig{
+	kv, err := bus.OpenLeaderKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "tether credentials: SHA-256 of each secret, its name and scopes",
 		History:     1,

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -98,13 +99,13 @@ func OpenJSStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (
 	if cfg.Prefix == "" {
 		cfg.Prefix = "tether"
 	}
-	if !validToken(cfg.Prefix) {
+	if !bus.ValidToken(cfg.Prefix) {
 		return nil, fmt.Errorf("open store: prefix %q: %w", cfg.Prefix, store.ErrInvalid)
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	kv, err := openLeaderKV(ctx, js, jetstream.KeyValueConfig{
+	kv, err := bus.OpenLeaderKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Prefix + "_store",
 		Description: "tether stored sessions: one row per session",
 		History:     1,
@@ -166,22 +167,6 @@ func upper(s string) string {
 		}
 	}
 	return string(b)
-}
-
-// validToken reports whether k can be one token of a subject and a KV
-// key: non-empty, of letters, digits, '_' and '-'. Every stored key
-// (store.ValidKey) is.
-func validToken(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-' {
-			return false
-		}
-	}
-	return true
 }
 
 // Close makes every later call fail with store.ErrUnavailable. It is

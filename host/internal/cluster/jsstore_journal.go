@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -189,7 +190,7 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 	byKey := map[string][]store.Event{}
 	var order []string
 	for _, e := range events {
-		if !validToken(e.Key) {
+		if !bus.ValidToken(e.Key) {
 			return fmt.Errorf("append event %s/%d: %w", e.Key, e.Seq, store.ErrInvalid)
 		}
 		if _, ok := byKey[e.Key]; !ok {
@@ -228,11 +229,11 @@ func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep s
 			msg.Header.Set(hdrBefore, strconv.FormatUint(top.end, 10))
 			msg.Data = e.Params
 			var ack *jetstream.PubAck
-			err := retryBusy(ctx, &s.retries, func() (err error) {
+			err := bus.RetryBusy(ctx, &s.retries, func() (err error) {
 				ack, err = s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(top.streamSeq), jetstream.WithExpectStream(s.evName))
 				return err
 			})
-			if wrongLastSequence(err) && !busy(err) && races < maxJournalRaces {
+			if bus.WrongLastSequence(err) && !bus.Busy(err) && races < maxJournalRaces {
 				// Another writer journaled meanwhile: read its last.
 				races++
 				if top, fresh, err = s.journalTop(ctx, key, true); err != nil {
@@ -428,7 +429,7 @@ func (s *JSStore) EventsSince(ctx context.Context, key string, after uint64, lim
 		limit = 10000
 	}
 	err = s.read(func() error {
-		if !validToken(key) {
+		if !bus.ValidToken(key) {
 			return nil
 		}
 		subj := s.evSubj + key

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -77,11 +78,11 @@ func (s *JSStore) appendMessages(ctx context.Context, key string, msgs []agent.M
 		msg.Header.Set(hdrPart, strconv.Itoa(c.parts+1))
 		top := c.streamSeq
 		msg.Data = data
-		err = retryBusy(ctx, &s.retries, func() error {
+		err = bus.RetryBusy(ctx, &s.retries, func() error {
 			_, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(top))
 			return err
 		})
-		if wrongLastSequence(err) && !busy(err) {
+		if bus.WrongLastSequence(err) && !bus.Busy(err) {
 			continue // another host appended meanwhile
 		}
 		if err != nil {

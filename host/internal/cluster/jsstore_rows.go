@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -82,7 +83,7 @@ func (r row) lastActive() time.Time {
 
 // getRow reads key's row and its revision from the stream leader.
 func (s *JSStore) getRow(ctx context.Context, key string) (row, uint64, error) {
-	if !validToken(key) {
+	if !bus.ValidToken(key) {
 		return row{}, 0, fmt.Errorf("session %s: %w", key, store.ErrNotFound)
 	}
 	e, err := s.kv.Get(ctx, rowKey(key))
@@ -120,14 +121,14 @@ func (s *JSStore) updateRow(ctx context.Context, key string, change func(r *row)
 		if err != nil {
 			return err
 		}
-		err = retryBusy(ctx, &s.retries, func() error {
+		err = bus.RetryBusy(ctx, &s.retries, func() error {
 			_, err := s.kv.Update(ctx, rowKey(key), val, rev)
 			return err
 		})
 		if err == nil {
 			return nil
 		}
-		if !wrongLastSequence(err) || busy(err) {
+		if !bus.WrongLastSequence(err) || bus.Busy(err) {
 			return fmt.Errorf("session %s: %w", key, err)
 		}
 	}
@@ -139,7 +140,7 @@ func (s *JSStore) updateRow(ctx context.Context, key string, change func(r *row)
 // store.ErrExists).
 func (s *JSStore) CreateSession(ctx context.Context, sess store.Session) error {
 	return s.write(func() error {
-		if sess.Key == "" || !validToken(sess.Key) {
+		if sess.Key == "" || !bus.ValidToken(sess.Key) {
 			return fmt.Errorf("create session %q: empty key or not a subject token: %w", sess.Key, store.ErrInvalid)
 		}
 		if sess.ForkCount < 0 {
@@ -159,11 +160,11 @@ func (s *JSStore) CreateSession(ctx context.Context, sess store.Session) error {
 		if err != nil {
 			return err
 		}
-		err = retryBusy(ctx, &s.retries, func() error {
+		err = bus.RetryBusy(ctx, &s.retries, func() error {
 			_, err := s.kv.Create(ctx, rowKey(sess.Key), val)
 			return err
 		})
-		if wrongLastSequence(err) && !busy(err) {
+		if bus.WrongLastSequence(err) && !bus.Busy(err) {
 			return fmt.Errorf("create session %s: %w", sess.Key, store.ErrExists)
 		}
 		if err != nil {
@@ -199,7 +200,7 @@ func (s *JSStore) allSessions(ctx context.Context) ([]store.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer stopWatch(w)
+	defer bus.StopWatch(w)
 	out := []store.Session{}
 	for {
 		select {

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 	"github.com/tether-agent/tether/host/internal/ownership"
 )
 
@@ -44,11 +44,6 @@ type KVOwners struct {
 
 var _ ownership.Store = (*KVOwners)(nil)
 
-// maxDirectFixes bounds how often NewKVOwners switches the bucket's
-// direct gets off and finds them on again (another client configuring
-// the bucket with the library's defaults meanwhile).
-const maxDirectFixes = 5
-
 // NewKVOwners opens the ownership bucket, creating it if needed (history
 // 1, cfg's replicas and storage), and switches off its direct gets, so
 // that every Get this KVOwners makes is answered by the stream leader.
@@ -59,7 +54,7 @@ func NewKVOwners(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	kv, err := openLeaderKV(ctx, js, jetstream.KeyValueConfig{
+	kv, err := bus.OpenLeaderKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
 		Description: "tether session ownership: one entry per live stored session",
 		History:     1,
@@ -70,57 +65,6 @@ func NewKVOwners(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV
 		return nil, err
 	}
 	return &KVOwners{kv: kv, bucket: cfg.Bucket}, nil
-}
-
-// openLeaderKV opens the bucket cfg names, creating it with cfg if it
-// does not exist, and switches off its direct gets, so that every Get on
-// the handle it returns is answered by the stream leader. It refuses a
-// bucket that is a mirror.
-func openLeaderKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			// Another host created it meanwhile.
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", cfg.Bucket, err)
-	}
-	// The library creates every bucket with direct gets on, and answers
-	// Get with one whenever the stream's configuration (as this handle
-	// last read it) allows them: turn them off on the stream, then read
-	// the configuration back into this handle. Status does both the read
-	// and the refresh. The library's calls that configure a bucket
-	// (CreateOrUpdateKeyValue, UpdateKeyValue) always ask for direct gets:
-	// another client making one meanwhile turns them on again, hence the
-	// loop. A handle that read them off keeps them off.
-	for fixes := 0; ; fixes++ {
-		st, err := kv.Status(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("bucket %s status: %w", cfg.Bucket, err)
-		}
-		bs, ok := st.(*jetstream.KeyValueBucketStatus)
-		if !ok {
-			return nil, fmt.Errorf("bucket %s: status of type %T carries no stream configuration", cfg.Bucket, st)
-		}
-		scfg := bs.StreamInfo().Config
-		if scfg.Mirror != nil {
-			return nil, fmt.Errorf("bucket %s mirrors %s: its reads would not come from the stream leader", cfg.Bucket, scfg.Mirror.Name)
-		}
-		if !scfg.AllowDirect {
-			break
-		}
-		if fixes == maxDirectFixes {
-			return nil, fmt.Errorf("bucket %s: direct gets keep being switched back on", cfg.Bucket)
-		}
-		scfg.AllowDirect = false
-		if _, err := js.UpdateStream(ctx, scfg); err != nil {
-			return nil, fmt.Errorf("bucket %s: switch direct gets off: %w", cfg.Bucket, err)
-		}
-	}
-	return kv, nil
 }
 
 // Create implements ownership.Store: a KV create, which also takes a key
@@ -213,7 +157,7 @@ func (k *KVOwners) List(ctx context.Context) ([]Entry, error) {
 	if err != nil {
 		return nil, classify("list", err)
 	}
-	defer stopWatch(w)
+	defer bus.StopWatch(w)
 	var out []Entry
 	for {
 		select {
@@ -236,68 +180,11 @@ func (k *KVOwners) List(ctx context.Context) ([]Entry, error) {
 	}
 }
 
-// stopWatch stops w and drains its channel until the library closes it:
-// the watch's delivery goroutine blocks on a full channel, and closes it
-// only once it has returned.
-func stopWatch(w jetstream.KeyWatcher) {
-	_ = w.Stop()
-	for range w.Updates() {
-	}
-}
-
-// busyBudget bounds how long a write refused as busy is asked again
-// when its context has no deadline.
-const busyBudget = 5 * time.Second
-
-// retryBusy runs write until the server decides it: while it answers
-// busy, write is asked again after a short wait (1 ms, doubling up to
-// 50 ms), until ctx ends. It returns write's last error, joined with
-// ctx's when that ended the retries.
+// retryBusy is bus.RetryBusy, counting the writes asked again in
+// busyRetries.
 func (k *KVOwners) retryBusy(ctx context.Context, write func() error) error {
-	return retryBusy(ctx, &k.busyRetries, write)
+	return bus.RetryBusy(ctx, &k.busyRetries, write)
 }
-
-// retryBusy is KVOwners.retryBusy for any writer, counting the writes
-// asked again in retries.
-func retryBusy(ctx context.Context, retries *atomic.Uint64, write func() error) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, busyBudget)
-		defer cancel()
-	}
-	wait := time.Millisecond
-	for {
-		err := write()
-		if !busy(err) {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (asked again until: %w)", err, ctx.Err())
-		case <-t.C:
-		}
-		retries.Add(1)
-		wait = min(2*wait, 50*time.Millisecond)
-	}
-}
-
-// busy reports whether the server refused a write without deciding it,
-// so that nothing was written and asking again gets an answer: on a
-// replicated stream, another write of the key is still being applied
-// (code 10164 — also for a moment after the previous write was
-// acknowledged, as the leader acknowledges before it forgets the write
-// in process), or a new stream leader is still applying its log (10163).
-func busy(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant || apiErr.ErrorCode == codeExpectedLastSeqNotReady)
-}
-
-// codeExpectedLastSeqNotReady is the server's "expected last sequence per
-// subject temporarily unavailable" (the library has no name for it).
-const codeExpectedLastSeqNotReady jetstream.ErrorCode = 10163
 
 // classify wraps a nats error in the ownership error class it answers:
 // the server's refusal of the revision is a conflict, a key with no value
@@ -311,28 +198,13 @@ func classify(op string, err error) error {
 	case errors.Is(err, jetstream.ErrInvalidKey):
 		// Refused before anything was sent: a caller's mistake.
 		return fmt.Errorf("%s: %w", op, err)
-	case busy(err):
+	case bus.Busy(err):
 		// Not a conflict: the server did not compare the revision.
 		return fmt.Errorf("%s: %w: %w", op, ownership.ErrUnavailable, err)
-	case wrongLastSequence(err):
+	case bus.WrongLastSequence(err):
 		return fmt.Errorf("%s: %w: %w", op, ownership.ErrConflict, err)
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		return fmt.Errorf("%s: %w: %w", op, ownership.ErrNoOwner, err)
 	}
 	return fmt.Errorf("%s: %w: %w", op, ownership.ErrUnavailable, err)
-}
-
-// wrongLastSequence reports whether err is the server refusing a write
-// whose expected last sequence for the key was not the key's: a create of
-// a key that has a value, or an update or delete at a stale revision.
-// The library wraps it as ErrKeyExists or ErrKeyRevisionMismatch, except
-// for the update of a create over a delete marker, which it returns as
-// the server's API error (code 10071). Code 10164, which the library
-// counts as a mismatch too, is busy, tested first.
-func wrongLastSequence(err error) bool {
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/internal/ownership/ownershiptest"
 )
@@ -235,7 +236,7 @@ func TestCreateOverDeleteMarker(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := <-w.Updates()
-		stopWatch(w)
+		bus.StopWatch(w)
 		if e == nil || e.Operation() != jetstream.KeyValueDelete {
 			t.Fatalf("round %d: last message of a deleted key = %v, want a delete marker", round, e)
 		}
@@ -508,7 +509,7 @@ func TestBusyIsAskedAgain(t *testing.T) {
 	_, js := connect(t, srv.ClientURL())
 	real := openOwners(t, js, KVConfig{Bucket: newBucket()})
 	ctx := t.Context()
-	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeExpectedLastSeqNotReady} {
+	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequenceConstant, bus.CodeExpectedLastSeqNotReady} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			fake := &busyKV{KeyValue: real.kv, code: code}
 			k := &KVOwners{kv: fake, bucket: real.bucket}

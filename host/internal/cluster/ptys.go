@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 )
 
 // PTYsBucket is the KV bucket that places the cluster's PTYs: one entry
@@ -28,7 +30,7 @@ type PTYPlaces struct {
 
 // OpenPTYPlaces opens the PTYs bucket, creating it if needed.
 func OpenPTYPlaces(ctx context.Context, js jetstream.JetStream, reg *Registry, replicas int) (*PTYPlaces, error) {
-	kv, err := openLeaderKV(ctx, js, jetstream.KeyValueConfig{
+	kv, err := bus.OpenLeaderKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      PTYsBucket,
 		Description: "tether PTYs: the host of each attach token",
 		History:     1,
@@ -81,7 +83,7 @@ func (p *PTYPlaces) Locate(ctx context.Context, token string) (host, inst string
 		}
 		if _, err := p.kv.Update(ctx, token, mine, e.Revision()); err == nil {
 			return "", "", nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) && !wrongLastSequence(err) {
+		} else if !errors.Is(err, jetstream.ErrKeyExists) && !bus.WrongLastSequence(err) {
 			return "", "", fmt.Errorf("take pty %s: %w", token, err)
 		}
 	}

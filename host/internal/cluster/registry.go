@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/host/internal/cluster/bus"
 )
 
 // HostsBucket is the KV bucket of the cluster's hosts: one entry per
@@ -110,10 +112,10 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, cfg RegistryConfi
 	if cfg.Bucket == "" {
 		cfg.Bucket = HostsBucket
 	}
-	if !validToken(cfg.Self.ID) {
+	if !bus.ValidToken(cfg.Self.ID) {
 		return nil, fmt.Errorf("registry: host id %q: letters, digits, '_' and '-' only", cfg.Self.ID)
 	}
-	kv, err := openLeaderKV(ctx, js, jetstream.KeyValueConfig{
+	kv, err := bus.OpenLeaderKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
 		Description: "tether hosts: one heartbeat entry per running host",
 		History:     1,
@@ -204,7 +206,7 @@ func (r *Registry) heartbeat() {
 // watch records when each host's entry was last seen to change.
 func (r *Registry) watch(w jetstream.KeyWatcher) {
 	defer r.wg.Done()
-	defer stopWatch(w)
+	defer bus.StopWatch(w)
 	initial := true
 	for {
 		select {
