@@ -72,6 +72,28 @@ var rules = []rule{
 		},
 	},
 	{
+		// host/internal/cluster wires its parts into a node; a part that
+		// reached back for the node would be a circle.
+		name:   "the cluster's parts never import the node that wires them",
+		from:   func(pkg string) bool { return within(pkg, "host/internal/cluster") && pkg != "host/internal/cluster" },
+		forbid: func(_, dep string) bool { return dep == "host/internal/cluster" },
+	},
+	{
+		// bus (the JetStream helpers) and embedded (the in-process
+		// server and the bus's credentials) are what the other parts
+		// stand on: they take nothing of tether's.
+		name: "the cluster's bus and embedded server import nothing of ours",
+		from: func(pkg string) bool {
+			return within(pkg, "host/internal/cluster/bus") || within(pkg, "host/internal/cluster/embedded")
+		},
+		forbid: func(pkg, dep string) bool { return !within(dep, pkg) },
+	},
+	{
+		name:   "only tests start the cluster's test servers",
+		from:   func(pkg string) bool { return !within(pkg, "host/internal/cluster/clustertest") },
+		forbid: func(_, dep string) bool { return within(dep, "host/internal/cluster/clustertest") },
+	},
+	{
 		name:   "wire imports nothing of ours",
 		from:   under("wire"),
 		forbid: func(_, dep string) bool { return !within(dep, "wire") },
@@ -170,6 +192,15 @@ func TestRules(t *testing.T) {
 		{"host/internal/session", "host/internal/ownership", true},
 		{"host/internal/cluster", "host/internal/ownership", true},
 		{"host/internal/cluster", "host/internal/session", false},
+		{"host/internal/cluster", "host/internal/cluster/embedded", true},
+		{"host/internal/cluster/jsstore", "host/internal/cluster/bus", true},
+		{"host/internal/cluster/jsstore", "host/internal/cluster", false},
+		{"host/internal/cluster/relay", "host/internal/cluster", false},
+		{"host/internal/cluster/bus", "host/internal/ownership", false},
+		{"host/internal/cluster/embedded", "host/internal/cluster/bus", false},
+		{"host/internal/cluster/embedded", "wire", false},
+		{"host/internal/cluster", "host/internal/cluster/clustertest", false},
+		{"host/internal/cluster/clustertest", "host/internal/cluster/embedded", true},
 		{"host/internal/ownership", "host/internal/session", false},
 		{"wire", "contract", false},
 		{"wire", "client", false},

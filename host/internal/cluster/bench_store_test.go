@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tether-agent/tether/host/internal/cluster/bus"
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -145,8 +146,8 @@ const journalEvents = 10000
 // for scale.
 func BenchmarkJournalLayouts(b *testing.B) {
 	ctx := context.Background()
-	srv := startServer(b)
-	_, js := connect(b, srv.ClientURL())
+	srv := clustertest.StartServer(b)
+	_, js := clustertest.Connect(b, srv.ClientURL())
 	params, _ := json.Marshal(map[string]any{"type": "message.delta", "session_id": "0123abcd", "seq": 1, "payload": map[string]string{"text": "a few words of an answer"}})
 	var n int
 	layouts := []struct {
@@ -215,11 +216,11 @@ func BenchmarkJournalLayouts(b *testing.B) {
 		}
 	})
 	b.Run("stream-per-session/create-3-node", func(b *testing.B) {
-		nodes := startCluster(b, 3)
-		_, js3 := connectNode(b, nodes[0])
+		nodes := clustertest.StartCluster(b, 3)
+		_, js3 := clustertest.ConnectNode(b, nodes[0])
 		// Creating a replicated stream can fail while the servers are
 		// still learning of each other: the first is asked again.
-		wctx, cancel := context.WithTimeout(ctx, testTimeout)
+		wctx, cancel := context.WithTimeout(ctx, clustertest.Timeout)
 		defer cancel()
 		for {
 			n++
@@ -230,7 +231,7 @@ func BenchmarkJournalLayouts(b *testing.B) {
 			if wctx.Err() != nil {
 				b.Fatal(err)
 			}
-			retry(wctx)
+			clustertest.Retry(wctx)
 		}
 		for b.Loop() {
 			n++

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 	"github.com/tether-agent/tether/host/internal/ownership"
 )
 
@@ -58,17 +59,17 @@ func BenchmarkOwnersCAS(b *testing.B) {
 	}{
 		{"mem", func(*testing.B) []ownership.Store { return []ownership.Store{ownership.NewMem()} }},
 		{"single", func(b *testing.B) []ownership.Store {
-			srv := startServer(b)
+			srv := clustertest.StartServer(b)
 			var stores []ownership.Store
 			for range 3 {
-				_, js := connect(b, srv.ClientURL())
+				_, js := clustertest.Connect(b, srv.ClientURL())
 				stores = append(stores, openOwners(b, js, KVConfig{}))
 			}
 			return stores
 		}},
 		{"3-node", func(b *testing.B) []ownership.Store {
 			var stores []ownership.Store
-			for _, k := range clusterOwners(b, startCluster(b, 3)) {
+			for _, k := range clusterOwners(b, clustertest.StartCluster(b, 3)) {
 				stores = append(stores, k)
 			}
 			return stores

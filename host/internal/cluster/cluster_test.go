@@ -4,95 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
+	"github.com/tether-agent/tether/host/internal/cluster/embedded"
 	"github.com/tether-agent/tether/host/internal/ownership"
 )
-
-// freePorts returns n distinct ports that were free a moment ago. A
-// JetStream cluster needs every server's route address in its
-// configuration before it starts, so route ports cannot be the servers'
-// own picks.
-func freePorts(tb testing.TB, n int) []int {
-	tb.Helper()
-	ports := make([]int, n)
-	ls := make([]net.Listener, n)
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ls[i], ports[i] = l, l.Addr().(*net.TCPAddr).Port
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	return ports
-}
-
-// startCluster starts n routed embedded servers with JetStream and one
-// secret (testSecret), and waits until each follows the cluster's meta
-// leader. connectNode connects to one.
-func startCluster(tb testing.TB, n int) []*Embedded {
-	tb.Helper()
-	return startClusterWith(tb, n, nil)
-}
-
-// startClusterWith is startCluster with adjust changing server i's
-// configuration first.
-func startClusterWith(tb testing.TB, n int, adjust func(i int, cfg *EmbeddedConfig)) []*Embedded {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	ports := freePorts(tb, n)
-	routes := make([]string, n)
-	for i, p := range ports {
-		routes[i] = fmt.Sprintf("127.0.0.1:%d", p)
-	}
-	nodes := make([]*Embedded, n)
-	for i := range n {
-		cfg := EmbeddedConfig{
-			Name:          fmt.Sprint("n", i),
-			StoreDir:      tb.TempDir(),
-			ClusterListen: routes[i],
-			Routes:        routes,
-			Secret:        testSecret,
-			Log:           zerolog.Nop(),
-		}
-		if adjust != nil {
-			adjust(i, &cfg)
-		}
-		e, err := StartEmbedded(ctx, cfg)
-		if err != nil {
-			tb.Fatalf("start node %d: %v", i, err)
-		}
-		tb.Cleanup(e.Shutdown)
-		nodes[i] = e
-	}
-	for i, e := range nodes {
-		if err := e.WaitJetStream(ctx); err != nil {
-			tb.Fatalf("node %d: %v", i, err)
-		}
-	}
-	return nodes
-}
 
 // clusterOwners opens one KVOwners per node, each on a connection to that
 // node, on one bucket of 3 replicas. Creating a replicated bucket can
 // fail while the servers are still learning of each other: it is tried
-// again until testTimeout.
-func clusterOwners(tb testing.TB, nodes []*Embedded) []*KVOwners {
+// again until clustertest.Timeout.
+func clusterOwners(tb testing.TB, nodes []*embedded.Server) []*KVOwners {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
 	owners := make([]*KVOwners, len(nodes))
 	for i, e := range nodes {
-		_, js := connectNode(tb, e)
+		_, js := clustertest.ConnectNode(tb, e)
 		for {
 			k, err := NewKVOwners(ctx, js, KVConfig{Replicas: len(nodes)})
 			if err == nil {
@@ -102,20 +33,10 @@ func clusterOwners(tb testing.TB, nodes []*Embedded) []*KVOwners {
 			if ctx.Err() != nil {
 				tb.Fatalf("open owners on node %d: %v", i, err)
 			}
-			retry(ctx)
+			clustertest.Retry(ctx)
 		}
 	}
 	return owners
-}
-
-// retry waits a little before an attempt is repeated, or until ctx ends.
-func retry(ctx context.Context) {
-	t := time.NewTimer(50 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // result is one racer's answer.
@@ -170,7 +91,7 @@ func winner(tb testing.TB, what string, res []result, allowUnavailable bool) int
 // updates, and deletes against updates has exactly one winner, and every
 // server's client reads the winner's entry.
 func TestClusterOneWinner(t *testing.T) {
-	nodes := startCluster(t, 3)
+	nodes := clustertest.StartCluster(t, 3)
 	owners := clusterOwners(t, nodes)
 	ctx := t.Context()
 	for round := range 10 {
@@ -211,7 +132,7 @@ func TestClusterOneWinner(t *testing.T) {
 // left unsure holds at most one racer's owner), and once a new leader is
 // elected the two servers left keep giving one winner per round.
 func TestClusterNodeLoss(t *testing.T) {
-	nodes := startCluster(t, 3)
+	nodes := clustertest.StartCluster(t, 3)
 	owners := clusterOwners(t, nodes)
 	ctx := t.Context()
 
@@ -278,14 +199,14 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 	// Reads retried while the two servers left elect a leader.
 	get := func(k *KVOwners, key string) (ownership.Owner, uint64, error) {
-		rctx, cancel := context.WithTimeout(ctx, testTimeout)
+		rctx, cancel := context.WithTimeout(ctx, clustertest.Timeout)
 		defer cancel()
 		for {
 			o, rev, err := k.Get(rctx, key)
 			if !errors.Is(err, ownership.ErrUnavailable) || rctx.Err() != nil {
 				return o, rev, err
 			}
-			retry(rctx)
+			clustertest.Retry(rctx)
 		}
 	}
 	for key, c := range want {
@@ -344,7 +265,7 @@ func TestClusterNodeLoss(t *testing.T) {
 // forgets the write in process, and refuses the key's next conditional
 // write meanwhile (10164): KVOwners asks again, so no life sees an error.
 func TestClusterBackToBackWrites(t *testing.T) {
-	nodes := startCluster(t, 3)
+	nodes := clustertest.StartCluster(t, 3)
 	owners := clusterOwners(t, nodes)
 	ctx := t.Context()
 	const workers, lives = 12, 15

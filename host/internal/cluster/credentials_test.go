@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/host/store/storetest"
 )
@@ -15,10 +16,10 @@ import (
 // TestCredentialsConformance runs the credential store checks on the
 // cluster's bucket.
 func TestCredentialsConformance(t *testing.T) {
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
 	storetest.RunCredentials(t, func(t *testing.T) store.CredentialStore {
-		c, err := openCredentials(context.Background(), js, newBucket(), 1, zerolog.Nop())
+		c, err := openCredentials(context.Background(), js, clustertest.NewBucket(), 1, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,10 +33,10 @@ func TestCredentialsConformance(t *testing.T) {
 // credential made (or revoked) on one host is accepted (or refused) on
 // every other.
 func TestCredentialsWatch(t *testing.T) {
-	e := startServer(t)
-	_, jsA := connect(t, e.ClientURL())
-	_, jsB := connect(t, e.ClientURL())
-	bucket := newBucket()
+	e := clustertest.StartServer(t)
+	_, jsA := clustertest.Connect(t, e.ClientURL())
+	_, jsB := clustertest.Connect(t, e.ClientURL())
+	bucket := clustertest.NewBucket()
 	ctx := context.Background()
 	a, err := openCredentials(ctx, jsA, bucket, 1, zerolog.Nop())
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 	"github.com/tether-agent/tether/host/internal/ownership"
 )
 
@@ -16,13 +17,13 @@ import (
 // over at once; one whose host stopped beating is taken over once the
 // TTL has passed, by a revision-checked update, and counted.
 func TestHostOwnersTakeover(t *testing.T) {
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	bucket := newBucket()
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
+	bucket := clustertest.NewBucket()
 	const ttl = 600 * time.Millisecond
 	regA := openRegistry(t, js, bucket, "a", ttl)
 	regB := openRegistry(t, js, bucket, "b", ttl)
-	kv := openOwners(t, js, KVConfig{Bucket: newBucket()})
+	kv := openOwners(t, js, KVConfig{Bucket: clustertest.NewBucket()})
 	a := NewHostOwners(kv, regA, zerolog.Nop())
 	ctx := t.Context()
 	mine := ownership.Owner{Host: "a", Instance: "a-1", SessionID: "s-a", Gen: 1}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/host/store/storetest"
 )
@@ -21,7 +22,7 @@ import (
 // openStore opens a JSStore on its own bucket and streams of js.
 func openStore(tb testing.TB, js jetstream.JetStream, prefix string) *JSStore {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
 	s, err := OpenJSStore(ctx, js, StoreConfig{Prefix: prefix, Storage: jetstream.MemoryStorage})
 	if err != nil {
@@ -35,9 +36,9 @@ func openStore(tb testing.TB, js jetstream.JetStream, prefix string) *JSStore {
 // JetStream store, each check on its own bucket and streams of one
 // embedded server.
 func TestJSStoreConformance(t *testing.T) {
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	storetest.Run(t, func(t *testing.T) storetest.Store { return openStore(t, js, newBucket()) })
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
+	storetest.Run(t, func(t *testing.T) storetest.Store { return openStore(t, js, clustertest.NewBucket()) })
 }
 
 // TestJSStoreTwoHosts: two stores on one bucket and streams, each on its
@@ -47,10 +48,10 @@ func TestJSStoreConformance(t *testing.T) {
 // every call's rows.
 func TestJSStoreTwoHosts(t *testing.T) {
 	ctx := context.Background()
-	e := startServer(t)
-	_, jsA := connect(t, e.ClientURL())
-	_, jsB := connect(t, e.ClientURL())
-	prefix := newBucket()
+	e := clustertest.StartServer(t)
+	_, jsA := clustertest.Connect(t, e.ClientURL())
+	_, jsB := clustertest.Connect(t, e.ClientURL())
+	prefix := clustertest.NewBucket()
 	a, b := openStore(t, jsA, prefix), openStore(t, jsB, prefix)
 
 	key := storetest.Key(1)
@@ -145,11 +146,11 @@ func TestJSStoreTwoHosts(t *testing.T) {
 // with store.ErrUnavailable (the table's 5003), and the fault hook hears
 // of the writes.
 func TestJSStoreUnavailable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
-	e := startServer(t)
-	nc, js := connect(t, e.ClientURL())
-	s := openStore(t, js, newBucket())
+	e := clustertest.StartServer(t)
+	nc, js := clustertest.Connect(t, e.ClientURL())
+	s := openStore(t, js, clustertest.NewBucket())
 	if err := s.CreateSession(ctx, store.Session{Key: storetest.Key(1), StartedAt: storetest.T0}); err != nil {
 		t.Fatal(err)
 	}
@@ -175,9 +176,9 @@ func TestJSStoreUnavailable(t *testing.T) {
 // point, and are pruned alone.
 func TestJSStoreInterleavedJournals(t *testing.T) {
 	ctx := context.Background()
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	s := openStore(t, js, newBucket())
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
+	s := openStore(t, js, clustertest.NewBucket())
 	keys := []string{storetest.Key(1), storetest.Key(2), storetest.Key(3)}
 	const n = 300
 	keep := store.Retention{PerSession: 250}
@@ -225,10 +226,10 @@ func TestJSStoreInterleavedJournals(t *testing.T) {
 // gap.
 func TestJSStoreRebuildOnAnotherHost(t *testing.T) {
 	ctx := context.Background()
-	e := startServer(t)
-	_, jsA := connect(t, e.ClientURL())
-	_, jsB := connect(t, e.ClientURL())
-	prefix := newBucket()
+	e := clustertest.StartServer(t)
+	_, jsA := clustertest.Connect(t, e.ClientURL())
+	_, jsB := clustertest.Connect(t, e.ClientURL())
+	prefix := clustertest.NewBucket()
 	a, b := openStore(t, jsA, prefix), openStore(t, jsB, prefix)
 	parent, key := storetest.Key(1), storetest.Key(2)
 	if err := a.CreateSession(ctx, store.Session{Key: parent, StartedAt: storetest.T0}); err != nil {
@@ -302,9 +303,9 @@ func TestJSStoreRebuildOnAnotherHost(t *testing.T) {
 // Commit with the same texts stores them again.
 func TestJSStoreCommitRetried(t *testing.T) {
 	ctx := context.Background()
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	s := openStore(t, js, newBucket())
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
+	s := openStore(t, js, clustertest.NewBucket())
 	key := storetest.Key(1)
 	if err := s.CreateSession(ctx, store.Session{Key: key, StartedAt: storetest.T0}); err != nil {
 		t.Fatal(err)
@@ -353,19 +354,19 @@ func TestJSStoreConformanceCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3-node cluster")
 	}
-	nodes := startCluster(t, 3)
+	nodes := clustertest.StartCluster(t, 3)
 	var js []jetstream.JetStream
 	for _, n := range nodes {
-		_, j := connectNode(t, n)
+		_, j := clustertest.ConnectNode(t, n)
 		js = append(js, j)
 	}
 	var i int
 	storetest.Run(t, func(t *testing.T) storetest.Store {
 		i++
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 		defer cancel()
 		for {
-			s, err := OpenJSStore(ctx, js[i%len(js)], StoreConfig{Prefix: newBucket(), Replicas: 3})
+			s, err := OpenJSStore(ctx, js[i%len(js)], StoreConfig{Prefix: clustertest.NewBucket(), Replicas: 3})
 			if err == nil {
 				t.Cleanup(func() { _ = s.Close() })
 				return s
@@ -374,7 +375,7 @@ func TestJSStoreConformanceCluster(t *testing.T) {
 				t.Fatalf("open store: %v", err)
 			}
 			// The servers may still be learning of each other.
-			retry(ctx)
+			clustertest.Retry(ctx)
 		}
 	})
 }
@@ -383,9 +384,9 @@ func TestJSStoreConformanceCluster(t *testing.T) {
 // is damage; a store opened on existing objects uses them as they are.
 func TestJSStoreQuickCheck(t *testing.T) {
 	ctx := context.Background()
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	prefix := newBucket()
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
+	prefix := clustertest.NewBucket()
 	s := openStore(t, js, prefix)
 	if err := s.QuickCheck(ctx); err != nil {
 		t.Fatalf("QuickCheck: got %v, want nil", err)
@@ -414,10 +415,10 @@ func TestJSStoreQuickCheck(t *testing.T) {
 // newest of its events that fit the bound, its newest always kept.
 func TestJSStoreBytesInterleaved(t *testing.T) {
 	ctx := context.Background()
-	e := startServer(t)
-	_, jsA := connect(t, e.ClientURL())
-	_, jsB := connect(t, e.ClientURL())
-	prefix := newBucket()
+	e := clustertest.StartServer(t)
+	_, jsA := clustertest.Connect(t, e.ClientURL())
+	_, jsB := clustertest.Connect(t, e.ClientURL())
+	prefix := clustertest.NewBucket()
 	hosts := []*JSStore{openStore(t, jsA, prefix), openStore(t, jsB, prefix)}
 	keys := []string{storetest.Key(1), storetest.Key(2), storetest.Key(3)}
 	for _, k := range keys {
@@ -472,9 +473,9 @@ func TestJSStoreBytesInterleaved(t *testing.T) {
 // once the events after them pass the bound.
 func TestJSStoreBytesLegacyJournal(t *testing.T) {
 	ctx := context.Background()
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	s := openStore(t, js, newBucket())
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
+	s := openStore(t, js, clustertest.NewBucket())
 	key := storetest.Key(1)
 	if err := s.CreateSession(ctx, store.Session{Key: key, StartedAt: storetest.T0}); err != nil {
 		t.Fatal(err)
@@ -558,15 +559,15 @@ func TestJSStoreReachable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3-node cluster")
 	}
-	nodes := startCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	nodes := clustertest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
 	kept := 0
 	for nodes[kept].Server().JetStreamIsLeader() {
 		kept++
 	}
-	_, js := connectNode(t, nodes[kept])
-	prefix := newBucket()
+	_, js := clustertest.ConnectNode(t, nodes[kept])
+	prefix := clustertest.NewBucket()
 	var s *JSStore
 	for {
 		var err error
@@ -576,7 +577,7 @@ func TestJSStoreReachable(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("open store: %v", err)
 		}
-		retry(ctx) // the servers may still be learning of each other
+		clustertest.Retry(ctx) // the servers may still be learning of each other
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	if err := s.CreateSession(ctx, store.Session{Key: storetest.Key(1), StartedAt: storetest.T0}); err != nil {
@@ -595,7 +596,7 @@ func TestJSStoreReachable(t *testing.T) {
 			if srv.JetStreamIsStreamLeader("$G", name) {
 				_ = srv.JetStreamStepdownStream("$G", name)
 			}
-			retry(ctx) // polling the election
+			clustertest.Retry(ctx) // polling the election
 		}
 	}
 	for i, e := range nodes {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tether-agent/tether/host/internal/cluster/bus"
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/internal/ownership/ownershiptest"
 )
@@ -21,18 +22,18 @@ import (
 // (MatchesMem): revision 0, stale and foreign revisions, create after
 // delete and concurrent writers included.
 func TestKVConformance(t *testing.T) {
-	srv := startServer(t)
-	_, js := connect(t, srv.ClientURL())
+	srv := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, srv.ClientURL())
 	ownershiptest.Run(t, func(tb testing.TB) ownership.Store {
-		return openOwners(tb, js, KVConfig{Bucket: newBucket()})
+		return openOwners(tb, js, KVConfig{Bucket: clustertest.NewBucket()})
 	})
 }
 
 // TestBucketConfig: the bucket is created with history 1, file storage,
 // the replicas asked for, and no direct gets.
 func TestBucketConfig(t *testing.T) {
-	srv := startServer(t)
-	_, js := connect(t, srv.ClientURL())
+	srv := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, srv.ClientURL())
 	openOwners(t, js, KVConfig{})
 	st, err := js.Stream(t.Context(), "KV_"+Bucket)
 	if err != nil {
@@ -83,7 +84,7 @@ func (s *spy) count(tb testing.TB) int {
 		tb.Fatal(err)
 	}
 	n := 0
-	timeout := time.After(testTimeout)
+	timeout := time.After(clustertest.Timeout)
 	for {
 		select {
 		case m := <-s.msgs:
@@ -104,11 +105,11 @@ func (s *spy) count(tb testing.TB) int {
 // client reconfigured the bucket with the library's KV calls (direct gets
 // on again), and a KVOwners opened after that turns them off again.
 func TestGetNeverDirect(t *testing.T) {
-	srv := startServer(t)
-	spyConn, _ := connect(t, srv.ClientURL())
-	_, js := connect(t, srv.ClientURL())
+	srv := clustertest.StartServer(t)
+	spyConn, _ := clustertest.Connect(t, srv.ClientURL())
+	_, js := clustertest.Connect(t, srv.ClientURL())
 	ctx := t.Context()
-	bucket := newBucket()
+	bucket := clustertest.NewBucket()
 
 	// The control: a bucket made and read with the library's defaults.
 	plain, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket})
@@ -164,9 +165,9 @@ func TestGetNeverDirect(t *testing.T) {
 // key's revisions jump, and the next integer after a key's revision is
 // another key's (so a caller that counts per key is refused).
 func TestRevisionsAreStreamSequences(t *testing.T) {
-	srv := startServer(t)
-	_, js := connect(t, srv.ClientURL())
-	k := openOwners(t, js, KVConfig{Bucket: newBucket()})
+	srv := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, srv.ClientURL())
+	k := openOwners(t, js, KVConfig{Bucket: clustertest.NewBucket()})
 	ctx := t.Context()
 	k1, k2 := ownershiptest.Key(1), ownershiptest.Key(2)
 	o := ownership.Owner{SessionID: "s"}
@@ -210,14 +211,14 @@ func TestRevisionsAreStreamSequences(t *testing.T) {
 // bucket's one message for it), and creators racing over that marker from
 // separate connections get exactly one winner, round after round.
 func TestCreateOverDeleteMarker(t *testing.T) {
-	srv := startServer(t)
-	bucket := newBucket()
-	_, js := connect(t, srv.ClientURL())
+	srv := clustertest.StartServer(t)
+	bucket := clustertest.NewBucket()
+	_, js := clustertest.Connect(t, srv.ClientURL())
 	first := openOwners(t, js, KVConfig{Bucket: bucket})
 	const racers = 6
 	owners := make([]*KVOwners, racers)
 	for i := range owners {
-		_, js := connect(t, srv.ClientURL())
+		_, js := clustertest.Connect(t, srv.ClientURL())
 		owners[i] = openOwners(t, js, KVConfig{Bucket: bucket})
 	}
 	ctx := t.Context()
@@ -278,9 +279,9 @@ func TestCreateOverDeleteMarker(t *testing.T) {
 // TestErrorClasses: every error is one of the store's classes, wrapping
 // the nats error too.
 func TestErrorClasses(t *testing.T) {
-	srv := startServer(t)
-	_, js := connect(t, srv.ClientURL())
-	bucket := newBucket()
+	srv := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, srv.ClientURL())
+	bucket := clustertest.NewBucket()
 	k := openOwners(t, js, KVConfig{Bucket: bucket})
 	ctx := t.Context()
 	key := ownershiptest.Key(1)
@@ -330,8 +331,8 @@ func TestErrorClasses(t *testing.T) {
 	})
 	t.Run("no bucket", func(t *testing.T) {
 		// The bucket's stream is gone: writes find no responders.
-		_, js2 := connect(t, srv.ClientURL())
-		gone := openOwners(t, js2, KVConfig{Bucket: newBucket()})
+		_, js2 := clustertest.Connect(t, srv.ClientURL())
+		gone := openOwners(t, js2, KVConfig{Bucket: clustertest.NewBucket()})
 		if err := js2.DeleteKeyValue(ctx, gone.bucket); err != nil {
 			t.Fatal(err)
 		}
@@ -346,9 +347,9 @@ func TestErrorClasses(t *testing.T) {
 	t.Run("server down", func(t *testing.T) {
 		// A connection that keeps trying to reconnect to a server that is
 		// gone: every call ends at its deadline.
-		srv2 := startServer(t)
-		_, js2 := connect(t, srv2.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
-		down := openOwners(t, js2, KVConfig{Bucket: newBucket()})
+		srv2 := clustertest.StartServer(t)
+		_, js2 := clustertest.Connect(t, srv2.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+		down := openOwners(t, js2, KVConfig{Bucket: clustertest.NewBucket()})
 		r, err := down.Create(ctx, key, o)
 		if err != nil {
 			t.Fatal(err)
@@ -368,7 +369,7 @@ func TestErrorClasses(t *testing.T) {
 		}
 	})
 	t.Run("connection closed", func(t *testing.T) {
-		nc2, js2 := connect(t, srv.ClientURL())
+		nc2, js2 := clustertest.Connect(t, srv.ClientURL())
 		closed := openOwners(t, js2, KVConfig{Bucket: bucket})
 		nc2.Close()
 		_, err := closed.Update(ctx, key, o, rev)
@@ -386,9 +387,9 @@ func TestErrorClasses(t *testing.T) {
 // after every live key otherwise — also with more keys than the watch's
 // channel holds and writes going on meanwhile.
 func TestList(t *testing.T) {
-	srv := startServer(t)
-	_, js := connect(t, srv.ClientURL())
-	k := openOwners(t, js, KVConfig{Bucket: newBucket()})
+	srv := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, srv.ClientURL())
+	k := openOwners(t, js, KVConfig{Bucket: clustertest.NewBucket()})
 	ctx := t.Context()
 	list := func() map[string]Entry {
 		t.Helper()
@@ -505,9 +506,9 @@ func (b *busyKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDel
 // is never a conflict; still busy when the context ends, it is
 // ErrUnavailable.
 func TestBusyIsAskedAgain(t *testing.T) {
-	srv := startServer(t)
-	_, js := connect(t, srv.ClientURL())
-	real := openOwners(t, js, KVConfig{Bucket: newBucket()})
+	srv := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, srv.ClientURL())
+	real := openOwners(t, js, KVConfig{Bucket: clustertest.NewBucket()})
 	ctx := t.Context()
 	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequenceConstant, bus.CodeExpectedLastSeqNotReady} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/tether-agent/tether/host/internal/cluster/embedded"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 )
@@ -24,11 +25,11 @@ type NodeConfig struct {
 	URLs []string
 	// Credentials and TLS are what the host presents to the servers of
 	// URLs (with Embedded, the embedded server's secret is used instead).
-	Credentials Credentials
-	TLS         *TLSFiles
+	Credentials embedded.Credentials
+	TLS         *embedded.TLSFiles
 	// Embedded, when set, runs a NATS server with JetStream in this
 	// process first (--cluster embedded).
-	Embedded *EmbeddedConfig
+	Embedded *embedded.Config
 	// HostID and Instance name this host and its process.
 	HostID, Instance string
 	// TTL: a host whose heartbeat is older is gone (--cluster-ttl).
@@ -60,7 +61,7 @@ type Hooks struct {
 // host registry with its heartbeat, and the relay.
 type Node struct {
 	cfg NodeConfig
-	emb *Embedded
+	emb *embedded.Server
 	// NC is the node's NATS connection.
 	NC *nats.Conn
 	js jetstream.JetStream
@@ -105,7 +106,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		nats.Timeout(5 * time.Second),
 	}
 	if cfg.Embedded != nil {
-		n.emb, err = StartEmbedded(ctx, *cfg.Embedded)
+		n.emb, err = embedded.Start(ctx, *cfg.Embedded)
 		if err != nil {
 			return nil, err
 		}
@@ -124,9 +125,9 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		n.NC, err = nats.Connect(joinURLs(cfg.URLs), append(opts, auth...)...)
 		switch {
 		case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
-			return nil, fmt.Errorf("cluster: connect to %s: the NATS server refused this host's credentials: %w", RedactURLs(cfg.URLs), err)
+			return nil, fmt.Errorf("cluster: connect to %s: the NATS server refused this host's credentials: %w", embedded.RedactURLs(cfg.URLs), err)
 		case err != nil:
-			return nil, fmt.Errorf("cluster: connect to %s: %w", RedactURLs(cfg.URLs), err)
+			return nil, fmt.Errorf("cluster: connect to %s: %w", embedded.RedactURLs(cfg.URLs), err)
 		}
 		if !n.NC.AuthRequired() {
 			cfg.Log.Warn().Str("nats", n.NC.ConnectedUrlRedacted()).Msg("the cluster's NATS server let this host in with no credential: whoever can reach it can read every session and reach every PTY of the cluster")
@@ -138,7 +139,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	wait := &joinWait{log: cfg.Log}
 	if n.emb != nil {
-		if !n.emb.srv.JetStreamIsCurrent() {
+		if !n.emb.Server().JetStreamIsCurrent() {
 			wait.waiting("jetstream", nil)
 		}
 		if err := n.emb.WaitJetStream(ctx); err != nil {

@@ -7,13 +7,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 )
 
 // openRegistry opens a registry for host id on bucket, closed at the
 // end of tb.
 func openRegistry(tb testing.TB, js jetstream.JetStream, bucket, id string, ttl time.Duration) *Registry {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
 	r, err := OpenRegistry(ctx, js, RegistryConfig{Bucket: bucket, Self: HostInfo{ID: id, Instance: id + "-1"}, TTL: ttl, Log: zerolog.Nop()})
 	if err != nil {
@@ -48,15 +50,15 @@ func waitAlive(tb testing.TB, r *Registry, host, inst string, want bool, d time.
 // beating is gone after the TTL, and a host that leaves cleanly is gone
 // at once.
 func TestRegistryHeartbeats(t *testing.T) {
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	bucket := newBucket()
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
+	bucket := clustertest.NewBucket()
 	const ttl = 600 * time.Millisecond
 	a := openRegistry(t, js, bucket, "a", ttl)
 	b := openRegistry(t, js, bucket, "b", ttl)
 	c := openRegistry(t, js, bucket, "c", ttl)
 
-	waitAlive(t, a, "b", "b-1", true, testTimeout)
+	waitAlive(t, a, "b", "b-1", true, clustertest.Timeout)
 	// Three TTLs later b is still alive to a: its beats keep arriving.
 	deadline := time.Now().Add(3 * ttl)
 	for time.Now().Before(deadline) {
@@ -100,7 +102,7 @@ func TestRegistryHeartbeats(t *testing.T) {
 	// b starts again as a new process: its old process stays gone (its
 	// live sessions died with it), the host is alive again (its PTYs are
 	// still its own).
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
 	b2, err := OpenRegistry(ctx, js, RegistryConfig{Bucket: bucket, Self: HostInfo{ID: "b", Instance: "b-2"}, TTL: ttl, Log: zerolog.Nop()})
 	if err != nil {
@@ -126,13 +128,13 @@ func TestRegistryHeartbeats(t *testing.T) {
 // TestRegistryFences: a host whose heartbeat cannot be written (its
 // server gone) is fenced within the TTL, and told again when it can.
 func TestRegistryFences(t *testing.T) {
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
 	fenced := make(chan struct{}, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
 	const ttl = 600 * time.Millisecond
-	r, err := OpenRegistry(ctx, js, RegistryConfig{Bucket: newBucket(), Self: HostInfo{ID: "a", Instance: "a-1"}, TTL: ttl,
+	r, err := OpenRegistry(ctx, js, RegistryConfig{Bucket: clustertest.NewBucket(), Self: HostInfo{ID: "a", Instance: "a-1"}, TTL: ttl,
 		OnFenced: func() { fenced <- struct{}{} }, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +152,7 @@ func TestRegistryFences(t *testing.T) {
 	e.Shutdown()
 	select {
 	case <-fenced:
-	case <-time.After(testTimeout):
+	case <-time.After(clustertest.Timeout):
 		t.Fatal("not fenced with its server gone")
 	}
 	if took := time.Since(start); took > ttl {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 	"github.com/tether-agent/tether/host/internal/link"
 )
 
@@ -119,13 +120,13 @@ type relayHost struct {
 // of t.
 func startRelays(t *testing.T, ttl time.Duration, endpoints map[string]map[string]link.Endpoint, ids ...string) map[string]relayHost {
 	t.Helper()
-	e := startServer(t)
-	_, js := connect(t, e.ClientURL())
-	bucket := newBucket()
+	e := clustertest.StartServer(t)
+	_, js := clustertest.Connect(t, e.ClientURL())
+	bucket := clustertest.NewBucket()
 	hosts := make(map[string]relayHost, len(ids))
 	for _, id := range ids {
 		reg := openRegistry(t, js, bucket, id, ttl)
-		nc, _ := connect(t, e.ClientURL())
+		nc, _ := clustertest.Connect(t, e.ClientURL())
 		r, err := NewRelay(nc, reg, endpoints[id], ttl, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)

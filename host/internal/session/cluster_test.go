@@ -14,6 +14,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/cluster"
+	"github.com/tether-agent/tether/host/internal/cluster/embedded"
 	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 )
@@ -26,11 +27,11 @@ const kvModelChecks = "25"
 
 // startNATS starts an embedded JetStream server for tb, shut down at its
 // end.
-func startNATS(tb testing.TB) *cluster.Embedded {
+func startNATS(tb testing.TB) *embedded.Server {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := cluster.StartEmbedded(ctx, cluster.EmbeddedConfig{StoreDir: tb.TempDir(), Log: zerolog.Nop()})
+	e, err := embedded.Start(ctx, embedded.Config{StoreDir: tb.TempDir(), Log: zerolog.Nop()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func startNATS(tb testing.TB) *cluster.Embedded {
 
 // kvOwners opens the ownership bucket on srv over a connection of its
 // own, as a host does, closed at tb's end.
-func kvOwners(tb testing.TB, srv *cluster.Embedded) *cluster.KVOwners {
+func kvOwners(tb testing.TB, srv *embedded.Server) *cluster.KVOwners {
 	tb.Helper()
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
@@ -100,7 +101,7 @@ type host struct {
 	kv  *cluster.KVOwners
 }
 
-func newHost(tb testing.TB, srv *cluster.Embedded, db, name string) host {
+func newHost(tb testing.TB, srv *embedded.Server, db, name string) host {
 	tb.Helper()
 	st, err := store.Open(context.Background(), db)
 	if err != nil {

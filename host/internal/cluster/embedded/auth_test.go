@@ -1,4 +1,4 @@
-package cluster
+package embedded_test
 
 import (
 	"bytes"
@@ -21,6 +21,8 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
+	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
+	"github.com/tether-agent/tether/host/internal/cluster/embedded"
 	"github.com/tether-agent/tether/testing/certtest"
 )
 
@@ -44,20 +46,20 @@ func (l *logBuffer) String() string {
 
 func (l *logBuffer) logger() zerolog.Logger { return zerolog.New(l) }
 
-// waitFor polls cond until it holds, failing tb after testTimeout.
+// waitFor polls cond until it holds, failing tb after clustertest.Timeout.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(testTimeout)
+	deadline := time.Now().Add(clustertest.Timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("no %s within %v", what, testTimeout)
+			tb.Fatalf("no %s within %v", what, clustertest.Timeout)
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition
 	}
 }
 
 // dial connects as an outsider would, to url alone (not to the servers
-// it tells of) and with no retry: its error is that server's answer.
+// it tells of) and with no clustertest.Retry: its error is that server's answer.
 func dial(url string, opts ...nats.Option) error {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(5 * time.Second), nats.NoReconnect(), nats.IgnoreDiscoveredServers()}, opts...)...)
 	if err == nil {
@@ -67,7 +69,7 @@ func dial(url string, opts ...nats.Option) error {
 }
 
 // startRogue starts a nats-server with JetStream in this test, outside
-// StartEmbedded (which refuses what it does), that routes to route with
+// embedded.Start (which refuses what it does), that routes to route with
 // the route options opts give it. It is shut down at the test's end.
 func startRogue(tb testing.TB, route *url.URL, adjust func(*server.Options)) *server.Server {
 	tb.Helper()
@@ -93,7 +95,7 @@ func startRogue(tb testing.TB, route *url.URL, adjust func(*server.Options)) *se
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	})
-	if !srv.ReadyForConnections(testTimeout) {
+	if !srv.ReadyForConnections(clustertest.Timeout) {
 		tb.Fatal("rogue server not ready")
 	}
 	return srv
@@ -121,7 +123,7 @@ func routedTo(tb testing.TB, srv *server.Server, name string) bool {
 // client's password included; the host's own in-process connection, and
 // a client with the client password, read and write the cluster's KV.
 func TestEmbeddedRefusesStrangers(t *testing.T) {
-	nodes := startCluster(t, 2)
+	nodes := clustertest.StartCluster(t, 2)
 	e := nodes[0]
 	routePort := "nats://" + e.ClusterAddr().String()
 	for _, tt := range []struct {
@@ -131,17 +133,17 @@ func TestEmbeddedRefusesStrangers(t *testing.T) {
 	}{
 		{"client port, no credential", e.ClientURL(), nil},
 		{"client port, a token", e.ClientURL(), []nats.Option{nats.Token("guess")}},
-		{"client port, a wrong password", e.ClientURL(), []nats.Option{nats.UserInfo(clientUser, "guess")}},
-		{"client port, the secret as password", e.ClientURL(), []nats.Option{nats.UserInfo(clientUser, string(testSecret))}},
-		{"client port, the route's password", e.ClientURL(), []nats.Option{nats.UserInfo(routeUser, derive(testSecret, "route"))}},
+		{"client port, a wrong password", e.ClientURL(), []nats.Option{nats.UserInfo(embedded.ClientUser, "guess")}},
+		{"client port, the secret as password", e.ClientURL(), []nats.Option{nats.UserInfo(embedded.ClientUser, string(clustertest.Secret))}},
+		{"client port, the route's password", e.ClientURL(), []nats.Option{nats.UserInfo(embedded.RouteUser, embedded.Derive(clustertest.Secret, "route"))}},
 		{"route port, no credential", routePort, nil},
 		{"route port, a token", routePort, []nats.Option{nats.Token("guess")}},
-		{"route port, the client's password", routePort, []nats.Option{nats.UserInfo(clientUser, e.clientPass)}},
+		{"route port, the client's password", routePort, []nats.Option{nats.UserInfo(embedded.ClientUser, embedded.ClientPass(e))}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := dial(tt.url, tt.opts...)
 			if !errors.Is(err, nats.ErrAuthorization) {
-				t.Fatalf("connect: %v, want %v", err, nats.ErrAuthorization)
+				t.Fatalf("clustertest.Connect: %v, want %v", err, nats.ErrAuthorization)
 			}
 		})
 	}
@@ -151,7 +153,7 @@ func TestEmbeddedRefusesStrangers(t *testing.T) {
 		t.Fatalf("in-process connection with the secret: %v", err)
 	}
 	defer nc.Close()
-	for name, js := range map[string]jetstream.JetStream{"in-process": mustJS(t, nc), "client port": second(connectNode(t, e))} {
+	for name, js := range map[string]jetstream.JetStream{"in-process": mustJS(t, nc), "client port": second(clustertest.ConnectNode(t, e))} {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "tether_sessions"})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -179,8 +181,8 @@ func second[A, B any](_ A, b B) B { return b }
 // buckets, and no log line has the secret or a password derived from it.
 func TestRoutesNeedTheSecret(t *testing.T) {
 	logs := new(logBuffer)
-	nodes := startClusterWith(t, 2, func(i int, cfg *EmbeddedConfig) { cfg.Log = logs.logger() })
-	nc, js := connectNode(t, nodes[0])
+	nodes := clustertest.StartClusterWith(t, 2, func(i int, cfg *embedded.Config) { cfg.Log = logs.logger() })
+	nc, js := clustertest.ConnectNode(t, nodes[0])
 	kv, err := js.CreateOrUpdateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "tether_sessions"})
 	if err != nil {
 		t.Fatal(err)
@@ -198,9 +200,9 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 			return "rogue", srv.ClientURL(), srv
 		},
 		"another secret": func(t *testing.T) (string, string, *server.Server) {
-			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+			ctx, cancel := context.WithTimeout(t.Context(), clustertest.Timeout)
 			defer cancel()
-			e, err := StartEmbedded(ctx, EmbeddedConfig{Name: "other", StoreDir: t.TempDir(), ClusterListen: "127.0.0.1:0",
+			e, err := embedded.Start(ctx, embedded.Config{Name: "other", StoreDir: t.TempDir(), ClusterListen: "127.0.0.1:0",
 				Routes: []string{route.String()}, Secret: otherSecret, Log: zerolog.Nop()})
 			if err != nil {
 				t.Fatal(err)
@@ -222,9 +224,9 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 			// What the stranger's clients see: not the cluster's bucket.
 			opts := []nats.Option{}
 			if sname == "other" {
-				opts = append(opts, nats.UserInfo(clientUser, derive(otherSecret, "client")))
+				opts = append(opts, nats.UserInfo(embedded.ClientUser, embedded.Derive(otherSecret, "client")))
 			}
-			snc, sjs := connect(t, clientURL, opts...)
+			snc, sjs := clustertest.Connect(t, clientURL, opts...)
 			defer snc.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 			defer cancel()
@@ -234,7 +236,7 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 			}
 		})
 	}
-	for _, secret := range []string{string(testSecret), derive(testSecret, "client"), derive(testSecret, "route"), derive(otherSecret, "route")} {
+	for _, secret := range []string{string(clustertest.Secret), embedded.Derive(clustertest.Secret, "client"), embedded.Derive(clustertest.Secret, "route"), embedded.Derive(otherSecret, "route")} {
 		if strings.Contains(logs.String(), secret) {
 			t.Errorf("the log has a secret %q", secret)
 		}
@@ -252,16 +254,16 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 func TestRoutesMutualTLS(t *testing.T) {
 	ca := certtest.NewCA(t, "cluster")
 	logs := new(logBuffer)
-	nodes := startClusterWith(t, 2, func(i int, cfg *EmbeddedConfig) {
+	nodes := clustertest.StartClusterWith(t, 2, func(i int, cfg *embedded.Config) {
 		cert, key := ca.Issue(t, fmt.Sprint("n", i))
-		cfg.TLS = &TLSFiles{CA: ca.File, Cert: cert, Key: key}
+		cfg.TLS = &embedded.TLSFiles{CA: ca.File, Cert: cert, Key: key}
 		cfg.Log = logs.logger()
 	})
 	if !routedTo(t, nodes[0].Server(), "n1") {
 		t.Fatal("n0 is not routed to n1")
 	}
 	routeWithPassword := &url.URL{Scheme: "nats-route", Host: nodes[0].ClusterAddr().String(),
-		User: url.UserPassword(routeUser, derive(testSecret, "route"))}
+		User: url.UserPassword(embedded.RouteUser, embedded.Derive(clustertest.Secret, "route"))}
 	other := certtest.NewCA(t, "other")
 	otherCert, otherKey := other.Issue(t, "rogue")
 	otherPair, err := tls.LoadX509KeyPair(otherCert, otherKey)
@@ -285,20 +287,20 @@ func TestRoutesMutualTLS(t *testing.T) {
 
 	e := nodes[0]
 	tlsURL := strings.Replace(e.ClientURL(), "nats://", "tls://", 1)
-	if err := dial(e.ClientURL(), nats.UserInfo(clientUser, e.clientPass)); err == nil {
+	if err := dial(e.ClientURL(), nats.UserInfo(embedded.ClientUser, embedded.ClientPass(e))); err == nil {
 		t.Error("a client without TLS got in")
 	}
 	if err := dial(tlsURL, nats.RootCAs(ca.File)); !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("a TLS client with no password: %v, want %v", err, nats.ErrAuthorization)
 	}
-	if err := dial(tlsURL, nats.RootCAs(other.File), nats.UserInfo(clientUser, e.clientPass)); err == nil {
+	if err := dial(tlsURL, nats.RootCAs(other.File), nats.UserInfo(embedded.ClientUser, embedded.ClientPass(e))); err == nil {
 		t.Error("a client that trusts another CA got in")
 	}
-	if err := dial(tlsURL, nats.RootCAs(ca.File), nats.UserInfo(clientUser, e.clientPass)); err != nil {
+	if err := dial(tlsURL, nats.RootCAs(ca.File), nats.UserInfo(embedded.ClientUser, embedded.ClientPass(e))); err != nil {
 		t.Errorf("a TLS client with the CA and the password: %v", err)
 	}
 	// The host's own connection is in-process: no TLS, and it works.
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), clustertest.Timeout)
 	defer cancel()
 	nc, err := e.Connect(nats.Timeout(5 * time.Second))
 	if err != nil {
@@ -322,22 +324,22 @@ func TestStartEmbeddedRefusesAnOpenBus(t *testing.T) {
 	cert, key := ca.Issue(t, "n")
 	tests := []struct {
 		name string
-		cfg  EmbeddedConfig
+		cfg  embedded.Config
 		want error
 	}{
-		{"routes without a secret", EmbeddedConfig{ClusterListen: "127.0.0.1:0"}, ErrNoSecret},
-		{"a short secret", EmbeddedConfig{Secret: []byte("short")}, ErrNoSecret},
-		{"every interface", EmbeddedConfig{Listen: "0.0.0.0:0", Secret: testSecret}, ErrNeedTLS},
-		{"an empty host", EmbeddedConfig{Listen: ":0", Secret: testSecret}, ErrNeedTLS},
-		{"routes on every interface", EmbeddedConfig{ClusterListen: "0.0.0.0:0", Secret: testSecret}, ErrNeedTLS},
-		{"a route off loopback", EmbeddedConfig{ClusterListen: "127.0.0.1:0", Routes: []string{"nats-route://192.0.2.1:6222"}, Secret: testSecret}, ErrNeedTLS},
-		{"a route by name", EmbeddedConfig{ClusterListen: "127.0.0.1:0", Routes: []string{"nats.example:6222"}, Secret: testSecret}, ErrNeedTLS},
-		{"TLS without a CA", EmbeddedConfig{Listen: "0.0.0.0:0", Secret: testSecret, TLS: &TLSFiles{Cert: cert, Key: key}}, nil},
+		{"routes without a secret", embedded.Config{ClusterListen: "127.0.0.1:0"}, embedded.ErrNoSecret},
+		{"a short secret", embedded.Config{Secret: []byte("short")}, embedded.ErrNoSecret},
+		{"every interface", embedded.Config{Listen: "0.0.0.0:0", Secret: clustertest.Secret}, embedded.ErrNeedTLS},
+		{"an empty host", embedded.Config{Listen: ":0", Secret: clustertest.Secret}, embedded.ErrNeedTLS},
+		{"routes on every interface", embedded.Config{ClusterListen: "0.0.0.0:0", Secret: clustertest.Secret}, embedded.ErrNeedTLS},
+		{"a route off loopback", embedded.Config{ClusterListen: "127.0.0.1:0", Routes: []string{"nats-route://192.0.2.1:6222"}, Secret: clustertest.Secret}, embedded.ErrNeedTLS},
+		{"a route by name", embedded.Config{ClusterListen: "127.0.0.1:0", Routes: []string{"nats.example:6222"}, Secret: clustertest.Secret}, embedded.ErrNeedTLS},
+		{"TLS without a CA", embedded.Config{Listen: "0.0.0.0:0", Secret: clustertest.Secret, TLS: &embedded.TLSFiles{Cert: cert, Key: key}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.StoreDir = t.TempDir()
-			e, err := StartEmbedded(t.Context(), tt.cfg)
+			e, err := embedded.Start(t.Context(), tt.cfg)
 			if err == nil {
 				e.Shutdown()
 				t.Fatal("started")
@@ -347,7 +349,7 @@ func TestStartEmbeddedRefusesAnOpenBus(t *testing.T) {
 			}
 		})
 	}
-	_, err := StartEmbedded(t.Context(), EmbeddedConfig{StoreDir: t.TempDir(), ClusterListen: "127.0.0.1:0", Secret: testSecret,
+	_, err := embedded.Start(t.Context(), embedded.Config{StoreDir: t.TempDir(), ClusterListen: "127.0.0.1:0", Secret: clustertest.Secret,
 		Routes: []string{"nats-route://u:hunter2hunter2@127.0.0.1:6222"}})
 	if err == nil || !strings.Contains(err.Error(), "credentials in a route URL") || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("a route with credentials: %v, want it refused without them in the error", err)
@@ -357,13 +359,13 @@ func TestStartEmbeddedRefusesAnOpenBus(t *testing.T) {
 // TestDerive: the client and route passwords differ from each other, from
 // the secret, and between secrets.
 func TestDerive(t *testing.T) {
-	a, b := derive(testSecret, "client"), derive(testSecret, "route")
-	c := derive([]byte("another cluster's secret, 32 bytes or more"), "client")
-	if a == b || a == c || a == string(testSecret) || len(a) != 64 {
+	a, b := embedded.Derive(clustertest.Secret, "client"), embedded.Derive(clustertest.Secret, "route")
+	c := embedded.Derive([]byte("another cluster's secret, 32 bytes or more"), "client")
+	if a == b || a == c || a == string(clustertest.Secret) || len(a) != 64 {
 		t.Errorf("client %q, route %q, another secret's client %q", a, b, c)
 	}
-	if derive(testSecret, "client") != a {
-		t.Error("derive is not a function of its arguments")
+	if embedded.Derive(clustertest.Secret, "client") != a {
+		t.Error("embedded.Derive is not a function of its arguments")
 	}
 }
 
@@ -384,39 +386,18 @@ func TestLoopback(t *testing.T) {
 		"nats-route://localhost.example:6222": false,
 		"":                                    false,
 	} {
-		if got := Loopback(addr); got != want {
-			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		if got := embedded.Loopback(addr); got != want {
+			t.Errorf("embedded.Loopback(%q) = %v, want %v", addr, got, want)
 		}
 	}
 }
 
 func TestRedactURLs(t *testing.T) {
-	got := RedactURLs([]string{"nats://a:4222", "nats://u:hunter2@a:4222", "tls://tok3n@b:4222", "u:hunter2@c:4222", "127.0.0.1:4222", "nats://%zz@a"})
+	got := embedded.RedactURLs([]string{"nats://a:4222", "nats://u:hunter2@a:4222", "tls://tok3n@b:4222", "u:hunter2@c:4222", "127.0.0.1:4222", "nats://%zz@a"})
 	want := "nats://a:4222,nats://u:xxxxx@a:4222,tls://xxxxx@b:4222,xxxxx@c:4222,127.0.0.1:4222,(a URL that does not parse)"
 	if got != want {
-		t.Errorf("RedactURLs = %q, want %q", got, want)
+		t.Errorf("embedded.RedactURLs = %q, want %q", got, want)
 	}
-}
-
-// startAuthServer starts a plain nats-server (no JetStream) in this test
-// with the authorization adjust sets, and returns its client URL.
-func startAuthServer(tb testing.TB, adjust func(*server.Options)) string {
-	tb.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true}
-	adjust(opts)
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv.Start()
-	tb.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	if !srv.ReadyForConnections(testTimeout) {
-		tb.Fatal("server not ready")
-	}
-	return srv.ClientURL()
 }
 
 // writeFile writes a file of tb's with mode 0600 and returns its path.
@@ -469,14 +450,14 @@ func TestCredentialsOptions(t *testing.T) {
 	tests := []struct {
 		name        string
 		server      func(*server.Options)
-		good, wrong Credentials
+		good, wrong embedded.Credentials
 	}{
 		{"token", func(o *server.Options) { o.Authorization = "the-token" },
-			Credentials{Token: "the-token"}, Credentials{Token: "a-guess"}},
+			embedded.Credentials{Token: "the-token"}, embedded.Credentials{Token: "a-guess"}},
 		{"user and password", func(o *server.Options) { o.Username, o.Password = "host", "the-password" },
-			Credentials{User: "host", Password: "the-password"}, Credentials{User: "host", Password: "a-guess"}},
+			embedded.Credentials{User: "host", Password: "the-password"}, embedded.Credentials{User: "host", Password: "a-guess"}},
 		{"nkey", func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: userPub}} },
-			Credentials{NkeyFile: writeFile(t, "user.nk", userSeed)}, Credentials{NkeyFile: writeFile(t, "stranger.nk", strangerSeed)}},
+			embedded.Credentials{NkeyFile: writeFile(t, "user.nk", userSeed)}, embedded.Credentials{NkeyFile: writeFile(t, "stranger.nk", strangerSeed)}},
 		{"creds", func(o *server.Options) {
 			o.TrustedOperators = []*jwt.OperatorClaims{opClaims}
 			r := &server.MemAccResolver{}
@@ -484,11 +465,11 @@ func TestCredentialsOptions(t *testing.T) {
 				t.Fatal(err)
 			}
 			o.AccountResolver = r
-		}, Credentials{CredsFile: writeFile(t, "user.creds", creds(account))}, Credentials{CredsFile: writeFile(t, "stranger.creds", creds(otherAccount))}},
+		}, embedded.Credentials{CredsFile: writeFile(t, "user.creds", creds(account))}, embedded.Credentials{CredsFile: writeFile(t, "stranger.creds", creds(otherAccount))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			url := startAuthServer(t, tt.server)
+			url := clustertest.StartPlain(t, tt.server)
 			opts, err := tt.good.Options(nil)
 			if err != nil {
 				t.Fatal(err)
@@ -509,7 +490,7 @@ func TestCredentialsOptions(t *testing.T) {
 		})
 	}
 
-	for _, bad := range []Credentials{{Token: "a", User: "u", Password: "p"}, {User: "u"}, {NkeyFile: writeFile(t, "not-a-seed", []byte("hello"))}} {
+	for _, bad := range []embedded.Credentials{{Token: "a", User: "u", Password: "p"}, {User: "u"}, {NkeyFile: writeFile(t, "not-a-seed", []byte("hello"))}} {
 		if _, err := bad.Options(nil); err == nil {
 			t.Errorf("Options(%+v): no error", bad)
 		}
@@ -521,29 +502,29 @@ func TestCredentialsOptions(t *testing.T) {
 		clientCert, clientKey := ca.Issue(t, "host")
 		other := certtest.NewCA(t, "other")
 		for _, verify := range []bool{false, true} {
-			url := startAuthServer(t, func(o *server.Options) {
+			url := clustertest.StartPlain(t, func(o *server.Options) {
 				tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cert, KeyFile: key, CaFile: ca.File, Verify: verify})
 				if err != nil {
 					t.Fatal(err)
 				}
 				o.TLSConfig, o.Authorization = tc, "the-token"
 			})
-			tok := Credentials{Token: "the-token"}
-			try := func(files *TLSFiles) error {
+			tok := embedded.Credentials{Token: "the-token"}
+			try := func(files *embedded.TLSFiles) error {
 				opts, err := tok.Options(files)
 				if err != nil {
 					return err
 				}
 				return dial(url, opts...)
 			}
-			withCert := &TLSFiles{CA: ca.File, Cert: clientCert, Key: clientKey}
+			withCert := &embedded.TLSFiles{CA: ca.File, Cert: clientCert, Key: clientKey}
 			if err := try(withCert); err != nil {
 				t.Errorf("verify %v: the CA and a client certificate: %v", verify, err)
 			}
-			if err := try(&TLSFiles{CA: ca.File}); (err == nil) == verify {
+			if err := try(&embedded.TLSFiles{CA: ca.File}); (err == nil) == verify {
 				t.Errorf("verify %v: no client certificate: %v", verify, err)
 			}
-			if err := try(&TLSFiles{CA: other.File, Cert: clientCert, Key: clientKey}); err == nil {
+			if err := try(&embedded.TLSFiles{CA: other.File, Cert: clientCert, Key: clientKey}); err == nil {
 				t.Errorf("verify %v: trusting another CA: connected", verify)
 			}
 			if err := try(nil); err == nil {
@@ -551,39 +532,4 @@ func TestCredentialsOptions(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestStartNodeCredentials: a host of an external cluster joins with the
-// server's token; with a wrong one StartNode fails at once with an error
-// that says the credentials were refused (errors.Is
-// nats.ErrAuthorization) and does not quote them.
-func TestStartNodeCredentials(t *testing.T) {
-	url := startAuthServer(t, func(o *server.Options) {
-		o.Authorization = "the-token"
-		o.JetStream, o.StoreDir = true, t.TempDir()
-	})
-	cfg := NodeConfig{URLs: []string{url}, HostID: "h1", Instance: "i1", TTL: 3 * time.Second, Log: zerolog.Nop()}
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
-
-	cfg.Credentials = Credentials{Token: "a-wrong-token"}
-	start := time.Now()
-	n, err := StartNode(ctx, cfg)
-	if err == nil {
-		n.Close(ctx)
-		t.Fatal("joined with a wrong token")
-	}
-	if !errors.Is(err, nats.ErrAuthorization) || !strings.Contains(err.Error(), "refused this host's credentials") || strings.Contains(err.Error(), "a-wrong-token") {
-		t.Errorf("error %q, want a refusal of the credentials without them", err)
-	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("refused after %v, want at once", took)
-	}
-
-	cfg.Credentials = Credentials{Token: "the-token"}
-	n, err = StartNode(ctx, cfg)
-	if err != nil {
-		t.Fatalf("with the token: %v", err)
-	}
-	n.Close(ctx)
 }

@@ -1,4 +1,4 @@
-package cluster
+package embedded
 
 import (
 	"crypto/hmac"

@@ -1,4 +1,10 @@
-package cluster
+// Package embedded runs the cluster's NATS server with JetStream in the
+// host's process (--cluster embedded), and holds who may use the
+// cluster's bus: the embedded server's passwords derived from the
+// cluster's secret, its TLS, the credentials a host of an external
+// cluster presents, and the server's log turned into the host's with its
+// repeats counted.
+package embedded
 
 import (
 	"context"
@@ -17,7 +23,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Embedded server errors.
+// Server server errors.
 var (
 	// ErrNotReady: the embedded server did not become ready (listening,
 	// and with JetStream current) in time.
@@ -32,8 +38,8 @@ var (
 // addresses; errors.Is(err, syscall.EADDRINUSE) tells a port that another
 // process has. It wraps ErrStartFailed too.
 type ListenError struct {
-	// Routes is false for the client port (EmbeddedConfig.Listen), true
-	// for the route port (EmbeddedConfig.ClusterListen).
+	// Routes is false for the client port (Config.Listen), true
+	// for the route port (Config.ClusterListen).
 	Routes bool
 	// Addr is the address it was given.
 	Addr string
@@ -52,8 +58,8 @@ func (e *ListenError) Error() string {
 // Unwrap gives the listener's error and ErrStartFailed.
 func (e *ListenError) Unwrap() []error { return []error{e.Err, ErrStartFailed} }
 
-// EmbeddedConfig configures an in-process NATS server with JetStream.
-type EmbeddedConfig struct {
+// Config configures an in-process NATS server with JetStream.
+type Config struct {
 	// Name is the server's name, unique in its cluster (JetStream
 	// clustering requires one); "" lets the server pick one.
 	Name string
@@ -88,8 +94,8 @@ type EmbeddedConfig struct {
 	Log zerolog.Logger
 }
 
-// Embedded is a NATS server running in this process.
-type Embedded struct {
+// Server is a NATS server running in this process.
+type Server struct {
 	srv *server.Server
 	// clientPass is the password of client connections, "" when the
 	// server takes any.
@@ -99,11 +105,11 @@ type Embedded struct {
 	stopOnce sync.Once
 }
 
-// StartEmbedded starts a NATS server with JetStream in this process and
+// Start starts a NATS server with JetStream in this process and
 // returns once it accepts client (and route) connections, or when ctx is
 // done (ErrNotReady). It does not wait for a JetStream cluster to form:
 // that needs the other servers (see WaitJetStream).
-func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
+func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("embedded nats server: no store directory")
 	}
@@ -174,7 +180,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	defer start.on.Store(false)
 	srv.SetLoggerV2(natsLogger{log: cfg.Log.With().Str("component", "nats").Logger(), rep: newRepeats(repeatWindow, repeatGap, nil), start: start}, false, false, false)
 	srv.Start()
-	e := &Embedded{srv: srv, clientPass: clientPass, routes: len(opts.Routes)}
+	e := &Server{srv: srv, clientPass: clientPass, routes: len(opts.Routes)}
 	for !srv.ReadyForConnections(50 * time.Millisecond) {
 		select {
 		case f := <-start.ch:
@@ -199,7 +205,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 }
 
 // startFatal takes the fatal errors the server reports while
-// StartEmbedded waits for it (on), for StartEmbedded to return.
+// Start waits for it (on), for Start to return.
 type startFatal struct {
 	on atomic.Bool
 	ch chan fatal
@@ -248,17 +254,23 @@ func routeURL(r string) (*url.URL, error) {
 	return u, nil
 }
 
+// ClientOptions are the options that give a client connection the
+// server's client credentials: none when the server takes any client.
+func (e *Server) ClientOptions() []nats.Option {
+	if e.clientPass == "" {
+		return nil
+	}
+	return []nats.Option{nats.UserInfo(clientUser, e.clientPass)}
+}
+
 // ClientURL is the URL clients connect to (nats://host:port).
-func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+func (e *Server) ClientURL() string { return e.srv.ClientURL() }
 
 // Connect opens a connection to the server in this process (no socket,
 // so no TLS), with the server's client credentials; opts are added after
 // them.
-func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	base := []nats.Option{nats.InProcessServer(e.srv)}
-	if e.clientPass != "" {
-		base = append(base, nats.UserInfo(clientUser, e.clientPass))
-	}
+func (e *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	base := append([]nats.Option{nats.InProcessServer(e.srv)}, e.ClientOptions()...)
 	// The URL only names the server: a tls:// one would ask for TLS.
 	u := "nats://" + strings.TrimPrefix(strings.TrimPrefix(e.ClientURL(), "tls://"), "nats://")
 	return nats.Connect(u, append(base, opts...)...)
@@ -266,7 +278,7 @@ func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 
 // ClusterAddr is the address the server accepts routes on, or nil when
 // it runs alone.
-func (e *Embedded) ClusterAddr() net.Addr {
+func (e *Server) ClusterAddr() net.Addr {
 	if a := e.srv.ClusterAddr(); a != nil {
 		return a
 	}
@@ -275,13 +287,13 @@ func (e *Embedded) ClusterAddr() net.Addr {
 
 // Server is the nats-server itself, for what this type does not cover
 // (tests step stream leaders down through it).
-func (e *Embedded) Server() *server.Server { return e.srv }
+func (e *Server) Server() *server.Server { return e.srv }
 
 // WaitJetStream waits until JetStream is current on this server: at once
 // for a single server, once the cluster's meta group has a leader this
 // server follows for a clustered one. It polls, as the server offers no
 // notification; ctx bounds the wait (ErrNotReady).
-func (e *Embedded) WaitJetStream(ctx context.Context) error {
+func (e *Server) WaitJetStream(ctx context.Context) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for !e.srv.JetStreamIsCurrent() {
@@ -304,7 +316,7 @@ func (e *Embedded) WaitJetStream(ctx context.Context) error {
 //
 // (Lame duck mode would hand the leaderships over first, but it waits on
 // the server's accept loops with no bound a host can give it.)
-func (e *Embedded) Shutdown() {
+func (e *Server) Shutdown() {
 	e.stopOnce.Do(func() {
 		e.srv.Shutdown()
 		e.srv.WaitForShutdown()
@@ -338,7 +350,7 @@ func (l natsLogger) Warnf(format string, v ...any) {
 	l.limited(zerolog.WarnLevel, format, v)
 }
 
-// Fatalf reports a fatal error: to StartEmbedded while the server starts
+// Fatalf reports a fatal error: to Start while the server starts
 // (it returns it; logged here at debug only), else at error level.
 func (l natsLogger) Fatalf(format string, v ...any) {
 	f := fatal{format: format, line: fmt.Sprintf(format, v...)}

@@ -1,4 +1,4 @@
-package cluster
+package embedded
 
 import (
 	"bytes"
@@ -182,35 +182,5 @@ func TestNATSLoggerRouteRetries(t *testing.T) {
 	}
 	if want := perSecond*seconds - 3; debug != want {
 		t.Errorf("%d lines at debug, want the %d repeats", debug, want)
-	}
-}
-
-// TestJoinWait: a host waiting to join says so once at info level, and
-// every later try at debug; one that never waited says nothing.
-func TestJoinWait(t *testing.T) {
-	var buf bytes.Buffer
-	w := &joinWait{log: zerolog.New(&buf).Level(zerolog.DebugLevel)}
-	if w.waited() != 0 || buf.Len() != 0 {
-		t.Fatalf("before any wait: waited %v, log %q; want 0 and nothing", w.waited(), buf.String())
-	}
-	w.waiting("jetstream", nil)
-	for range 20 {
-		w.waiting("ownership bucket", errors.New("context deadline exceeded"))
-	}
-	var levels []string
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var e struct{ Level, Message string }
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatal(err)
-		}
-		if e.Level != "debug" {
-			levels = append(levels, e.Level+" "+e.Message)
-		}
-	}
-	if want := "info waiting for the cluster's other servers (quorum)…"; len(levels) != 1 || levels[0] != want {
-		t.Errorf("lines above debug: %q, want only %q", levels, want)
-	}
-	if w.waited() <= 0 {
-		t.Errorf("waited %v after waiting, want more than 0", w.waited())
 	}
 }
