@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/host/internal/cluster/embedded"
+	"github.com/tether-agent/tether/host/internal/cluster/jsstore"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 )
@@ -68,14 +69,14 @@ type Node struct {
 	// Owners is the table's ownership store.
 	Owners *HostOwners
 	// Store keeps the stored sessions, messages and journal.
-	Store *JSStore
+	Store *jsstore.Store
 	// Registry is the heartbeat and the view of the other hosts.
 	Registry *Registry
 	// PTYs places the cluster's PTYs on hosts.
 	PTYs *PTYPlaces
 	// ClientCredentials are the credentials every host of the cluster
 	// accepts from clients.
-	ClientCredentials *ClientCredentials
+	ClientCredentials *jsstore.ClientCredentials
 	relay             *Relay
 
 	// waited is how long StartNode waited for the other servers.
@@ -171,7 +172,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return err
 		}},
 		{"session store", func(ctx context.Context) (err error) {
-			n.Store, err = OpenJSStore(ctx, n.js, StoreConfig{Replicas: replicas})
+			n.Store, err = jsstore.Open(ctx, n.js, jsstore.Config{Replicas: replicas})
 			return err
 		}},
 		{"hosts registry", func(ctx context.Context) (err error) {
@@ -191,7 +192,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return err
 		}},
 		{"credentials", func(ctx context.Context) (err error) {
-			n.ClientCredentials, err = OpenClientCredentials(ctx, n.js, replicas, cfg.Log)
+			n.ClientCredentials, err = jsstore.OpenClientCredentials(ctx, n.js, replicas, cfg.Log)
 			return err
 		}},
 	}

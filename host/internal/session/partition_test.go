@@ -17,6 +17,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/cluster"
+	"github.com/tether-agent/tether/host/internal/cluster/jsstore"
 )
 
 // cutProxy forwards TCP connections to a NATS server until cut: then it
@@ -108,7 +109,7 @@ func newClusterTable(tb testing.TB, url, id string, ttl time.Duration, fenced ch
 	if err != nil {
 		tb.Fatal(err)
 	}
-	st, err := cluster.OpenJSStore(ctx, js, cluster.StoreConfig{Prefix: "part"})
+	st, err := jsstore.Open(ctx, js, jsstore.Config{Prefix: "part"})
 	if err != nil {
 		tb.Fatal(err)
 	}

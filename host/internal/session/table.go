@@ -228,7 +228,7 @@ func resumeStorageErr(op string, err error, other error) error {
 }
 
 // reachable is a store shared by a cluster's hosts (the cluster's
-// JSStore), which can say whether its servers answer now.
+// jsstore.Store), which can say whether its servers answer now.
 type reachable interface {
 	Reachable(ctx context.Context) error
 }

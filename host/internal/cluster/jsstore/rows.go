@@ -1,4 +1,4 @@
-package cluster
+package jsstore
 
 import (
 	"cmp"
@@ -82,7 +82,7 @@ func (r row) lastActive() time.Time {
 }
 
 // getRow reads key's row and its revision from the stream leader.
-func (s *JSStore) getRow(ctx context.Context, key string) (row, uint64, error) {
+func (s *Store) getRow(ctx context.Context, key string) (row, uint64, error) {
 	if !bus.ValidToken(key) {
 		return row{}, 0, fmt.Errorf("session %s: %w", key, store.ErrNotFound)
 	}
@@ -107,7 +107,7 @@ const maxRowRaces = 100
 // updateRow applies change to key's row by compare-and-swap: read the row
 // and its revision, change it, write it back at that revision; lost to
 // another writer, read again. change returning false writes nothing.
-func (s *JSStore) updateRow(ctx context.Context, key string, change func(r *row) (bool, error)) error {
+func (s *Store) updateRow(ctx context.Context, key string, change func(r *row) (bool, error)) error {
 	for range maxRowRaces {
 		r, rev, err := s.getRow(ctx, key)
 		if err != nil {
@@ -138,7 +138,7 @@ func (s *JSStore) updateRow(ctx context.Context, key string, change func(r *row)
 // CreateSession is store.Store.CreateSession: a KV create of the row, so
 // that of two hosts creating one key exactly one wins (the other gets
 // store.ErrExists).
-func (s *JSStore) CreateSession(ctx context.Context, sess store.Session) error {
+func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 	return s.write(func() error {
 		if sess.Key == "" || !bus.ValidToken(sess.Key) {
 			return fmt.Errorf("create session %q: empty key or not a subject token: %w", sess.Key, store.ErrInvalid)
@@ -175,7 +175,7 @@ func (s *JSStore) CreateSession(ctx context.Context, sess store.Session) error {
 }
 
 // GetSession is store.Store.GetSession.
-func (s *JSStore) GetSession(ctx context.Context, key string) (store.Session, error) {
+func (s *Store) GetSession(ctx context.Context, key string) (store.Session, error) {
 	var sess store.Session
 	err := s.read(func() error {
 		r, _, err := s.getRow(ctx, key)
@@ -195,7 +195,7 @@ func (s *JSStore) GetSession(ctx context.Context, key string) (store.Session, er
 
 // allSessions reads every row, by a watch of the rows that stops at the
 // end of its initial values, with LastActive filled.
-func (s *JSStore) allSessions(ctx context.Context) ([]store.Session, error) {
+func (s *Store) allSessions(ctx context.Context) ([]store.Session, error) {
 	w, err := s.kv.Watch(ctx, "s.*", jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
@@ -235,7 +235,7 @@ func newestFirst(a, b store.Session) int {
 
 // FindByTitle is store.Store.FindByTitle. It reads every row: the bucket
 // has no index by title.
-func (s *JSStore) FindByTitle(ctx context.Context, title string) (store.Session, error) {
+func (s *Store) FindByTitle(ctx context.Context, title string) (store.Session, error) {
 	if title == "" {
 		return store.Session{}, fmt.Errorf("find by title: empty title: %w", store.ErrNotFound)
 	}
@@ -267,7 +267,7 @@ func (s *JSStore) FindByTitle(ctx context.Context, title string) (store.Session,
 
 // List is store.Store.List, LastActive filled. It reads every row and
 // sorts them: the bucket has no index by start time.
-func (s *JSStore) List(ctx context.Context, limit int) ([]store.Session, error) {
+func (s *Store) List(ctx context.Context, limit int) ([]store.Session, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -295,7 +295,7 @@ func (s *JSStore) List(ctx context.Context, limit int) ([]store.Session, error) 
 }
 
 // End is store.Store.End: the first reason recorded wins.
-func (s *JSStore) End(ctx context.Context, key, reason string, at time.Time) error {
+func (s *Store) End(ctx context.Context, key, reason string, at time.Time) error {
 	return s.write(func() error {
 		if reason == "" {
 			return fmt.Errorf("end session %s: empty reason: %w", key, store.ErrInvalid)
@@ -319,27 +319,27 @@ func endRow(r *row, reason string, at time.Time) bool {
 }
 
 // Reopen is store.Store.Reopen.
-func (s *JSStore) Reopen(ctx context.Context, key string) error {
+func (s *Store) Reopen(ctx context.Context, key string) error {
 	return s.setRow(ctx, "reopen session", key, func(r *row) { r.EndReason, r.EndedAt = "", 0 })
 }
 
 // SetCursor is store.Store.SetCursor.
-func (s *JSStore) SetCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
+func (s *Store) SetCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
 	return s.setRow(ctx, "set cursor of", key, func(r *row) { r.Epoch, r.LastSeq = epoch, lastSeq })
 }
 
 // SetAgentState is store.Store.SetAgentState.
-func (s *JSStore) SetAgentState(ctx context.Context, key, state string) error {
+func (s *Store) SetAgentState(ctx context.Context, key, state string) error {
 	return s.setRow(ctx, "set agent state of", key, func(r *row) { r.AgentState = state })
 }
 
 // SetTitle is store.Store.SetTitle.
-func (s *JSStore) SetTitle(ctx context.Context, key, title string) error {
+func (s *Store) SetTitle(ctx context.Context, key, title string) error {
 	return s.setRow(ctx, "set title of", key, func(r *row) { r.Title = title })
 }
 
 // setRow is a write of key's row by set.
-func (s *JSStore) setRow(ctx context.Context, op, key string, set func(r *row)) error {
+func (s *Store) setRow(ctx context.Context, op, key string, set func(r *row)) error {
 	return s.write(func() error {
 		err := s.updateRow(ctx, key, func(r *row) (bool, error) { set(r); return true, nil })
 		if err != nil {
@@ -351,7 +351,7 @@ func (s *JSStore) setRow(ctx context.Context, op, key string, set func(r *row)) 
 
 // StartRun is store.Store.StartRun: a run already recorded under that id
 // is refused (ErrExists), as the SQLite primary key refuses it.
-func (s *JSStore) StartRun(ctx context.Context, key string, r store.Run) error {
+func (s *Store) StartRun(ctx context.Context, key string, r store.Run) error {
 	return s.write(func() error {
 		if err := s.updateRow(ctx, key, func(rw *row) (bool, error) { return true, addRun(rw, r) }); err != nil {
 			return fmt.Errorf("start run %s: %w", r.ID, err)
@@ -373,7 +373,7 @@ func addRun(rw *row, r store.Run) error {
 
 // EndRun is store.Store.EndRun: a run already ended keeps its status; an
 // unknown run or session is no error.
-func (s *JSStore) EndRun(ctx context.Context, key, runID, status string, at time.Time) error {
+func (s *Store) EndRun(ctx context.Context, key, runID, status string, at time.Time) error {
 	return s.write(func() error {
 		err := s.updateRow(ctx, key, func(r *row) (bool, error) { return endRunRow(r, runID, status, at), nil })
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -397,7 +397,7 @@ func endRunRow(r *row, runID, status string, at time.Time) bool {
 
 // Runs is store.Store.Runs: oldest first (by start time, then the seq of
 // the run's first event); none for an unknown session.
-func (s *JSStore) Runs(ctx context.Context, key string) ([]store.Run, error) {
+func (s *Store) Runs(ctx context.Context, key string) ([]store.Run, error) {
 	out := []store.Run{}
 	err := s.read(func() error {
 		r, _, err := s.getRow(ctx, key)
@@ -428,7 +428,7 @@ func (s *JSStore) Runs(ctx context.Context, key string) ([]store.Run, error) {
 // run in the session's row. The two are separate writes: a fault between
 // them leaves the prompt stored without its run (the turn is refused
 // all the same, with store.ErrUnavailable).
-func (s *JSStore) StartTurn(ctx context.Context, key string, prompt agent.Message, r store.Run) error {
+func (s *Store) StartTurn(ctx context.Context, key string, prompt agent.Message, r store.Run) error {
 	return s.write(func() error {
 		rw, _, err := s.getRow(ctx, key)
 		if err != nil {

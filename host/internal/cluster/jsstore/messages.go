@@ -1,4 +1,4 @@
-package cluster
+package jsstore
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // message on the session's subject (so they are stored together or not
 // at all, and stay adjacent), published only if the subject's last
 // message is the one this store read.
-func (s *JSStore) AppendMessages(ctx context.Context, key string, msgs ...agent.Message) error {
+func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...agent.Message) error {
 	return s.write(func() error {
 		if _, _, err := s.getRow(ctx, key); err != nil {
 			return fmt.Errorf("append messages: %w", err)
@@ -41,7 +41,7 @@ type storedRow struct {
 // failed after storing it, and this is the table's journal trying it
 // again with the same queued entries first (and perhaps more behind):
 // the rows it stored are the first of msgs, and are not stored twice.
-func (s *JSStore) appendMessages(ctx context.Context, key string, msgs []agent.Message, batch uint64) error {
+func (s *Store) appendMessages(ctx context.Context, key string, msgs []agent.Message, batch uint64) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -106,7 +106,7 @@ type rowCount struct {
 }
 
 // messageCount reads key's rowCount from its subject's last message.
-func (s *JSStore) messageCount(ctx context.Context, key string) (rowCount, error) {
+func (s *Store) messageCount(ctx context.Context, key string) (rowCount, error) {
 	top, m, err := lastOf(ctx, s.messages, s.msgSubj+key)
 	if err != nil || m == nil {
 		return rowCount{}, err
@@ -122,7 +122,7 @@ func (s *JSStore) messageCount(ctx context.Context, key string) (rowCount, error
 
 // ownMessages returns the first limit own rows of key (all when limit <
 // 0), never nil.
-func (s *JSStore) ownMessages(ctx context.Context, key string, limit int) ([]agent.Message, error) {
+func (s *Store) ownMessages(ctx context.Context, key string, limit int) ([]agent.Message, error) {
 	out := []agent.Message{}
 	c, err := s.messageCount(ctx, key)
 	if err != nil || c.rows == 0 || limit == 0 {
@@ -158,7 +158,7 @@ func (s *JSStore) ownMessages(ctx context.Context, key string, limit int) ([]age
 }
 
 // Messages is store.Store.Messages.
-func (s *JSStore) Messages(ctx context.Context, key string) ([]agent.Message, error) {
+func (s *Store) Messages(ctx context.Context, key string) ([]agent.Message, error) {
 	var out []agent.Message
 	err := s.read(func() error {
 		if _, _, err := s.getRow(ctx, key); err != nil {
@@ -176,7 +176,7 @@ func (s *JSStore) Messages(ctx context.Context, key string) ([]agent.Message, er
 
 // lineage is host/store's: the chain from key up to its root, key first;
 // a missing ancestor or a cycle ends it.
-func (s *JSStore) lineage(ctx context.Context, key string) ([]store.Generation, error) {
+func (s *Store) lineage(ctx context.Context, key string) ([]store.Generation, error) {
 	var chain []store.Generation
 	seen := map[string]bool{}
 	for cur := key; cur != "" && !seen[cur]; {
@@ -202,7 +202,7 @@ func (s *JSStore) lineage(ctx context.Context, key string) ([]store.Generation, 
 }
 
 // DisplayMessages is store.Store.DisplayMessages.
-func (s *JSStore) DisplayMessages(ctx context.Context, key string) ([]agent.Message, error) {
+func (s *Store) DisplayMessages(ctx context.Context, key string) ([]agent.Message, error) {
 	var out []agent.Message
 	err := s.read(func() error {
 		chain, err := s.lineage(ctx, key)
@@ -230,7 +230,7 @@ func (s *JSStore) DisplayMessages(ctx context.Context, key string) ([]agent.Mess
 }
 
 // DisplayCount is store.Store.DisplayCount.
-func (s *JSStore) DisplayCount(ctx context.Context, key string) (int, error) {
+func (s *Store) DisplayCount(ctx context.Context, key string) (int, error) {
 	var n int
 	err := s.read(func() error {
 		chain, err := s.lineage(ctx, key)

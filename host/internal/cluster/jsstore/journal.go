@@ -1,4 +1,4 @@
-package cluster
+package jsstore
 
 import (
 	"cmp"
@@ -29,7 +29,7 @@ import (
 // table's journal tries a failed Commit again with the same entries
 // first: that stores no event twice, nor, for a session that has events
 // in it, the display rows already stored (see appendMessages).
-func (s *JSStore) Commit(ctx context.Context, b store.Batch, keep store.Retention) error {
+func (s *Store) Commit(ctx context.Context, b store.Batch, keep store.Retention) error {
 	if b.Empty() {
 		return nil
 	}
@@ -123,7 +123,7 @@ var errGap = errors.New("event seq leaves a gap in the journal")
 // sequence): of two hosts journaling one session, a seq is journaled
 // once, and in order. A seq beyond the journal's last + 1 is refused
 // (store.ErrInvalid) unless the journal is empty.
-func (s *JSStore) AppendEvents(ctx context.Context, events []store.Event, keep store.Retention) error {
+func (s *Store) AppendEvents(ctx context.Context, events []store.Event, keep store.Retention) error {
 	return s.write(func() error { return s.appendEvents(ctx, events, keep) })
 }
 
@@ -163,7 +163,7 @@ func bytesBefore(m *jetstream.RawStreamMsg) uint64 {
 
 // journalTop is key's last journaled event: from the cache unless
 // reread, else from the stream leader (fresh).
-func (s *JSStore) journalTop(ctx context.Context, key string, reread bool) (top journalTop, fresh bool, err error) {
+func (s *Store) journalTop(ctx context.Context, key string, reread bool) (top journalTop, fresh bool, err error) {
 	if !reread {
 		if t, ok := s.tops.Load(key); ok {
 			return t.(journalTop), false, nil
@@ -182,7 +182,7 @@ func (s *JSStore) journalTop(ctx context.Context, key string, reread bool) (top 
 // event again after another writer appended to it.
 const maxJournalRaces = 100
 
-func (s *JSStore) appendEvents(ctx context.Context, events []store.Event, keep store.Retention) error {
+func (s *Store) appendEvents(ctx context.Context, events []store.Event, keep store.Retention) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -286,7 +286,7 @@ const maxPruneReads = 64
 // (the common case: one commit's worth over), then by halving the
 // stream sequences between the last event known to go and the first
 // known to stay.
-func (s *JSStore) pruneBytes(ctx context.Context, key string, top journalTop, most uint64) error {
+func (s *Store) pruneBytes(ctx context.Context, key string, top journalTop, most uint64) error {
 	if top.end <= most {
 		return nil
 	}
@@ -346,7 +346,7 @@ const fetchWait = 5 * time.Second
 // was given (0 when it wants no more). A fetch asks for no more than
 // that, so it returns as soon as it has them instead of waiting for
 // messages that do not exist.
-func (s *JSStore) readSubject(ctx context.Context, st jetstream.Stream, subj string, from uint64, known int, fn func(m jetstream.Msg) (int, error)) error {
+func (s *Store) readSubject(ctx context.Context, st jetstream.Stream, subj string, from uint64, known int, fn func(m jetstream.Msg) (int, error)) error {
 	if known <= 0 {
 		return nil
 	}
@@ -424,7 +424,7 @@ func seqOf(m jetstream.Msg) (uint64, error) {
 // EventsSince is store.Store.EventsSince: the bounds come from the
 // subject's first and last messages; the events from a consumer of the
 // subject started where seek found the first one wanted.
-func (s *JSStore) EventsSince(ctx context.Context, key string, after uint64, limit int) (events []store.Event, first, last uint64, err error) {
+func (s *Store) EventsSince(ctx context.Context, key string, after uint64, limit int) (events []store.Event, first, last uint64, err error) {
 	if limit <= 0 {
 		limit = 10000
 	}
@@ -490,7 +490,7 @@ const maxSeeks = 8
 // messages are spread evenly, roughly) and reads the subject's first
 // message from the guess on, which narrows one side. A journal alone in
 // the stream is found by the first guess.
-func (s *JSStore) seek(ctx context.Context, subj string, start uint64, lo, hi journalTop) (journalTop, error) {
+func (s *Store) seek(ctx context.Context, subj string, start uint64, lo, hi journalTop) (journalTop, error) {
 	for range maxSeeks {
 		if lo.seq >= start || hi.seq <= lo.seq {
 			break
@@ -520,7 +520,7 @@ func (s *JSStore) seek(ctx context.Context, subj string, start uint64, lo, hi jo
 }
 
 // keyLock is the mutex of key's messages writers in this process.
-func (s *JSStore) keyLock(key string) *sync.Mutex {
+func (s *Store) keyLock(key string) *sync.Mutex {
 	mu, _ := s.keyLocks.LoadOrStore(key, new(sync.Mutex))
 	return mu.(*sync.Mutex)
 }

@@ -1,4 +1,4 @@
-package cluster
+package jsstore
 
 import (
 	"context"
@@ -19,12 +19,12 @@ import (
 	"github.com/tether-agent/tether/host/store/storetest"
 )
 
-// openStore opens a JSStore on its own bucket and streams of js.
-func openStore(tb testing.TB, js jetstream.JetStream, prefix string) *JSStore {
+// openStore opens a Store on its own bucket and streams of js.
+func openStore(tb testing.TB, js jetstream.JetStream, prefix string) *Store {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
-	s, err := OpenJSStore(ctx, js, StoreConfig{Prefix: prefix, Storage: jetstream.MemoryStorage})
+	s, err := Open(ctx, js, Config{Prefix: prefix, Storage: jetstream.MemoryStorage})
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}
@@ -57,7 +57,7 @@ func TestJSStoreTwoHosts(t *testing.T) {
 	key := storetest.Key(1)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
-	for i, s := range []*JSStore{a, b} {
+	for i, s := range []*Store{a, b} {
 		wg.Go(func() {
 			errs[i] = s.CreateSession(ctx, store.Session{Key: key, Title: string(rune('a' + i)), StartedAt: storetest.T0})
 		})
@@ -73,7 +73,7 @@ func TestJSStoreTwoHosts(t *testing.T) {
 	for i := range evs {
 		evs[i] = store.Event{Key: key, Seq: uint64(i + 1), Params: []byte(`{}`)}
 	}
-	for i, s := range []*JSStore{a, b} {
+	for i, s := range []*Store{a, b} {
 		wg.Go(func() {
 			// Both hosts journal the same events, a few at a time.
 			for from := 0; from < n && errs[i] == nil; from += 7 {
@@ -103,7 +103,7 @@ func TestJSStoreTwoHosts(t *testing.T) {
 	}
 
 	errs = make([]error, 2)
-	for i, s := range []*JSStore{a, b} {
+	for i, s := range []*Store{a, b} {
 		wg.Go(func() {
 			for r := 0; r < 10 && errs[i] == nil; r++ {
 				errs[i] = s.AppendMessages(ctx, key, agent.Message{Role: agent.RoleUser, Text: "q"}, agent.Message{Role: agent.RoleAssistant, Text: "a"})
@@ -126,7 +126,7 @@ func TestJSStoreTwoHosts(t *testing.T) {
 
 	// Row updates from both hosts all land (compare-and-swap, read again
 	// on a lost race).
-	for i, s := range []*JSStore{a, b} {
+	for i, s := range []*Store{a, b} {
 		wg.Go(func() {
 			for r := 0; r < 10 && errs[i] == nil; r++ {
 				errs[i] = s.StartRun(ctx, key, store.Run{ID: string(rune('a'+i)) + string(rune('0'+r)), Status: "running"})
@@ -366,7 +366,7 @@ func TestJSStoreConformanceCluster(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 		defer cancel()
 		for {
-			s, err := OpenJSStore(ctx, js[i%len(js)], StoreConfig{Prefix: clustertest.NewBucket(), Replicas: 3})
+			s, err := Open(ctx, js[i%len(js)], Config{Prefix: clustertest.NewBucket(), Replicas: 3})
 			if err == nil {
 				t.Cleanup(func() { _ = s.Close() })
 				return s
@@ -419,7 +419,7 @@ func TestJSStoreBytesInterleaved(t *testing.T) {
 	_, jsA := clustertest.Connect(t, e.ClientURL())
 	_, jsB := clustertest.Connect(t, e.ClientURL())
 	prefix := clustertest.NewBucket()
-	hosts := []*JSStore{openStore(t, jsA, prefix), openStore(t, jsB, prefix)}
+	hosts := []*Store{openStore(t, jsA, prefix), openStore(t, jsB, prefix)}
 	keys := []string{storetest.Key(1), storetest.Key(2), storetest.Key(3)}
 	for _, k := range keys {
 		if err := hosts[0].CreateSession(ctx, store.Session{Key: k, StartedAt: storetest.T0}); err != nil {
@@ -568,10 +568,10 @@ func TestJSStoreReachable(t *testing.T) {
 	}
 	_, js := clustertest.ConnectNode(t, nodes[kept])
 	prefix := clustertest.NewBucket()
-	var s *JSStore
+	var s *Store
 	for {
 		var err error
-		if s, err = OpenJSStore(ctx, js, StoreConfig{Prefix: prefix, Replicas: 3}); err == nil {
+		if s, err = Open(ctx, js, Config{Prefix: prefix, Replicas: 3}); err == nil {
 			break
 		}
 		if ctx.Err() != nil {

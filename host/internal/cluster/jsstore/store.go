@@ -1,4 +1,4 @@
-package cluster
+package jsstore
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/tether-agent/tether/host/store"
 )
 
-// StoreConfig configures the JetStream objects a JSStore keeps its data
+// Config configures the JetStream objects a Store keeps its data
 // in, created when they do not exist yet; existing ones are used as they
 // are.
-type StoreConfig struct {
+type Config struct {
 	// Prefix names them: bucket <Prefix>_store, streams <PREFIX>_EVENTS
 	// and <PREFIX>_MESSAGES on subjects <Prefix>.journal.<key> and
 	// <Prefix>.messages.<key> (default "tether"). Letters, digits, '_'
@@ -51,11 +51,11 @@ const (
 	hdrBefore = "Tether-Bytes-Before"
 )
 
-// JSStore is host/store's *Store on JetStream: the same methods, errors
+// Store is host/store's *Store on JetStream: the same methods, errors
 // and ordering, for any host of a cluster. See the package doc for the
 // layout. Its methods are safe for concurrent use. It does not own the
 // connection: close that after Close.
-type JSStore struct {
+type Store struct {
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
 	events   jetstream.Stream
@@ -91,11 +91,11 @@ type JSStore struct {
 var _ interface {
 	Close() error
 	QuickCheck(context.Context) error
-} = (*JSStore)(nil)
+} = (*Store)(nil)
 
-// OpenJSStore opens (creating them if needed) the bucket and streams of
+// Open opens (creating them if needed) the bucket and streams of
 // cfg on js.
-func OpenJSStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*JSStore, error) {
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "tether"
 	}
@@ -115,7 +115,7 @@ func OpenJSStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("open store: %v: %w", err, store.ErrUnavailable)
 	}
-	s := &JSStore{
+	s := &Store{
 		js:      js,
 		kv:      kv,
 		evName:  upper(cfg.Prefix) + "_EVENTS",
@@ -171,14 +171,14 @@ func upper(s string) string {
 
 // Close makes every later call fail with store.ErrUnavailable. It is
 // idempotent, and does not close the connection.
-func (s *JSStore) Close() error {
+func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
 }
 
 // SetWriteFault is store.Store.SetWriteFault: every write fails with the
 // error f returns (when not nil) before it reaches the server.
-func (s *JSStore) SetWriteFault(f func() error) {
+func (s *Store) SetWriteFault(f func() error) {
 	if f == nil {
 		s.fault.Store(nil)
 		return
@@ -187,7 +187,7 @@ func (s *JSStore) SetWriteFault(f func() error) {
 }
 
 // OnWriteFault is store.Store.OnWriteFault.
-func (s *JSStore) OnWriteFault(f func(error)) {
+func (s *Store) OnWriteFault(f func(error)) {
 	if f == nil {
 		s.onFault.Store(nil)
 		return
@@ -199,7 +199,7 @@ func (s *JSStore) OnWriteFault(f func(error)) {
 // or any error that is not the caller's (not ErrNotFound, ErrExists or
 // ErrInvalid), comes back wrapping store.ErrUnavailable and is reported
 // to the OnWriteFault hook.
-func (s *JSStore) write(f func() error) error {
+func (s *Store) write(f func() error) error {
 	var err error
 	if s.closed.Load() {
 		err = fmt.Errorf("store closed: %w", store.ErrUnavailable)
@@ -222,7 +222,7 @@ func (s *JSStore) write(f func() error) error {
 
 // read runs one read: an error that is not the caller's wraps
 // store.ErrUnavailable.
-func (s *JSStore) read(f func() error) error {
+func (s *Store) read(f func() error) error {
 	if s.closed.Load() {
 		return fmt.Errorf("store closed: %w", store.ErrUnavailable)
 	}
@@ -298,7 +298,7 @@ const probeKey = "probe"
 // leader): a caller about to read and write a session's whole history
 // asks first with a short bound, rather than have each read wait out its
 // timeout.
-func (s *JSStore) Reachable(ctx context.Context) error {
+func (s *Store) Reachable(ctx context.Context) error {
 	return s.read(func() error {
 		probes := []func() error{
 			func() error {
@@ -347,10 +347,10 @@ func callerError(err error) bool {
 }
 
 // QuickCheck is store.Store.QuickCheck for the cluster: the bucket and
-// both streams answer, and are what OpenJSStore made of them (an error
+// both streams answer, and are what Open made of them (an error
 // wrapping store.ErrDamaged when one is gone or reconfigured,
 // store.ErrUnavailable when the servers do not answer).
-func (s *JSStore) QuickCheck(ctx context.Context) error {
+func (s *Store) QuickCheck(ctx context.Context) error {
 	return s.read(func() error {
 		if _, err := s.kv.Status(ctx); err != nil {
 			if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {

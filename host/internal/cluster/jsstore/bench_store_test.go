@@ -1,4 +1,4 @@
-package cluster
+package jsstore
 
 import (
 	"context"
@@ -27,7 +27,7 @@ type journal interface {
 }
 
 // storeJournal is a session's journal in a host/store-shaped store: the
-// SQLite store, or JSStore (one stream, a subject per session).
+// SQLite store, or Store (one stream, a subject per session).
 type storeJournal struct {
 	s interface {
 		AppendEvents(ctx context.Context, events []store.Event, keep store.Retention) error
@@ -140,7 +140,7 @@ const journalEvents = 10000
 // embedded server with file storage: "append" journals one event per
 // call (appends/s), "since" reads a whole journal of 10,000 events
 // (EventsSince(0, 10000)), "since-tail" its last 100; "subjects-shared"
-// is JSStore's layout with another session's 10,000 events interleaved
+// is Store's layout with another session's 10,000 events interleaved
 // in the stream, as a shared stream has them; stream-per-session/create
 // is the cost of that layout's stream per session. sqlite is host/store,
 // for scale.
@@ -169,7 +169,7 @@ func BenchmarkJournalLayouts(b *testing.B) {
 		}},
 		{"subjects", func(b *testing.B) (journal, journal) {
 			n++
-			s, err := OpenJSStore(ctx, js, StoreConfig{Prefix: fmt.Sprint("bench", n)})
+			s, err := Open(ctx, js, Config{Prefix: fmt.Sprint("bench", n)})
 			if err != nil {
 				b.Fatal(err)
 			}
