@@ -1,14 +1,10 @@
 package cluster
 
 import (
-	"context"
 	"flag"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
-
-	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
 )
 
 // modelChecks is how many random runs the model test makes unless
@@ -27,16 +23,4 @@ func TestMain(m *testing.M) {
 	// Every server a test starts is shut down and waited for, every
 	// connection closed: nothing is left running.
 	goleak.VerifyTestMain(m)
-}
-
-// openOwners opens a KVOwners on bucket for tb.
-func openOwners(tb testing.TB, js jetstream.JetStream, cfg KVConfig) *KVOwners {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
-	defer cancel()
-	k, err := NewKVOwners(ctx, js, cfg)
-	if err != nil {
-		tb.Fatalf("open owners: %v", err)
-	}
-	return k
 }

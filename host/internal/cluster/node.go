@@ -15,6 +15,8 @@ import (
 
 	"github.com/tether-agent/tether/host/internal/cluster/embedded"
 	"github.com/tether-agent/tether/host/internal/cluster/jsstore"
+	"github.com/tether-agent/tether/host/internal/cluster/owners"
+	"github.com/tether-agent/tether/host/internal/cluster/relay"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 )
@@ -50,7 +52,7 @@ type NodeConfig struct {
 type Hooks struct {
 	// Stats gives the live session and PTY counts for the heartbeat.
 	Stats func() (sessions, ptys int)
-	// OnFenced and OnRestored: see RegistryConfig.
+	// OnFenced and OnRestored: see owners.RegistryConfig.
 	OnFenced, OnRestored func()
 	// Active answers another host asking for this host's live sessions
 	// (JSON).
@@ -67,17 +69,17 @@ type Node struct {
 	NC *nats.Conn
 	js jetstream.JetStream
 	// Owners is the table's ownership store.
-	Owners *HostOwners
+	Owners *owners.Takeover
 	// Store keeps the stored sessions, messages and journal.
 	Store *jsstore.Store
 	// Registry is the heartbeat and the view of the other hosts.
-	Registry *Registry
+	Registry *owners.Registry
 	// PTYs places the cluster's PTYs on hosts.
-	PTYs *PTYPlaces
+	PTYs *owners.PTYPlaces
 	// ClientCredentials are the credentials every host of the cluster
 	// accepts from clients.
 	ClientCredentials *jsstore.ClientCredentials
-	relay             *Relay
+	relay             *relay.Relay
 
 	// waited is how long StartNode waited for the other servers.
 	waited time.Duration
@@ -162,13 +164,13 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	// while, and a request racing another host's creation of the same
 	// stream may go unanswered: each step is tried again, each try
 	// bounded, until ctx ends.
-	var kv *KVOwners
+	var kv *owners.KV
 	steps := []struct {
 		what string
 		do   func(context.Context) error
 	}{
 		{"ownership bucket", func(ctx context.Context) (err error) {
-			kv, err = NewKVOwners(ctx, n.js, KVConfig{Replicas: replicas})
+			kv, err = owners.NewKV(ctx, n.js, owners.KVConfig{Replicas: replicas})
 			return err
 		}},
 		{"session store", func(ctx context.Context) (err error) {
@@ -176,8 +178,8 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return err
 		}},
 		{"hosts registry", func(ctx context.Context) (err error) {
-			n.Registry, err = OpenRegistry(ctx, n.js, RegistryConfig{
-				Self:       HostInfo{ID: cfg.HostID, Instance: cfg.Instance, Listen: cfg.Listen, Started: time.Now()},
+			n.Registry, err = owners.OpenRegistry(ctx, n.js, owners.RegistryConfig{
+				Self:       owners.HostInfo{ID: cfg.HostID, Instance: cfg.Instance, Listen: cfg.Listen, Started: time.Now()},
 				TTL:        cfg.TTL,
 				Replicas:   replicas,
 				Stats:      n.stats,
@@ -188,7 +190,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return err
 		}},
 		{"pty places", func(ctx context.Context) (err error) {
-			n.PTYs, err = OpenPTYPlaces(ctx, n.js, n.Registry, replicas)
+			n.PTYs, err = owners.OpenPTYPlaces(ctx, n.js, n.Registry, replicas)
 			return err
 		}},
 		{"credentials", func(ctx context.Context) (err error) {
@@ -201,7 +203,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
-	n.Owners = NewHostOwners(kv, n.Registry, cfg.Log)
+	n.Owners = owners.NewTakeover(kv, n.Registry, cfg.Log)
 	n.waited = wait.waited()
 	return n, nil
 }
@@ -292,7 +294,7 @@ func (n *Node) SetHooks(h Hooks) { n.hooks.Store(&h) }
 // Serve starts serving the other hosts: legs relayed to this host reach
 // endpoints, and asks for this host's live sessions are answered.
 func (n *Node) Serve(endpoints map[string]link.Endpoint) error {
-	r, err := NewRelay(n.NC, n.Registry, endpoints, n.cfg.TTL, n.cfg.Log)
+	r, err := relay.New(n.NC, n.Registry, endpoints, n.cfg.TTL, n.cfg.Log)
 	if err != nil {
 		return err
 	}
@@ -329,7 +331,7 @@ func (n *Node) Stats() metrics.ClusterStats {
 }
 
 // Relay is the node's relay (nil before Serve).
-func (n *Node) Relay() *Relay { return n.relay }
+func (n *Node) Relay() *relay.Relay { return n.relay }
 
 // SetListen records the public listener's address for the registry.
 func (n *Node) SetListen(addr string) { n.Registry.SetListen(addr) }
@@ -359,7 +361,7 @@ func (n *Node) Active(ctx context.Context) [][]byte {
 	return out
 }
 
-// Hosts lists the cluster's hosts (see Registry.Hosts), as JSON-ready
+// Hosts lists the cluster's hosts (see owners.Registry.Hosts), as JSON-ready
 // rows.
 func (n *Node) Hosts() []HostRow {
 	var rows []HostRow

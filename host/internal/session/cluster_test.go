@@ -13,8 +13,8 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
-	"github.com/tether-agent/tether/host/internal/cluster"
 	"github.com/tether-agent/tether/host/internal/cluster/embedded"
+	"github.com/tether-agent/tether/host/internal/cluster/owners"
 	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 )
@@ -44,7 +44,7 @@ func startNATS(tb testing.TB) *embedded.Server {
 
 // kvOwners opens the ownership bucket on srv over a connection of its
 // own, as a host does, closed at tb's end.
-func kvOwners(tb testing.TB, srv *embedded.Server) *cluster.KVOwners {
+func kvOwners(tb testing.TB, srv *embedded.Server) *owners.KV {
 	tb.Helper()
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
@@ -55,7 +55,7 @@ func kvOwners(tb testing.TB, srv *embedded.Server) *cluster.KVOwners {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	k, err := cluster.NewKVOwners(context.Background(), js, cluster.KVConfig{})
+	k, err := owners.NewKV(context.Background(), js, owners.KVConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestTableCASMatchesModelKV(t *testing.T) {
 // its own connection to the bucket, over the shared database file.
 type host struct {
 	tbl *Table
-	kv  *cluster.KVOwners
+	kv  *owners.KV
 }
 
 func newHost(tb testing.TB, srv *embedded.Server, db, name string) host {

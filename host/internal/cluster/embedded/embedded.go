@@ -4,6 +4,19 @@
 // cluster's secret, its TLS, the credentials a host of an external
 // cluster presents, and the server's log turned into the host's with its
 // repeats counted.
+//
+// # Who may use the bus
+//
+// Whoever can use the cluster's NATS is a host, so no one else can
+// connect (auth.go). An embedded server with routes needs the cluster's
+// shared secret (Config.Secret): clients and routes present
+// passwords derived from it with HMAC-SHA256 (one for clients, one for
+// routes), and the host's own connection is in-process (Server.Connect).
+// An address off loopback needs TLS (Config.TLS: TLS on the
+// client port, mutual TLS on routes). A host of an external cluster
+// presents Credentials over TLSFiles (cluster.NodeConfig). nats-server and
+// nats.go do all the checking (TestEmbeddedRefusesStrangers,
+// TestRoutesNeedTheSecret, TestRoutesMutualTLS, TestCredentialsOptions).
 package embedded
 
 import (

@@ -1,4 +1,4 @@
-package cluster
+package relay
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/cluster/clustertest"
+	"github.com/tether-agent/tether/host/internal/cluster/owners"
 	"github.com/tether-agent/tether/host/internal/link"
 )
 
@@ -111,7 +112,7 @@ func (c *commands) wait(tb testing.TB, n int) []contract.Command {
 
 // relayHost is one host of a relay test: its registry and its relay.
 type relayHost struct {
-	reg   *Registry
+	reg   *owners.Registry
 	relay *Relay
 }
 
@@ -125,9 +126,15 @@ func startRelays(t *testing.T, ttl time.Duration, endpoints map[string]map[strin
 	bucket := clustertest.NewBucket()
 	hosts := make(map[string]relayHost, len(ids))
 	for _, id := range ids {
-		reg := openRegistry(t, js, bucket, id, ttl)
+		ctx, cancel := context.WithTimeout(t.Context(), clustertest.Timeout)
+		reg, err := owners.OpenRegistry(ctx, js, owners.RegistryConfig{Bucket: bucket, Self: owners.HostInfo{ID: id, Instance: id + "-1"}, TTL: ttl, Log: zerolog.Nop()})
+		cancel()
+		if err != nil {
+			t.Fatalf("open registry %s: %v", id, err)
+		}
+		t.Cleanup(func() { _ = reg.Close(context.Background()) })
 		nc, _ := clustertest.Connect(t, e.ClientURL())
-		r, err := NewRelay(nc, reg, endpoints[id], ttl, zerolog.Nop())
+		r, err := New(nc, reg, endpoints[id], ttl, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,8 +294,7 @@ func TestRelaySweep(t *testing.T) {
 
 	// b stops beating (killed): a's leg to it is ended.
 	start := time.Now()
-	close(regB.stop)
-	regB.wg.Wait()
+	regB.Halt()
 	got := toB.wait(t, 1)
 	if got[0].Kind != contract.CommandClose || got[0].Code != 1001 || got[0].Reason != "owner host gone; resume" {
 		t.Fatalf("leg to the gone host got %v, want close 1001 \"owner host gone; resume\"", got[0])
@@ -298,8 +304,7 @@ func TestRelaySweep(t *testing.T) {
 	}
 
 	// a stops beating: c closes the connection a's leg made there.
-	close(regA.stop)
-	regA.wg.Wait()
+	regA.Halt()
 	deadline := time.Now().Add(10 * ttl)
 	for epC.closedCount() != 1 {
 		if time.Now().After(deadline) {

@@ -1,4 +1,4 @@
-package cluster
+package owners
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/ownership/ownershiptest"
 )
 
-// TestKVConformance holds KVOwners to the contract of every ownership
+// TestKVConformance holds KV to the contract of every ownership
 // store, and compares it with the in-memory store operation by operation
 // (MatchesMem): revision 0, stale and foreign revisions, create after
 // delete and concurrent writers included.
@@ -101,9 +101,9 @@ func (s *spy) count(tb testing.TB) int {
 // TestGetNeverDirect: a Get is a message get answered by the stream
 // leader, never a direct get (which any replica, or a mirror, may answer
 // with a stale value). A spy on the direct-get subjects sees the library's
-// default handle use them, and never a KVOwners — not even after another
+// default handle use them, and never a KV — not even after another
 // client reconfigured the bucket with the library's KV calls (direct gets
-// on again), and a KVOwners opened after that turns them off again.
+// on again), and a KV opened after that turns them off again.
 func TestGetNeverDirect(t *testing.T) {
 	srv := clustertest.StartServer(t)
 	spyConn, _ := clustertest.Connect(t, srv.ClientURL())
@@ -134,7 +134,7 @@ func TestGetNeverDirect(t *testing.T) {
 		}
 	}
 	if n := spied.count(t); n != 0 {
-		t.Fatalf("KVOwners.Get sent %d direct gets, want 0", n)
+		t.Fatalf("KV.Get sent %d direct gets, want 0", n)
 	}
 
 	// Another client configures the bucket with the library's KV calls,
@@ -156,7 +156,7 @@ func TestGetNeverDirect(t *testing.T) {
 		t.Fatalf("after the bucket was reconfigured: %d direct gets, want 0", n)
 	}
 	if st, _ := js.Stream(ctx, "KV_"+bucket); st.CachedInfo().Config.AllowDirect {
-		t.Fatal("a KVOwners opened on the reconfigured bucket left direct gets on")
+		t.Fatal("a KV opened on the reconfigured bucket left direct gets on")
 	}
 }
 
@@ -216,7 +216,7 @@ func TestCreateOverDeleteMarker(t *testing.T) {
 	_, js := clustertest.Connect(t, srv.ClientURL())
 	first := openOwners(t, js, KVConfig{Bucket: bucket})
 	const racers = 6
-	owners := make([]*KVOwners, racers)
+	owners := make([]*KV, racers)
 	for i := range owners {
 		_, js := clustertest.Connect(t, srv.ClientURL())
 		owners[i] = openOwners(t, js, KVConfig{Bucket: bucket})
@@ -513,7 +513,7 @@ func TestBusyIsAskedAgain(t *testing.T) {
 	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequenceConstant, bus.CodeExpectedLastSeqNotReady} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			fake := &busyKV{KeyValue: real.kv, code: code}
-			k := &KVOwners{kv: fake, bucket: real.bucket}
+			k := &KV{kv: fake, bucket: real.bucket}
 			key := ownershiptest.Key(int(code))
 			o := ownership.Owner{SessionID: "s"}
 

@@ -1,4 +1,4 @@
-package cluster
+package owners
 
 import (
 	"context"
@@ -13,19 +13,19 @@ import (
 	"github.com/tether-agent/tether/host/internal/ownership"
 )
 
-// clusterOwners opens one KVOwners per node, each on a connection to that
+// clusterOwners opens one KV per node, each on a connection to that
 // node, on one bucket of 3 replicas. Creating a replicated bucket can
 // fail while the servers are still learning of each other: it is tried
 // again until clustertest.Timeout.
-func clusterOwners(tb testing.TB, nodes []*embedded.Server) []*KVOwners {
+func clusterOwners(tb testing.TB, nodes []*embedded.Server) []*KV {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
-	owners := make([]*KVOwners, len(nodes))
+	owners := make([]*KV, len(nodes))
 	for i, e := range nodes {
 		_, js := clustertest.ConnectNode(tb, e)
 		for {
-			k, err := NewKVOwners(ctx, js, KVConfig{Replicas: len(nodes)})
+			k, err := NewKV(ctx, js, KVConfig{Replicas: len(nodes)})
 			if err == nil {
 				owners[i] = k
 				break
@@ -46,9 +46,9 @@ type result struct {
 	err error
 }
 
-// raceAll runs op for every racer at once (racers per KVOwners) and
+// raceAll runs op for every racer at once (racers per KV) and
 // returns the results in racer order.
-func raceAll(owners []*KVOwners, perOwner int, op func(k *KVOwners, o ownership.Owner) (uint64, error), tag string) []result {
+func raceAll(owners []*KV, perOwner int, op func(k *KV, o ownership.Owner) (uint64, error), tag string) []result {
 	res := make([]result, len(owners)*perOwner)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -96,13 +96,13 @@ func TestClusterOneWinner(t *testing.T) {
 	ctx := t.Context()
 	for round := range 10 {
 		key := fmt.Sprintf("20250101_000000_%06x", round)
-		res := raceAll(owners, 2, func(k *KVOwners, o ownership.Owner) (uint64, error) { return k.Create(ctx, key, o) }, fmt.Sprint("c", round))
+		res := raceAll(owners, 2, func(k *KV, o ownership.Owner) (uint64, error) { return k.Create(ctx, key, o) }, fmt.Sprint("c", round))
 		w := winner(t, fmt.Sprintf("round %d: create", round), res, false)
 		if w < 0 {
 			t.Fatalf("round %d: no create won", round)
 		}
 		rev := res[w].rev
-		res = raceAll(owners, 2, func(k *KVOwners, o ownership.Owner) (uint64, error) { return k.Update(ctx, key, o, rev) }, fmt.Sprint("u", round))
+		res = raceAll(owners, 2, func(k *KV, o ownership.Owner) (uint64, error) { return k.Update(ctx, key, o, rev) }, fmt.Sprint("u", round))
 		w = winner(t, fmt.Sprintf("round %d: update", round), res, false)
 		if w < 0 {
 			t.Fatalf("round %d: no update won", round)
@@ -114,7 +114,7 @@ func TestClusterOneWinner(t *testing.T) {
 			}
 		}
 		rev = res[w].rev
-		res = raceAll(owners, 2, func(k *KVOwners, o ownership.Owner) (uint64, error) {
+		res = raceAll(owners, 2, func(k *KV, o ownership.Owner) (uint64, error) {
 			if o.SessionID[len(o.SessionID)-1]%2 == 0 {
 				return 0, k.Delete(ctx, key, rev)
 			}
@@ -183,7 +183,7 @@ func TestClusterNodeLoss(t *testing.T) {
 			close(kill)
 		}
 		key := fmt.Sprintf("20250103_000000_%06x", round)
-		raced[round] = raceAll(owners, 2, func(k *KVOwners, o ownership.Owner) (uint64, error) {
+		raced[round] = raceAll(owners, 2, func(k *KV, o ownership.Owner) (uint64, error) {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			return k.Create(cctx, key, o)
@@ -191,14 +191,14 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 	<-killed
 
-	var alive []*KVOwners
+	var alive []*KV
 	for i, k := range owners {
 		if i != leader {
 			alive = append(alive, k)
 		}
 	}
 	// Reads retried while the two servers left elect a leader.
-	get := func(k *KVOwners, key string) (ownership.Owner, uint64, error) {
+	get := func(k *KV, key string) (ownership.Owner, uint64, error) {
 		rctx, cancel := context.WithTimeout(ctx, clustertest.Timeout)
 		defer cancel()
 		for {
@@ -252,7 +252,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	// The two servers left still decide every race.
 	for round := range 5 {
 		key := fmt.Sprintf("20250104_000000_%06x", round)
-		res := raceAll(alive, 3, func(k *KVOwners, o ownership.Owner) (uint64, error) { return k.Create(ctx, key, o) }, fmt.Sprint("a", round))
+		res := raceAll(alive, 3, func(k *KV, o ownership.Owner) (uint64, error) { return k.Create(ctx, key, o) }, fmt.Sprint("a", round))
 		if w := winner(t, fmt.Sprintf("after the loss, round %d", round), res, false); w < 0 {
 			t.Fatalf("after the loss, round %d: no create won", round)
 		}
@@ -263,7 +263,7 @@ func TestClusterNodeLoss(t *testing.T) {
 // of 3 replicas, each write at the revision the previous one returned the
 // moment it returned. The stream leader acknowledges a write before it
 // forgets the write in process, and refuses the key's next conditional
-// write meanwhile (10164): KVOwners asks again, so no life sees an error.
+// write meanwhile (10164): KV asks again, so no life sees an error.
 func TestClusterBackToBackWrites(t *testing.T) {
 	nodes := clustertest.StartCluster(t, 3)
 	owners := clusterOwners(t, nodes)

@@ -1,4 +1,4 @@
-package cluster
+package owners
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func TestHostOwnersTakeover(t *testing.T) {
 	regA := openRegistry(t, js, bucket, "a", ttl)
 	regB := openRegistry(t, js, bucket, "b", ttl)
 	kv := openOwners(t, js, KVConfig{Bucket: clustertest.NewBucket()})
-	a := NewHostOwners(kv, regA, zerolog.Nop())
+	a := NewTakeover(kv, regA, zerolog.Nop())
 	ctx := t.Context()
 	mine := ownership.Owner{Host: "a", Instance: "a-1", SessionID: "s-a", Gen: 1}
 

@@ -1,4 +1,4 @@
-package cluster
+package owners
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/tether-agent/tether/host/internal/ownership"
 )
 
-// HostOwners is the ownership store one host of a cluster gives its
-// session table: KVOwners, with the takeover of keys whose owner left.
+// Takeover is the ownership store one host of a cluster gives its
+// session table: KV, with the takeover of keys whose owner left.
 //
 // A Create that finds the key owned asks the registry whether the owner's
 // process is still in the cluster. If it is, the key stays its owner's:
@@ -24,8 +24,8 @@ import (
 // wins and the others find the winner alive. An entry of this very
 // process is taken over too: the table calls Create only for a key it
 // has no live session of.
-type HostOwners struct {
-	kv  *KVOwners
+type Takeover struct {
+	kv  *KV
 	reg *Registry
 	log zerolog.Logger
 
@@ -33,11 +33,11 @@ type HostOwners struct {
 	Takeovers atomic.Uint64
 }
 
-var _ ownership.Store = (*HostOwners)(nil)
+var _ ownership.Store = (*Takeover)(nil)
 
-// NewHostOwners returns the ownership store of the host reg belongs to.
-func NewHostOwners(kv *KVOwners, reg *Registry, log zerolog.Logger) *HostOwners {
-	return &HostOwners{kv: kv, reg: reg, log: log}
+// NewTakeover returns the ownership store of the host reg belongs to.
+func NewTakeover(kv *KV, reg *Registry, log zerolog.Logger) *Takeover {
+	return &Takeover{kv: kv, reg: reg, log: log}
 }
 
 // maxTakeoverTries bounds how often Create reads and tries again when
@@ -45,7 +45,7 @@ func NewHostOwners(kv *KVOwners, reg *Registry, log zerolog.Logger) *HostOwners 
 const maxTakeoverTries = 4
 
 // Create implements ownership.Store, taking over a key whose owner left.
-func (h *HostOwners) Create(ctx context.Context, key string, o ownership.Owner) (uint64, error) {
+func (h *Takeover) Create(ctx context.Context, key string, o ownership.Owner) (uint64, error) {
 	self, inst := h.reg.Self()
 	var err error
 	for range maxTakeoverTries {
@@ -85,16 +85,16 @@ func (h *HostOwners) Create(ctx context.Context, key string, o ownership.Owner) 
 }
 
 // Get implements ownership.Store.
-func (h *HostOwners) Get(ctx context.Context, key string) (ownership.Owner, uint64, error) {
+func (h *Takeover) Get(ctx context.Context, key string) (ownership.Owner, uint64, error) {
 	return h.kv.Get(ctx, key)
 }
 
 // Update implements ownership.Store.
-func (h *HostOwners) Update(ctx context.Context, key string, o ownership.Owner, rev uint64) (uint64, error) {
+func (h *Takeover) Update(ctx context.Context, key string, o ownership.Owner, rev uint64) (uint64, error) {
 	return h.kv.Update(ctx, key, o, rev)
 }
 
 // Delete implements ownership.Store.
-func (h *HostOwners) Delete(ctx context.Context, key string, rev uint64) error {
+func (h *Takeover) Delete(ctx context.Context, key string, rev uint64) error {
 	return h.kv.Delete(ctx, key, rev)
 }

@@ -1,4 +1,9 @@
-package cluster
+// Package relay carries connections between the hosts of a cluster on
+// NATS subjects (tether.relay.<host>.in and .back): a client's socket on
+// one host that needs a session or a PTY another host has gets a leg to
+// that host, which serves it through the same endpoint as its own
+// sockets (link.RelayTransport).
+package relay
 
 import (
 	"context"
@@ -15,6 +20,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
+	"github.com/tether-agent/tether/host/internal/cluster/owners"
 	"github.com/tether-agent/tether/host/internal/link"
 )
 
@@ -34,7 +40,7 @@ import (
 // reached is gone, so that no viewer is left bound by a dead host.
 type Relay struct {
 	nc   *nats.Conn
-	reg  *Registry
+	reg  *owners.Registry
 	self string
 	inst string
 	log  zerolog.Logger
@@ -95,9 +101,9 @@ var ErrUnreachable = errors.New("host unreachable")
 func inSubject(host string) string   { return "tether.relay." + host + ".in" }
 func backSubject(host string) string { return "tether.relay." + host + ".back" }
 
-// NewRelay subscribes this host's relay subjects and serves legs dialled
+// New subscribes this host's relay subjects and serves legs dialled
 // to it through endpoints (by path). Close stops it.
-func NewRelay(nc *nats.Conn, reg *Registry, endpoints map[string]link.Endpoint, ttl time.Duration, log zerolog.Logger) (*Relay, error) {
+func New(nc *nats.Conn, reg *owners.Registry, endpoints map[string]link.Endpoint, ttl time.Duration, log zerolog.Logger) (*Relay, error) {
 	self, inst := reg.Self()
 	r := &Relay{nc: nc, reg: reg, self: self, inst: inst, log: log, endpoints: endpoints,
 		in: make(map[legKey]*inLeg), out: make(map[uint64]*Leg), stop: make(chan struct{})}

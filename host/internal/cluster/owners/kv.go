@@ -1,4 +1,4 @@
-package cluster
+package owners
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // Bucket is the KV bucket of the session ownership table.
 const Bucket = "tether_sessions"
 
-// KVConfig configures the bucket NewKVOwners creates when it does not
+// KVConfig configures the bucket NewKV creates when it does not
 // exist yet. An existing bucket is used as it is, except that direct gets
 // are switched off.
 type KVConfig struct {
@@ -30,10 +30,10 @@ type KVConfig struct {
 	Storage jetstream.StorageType
 }
 
-// KVOwners is an ownership.Store on a JetStream KV bucket shared by every
+// KV is an ownership.Store on a JetStream KV bucket shared by every
 // host of a cluster. Its methods are safe for concurrent use. It does
 // not own the connection: close that after the last call.
-type KVOwners struct {
+type KV struct {
 	kv     jetstream.KeyValue
 	bucket string
 
@@ -42,12 +42,12 @@ type KVOwners struct {
 	busyRetries atomic.Uint64
 }
 
-var _ ownership.Store = (*KVOwners)(nil)
+var _ ownership.Store = (*KV)(nil)
 
-// NewKVOwners opens the ownership bucket, creating it if needed (history
+// NewKV opens the ownership bucket, creating it if needed (history
 // 1, cfg's replicas and storage), and switches off its direct gets, so
-// that every Get this KVOwners makes is answered by the stream leader.
-func NewKVOwners(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KVOwners, error) {
+// that every Get this KV makes is answered by the stream leader.
+func NewKV(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV, error) {
 	if cfg.Bucket == "" {
 		cfg.Bucket = Bucket
 	}
@@ -64,13 +64,13 @@ func NewKVOwners(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV
 	if err != nil {
 		return nil, err
 	}
-	return &KVOwners{kv: kv, bucket: cfg.Bucket}, nil
+	return &KV{kv: kv, bucket: cfg.Bucket}, nil
 }
 
 // Create implements ownership.Store: a KV create, which also takes a key
 // whose last entry is a delete marker (by an update at the marker's
 // revision, so two creators of a deleted key cannot both win).
-func (k *KVOwners) Create(ctx context.Context, key string, o ownership.Owner) (uint64, error) {
+func (k *KV) Create(ctx context.Context, key string, o ownership.Owner) (uint64, error) {
 	val, err := json.Marshal(o)
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", key, err)
@@ -89,7 +89,7 @@ func (k *KVOwners) Create(ctx context.Context, key string, o ownership.Owner) (u
 // Get implements ownership.Store, reading the stream leader's last
 // message for the key (never a replica's or a mirror's direct get). A key
 // whose last message is a delete marker has no owner.
-func (k *KVOwners) Get(ctx context.Context, key string) (ownership.Owner, uint64, error) {
+func (k *KV) Get(ctx context.Context, key string) (ownership.Owner, uint64, error) {
 	e, err := k.kv.Get(ctx, key)
 	if err != nil {
 		return ownership.Owner{}, 0, classify(fmt.Sprintf("get %s", key), err)
@@ -103,7 +103,7 @@ func (k *KVOwners) Get(ctx context.Context, key string) (ownership.Owner, uint64
 
 // Update implements ownership.Store: a publish that the server accepts
 // only if the key's last message is at rev.
-func (k *KVOwners) Update(ctx context.Context, key string, o ownership.Owner, rev uint64) (uint64, error) {
+func (k *KV) Update(ctx context.Context, key string, o ownership.Owner, rev uint64) (uint64, error) {
 	op := fmt.Sprintf("update %s at revision %d", key, rev)
 	if rev == 0 {
 		// To the server, "last message at 0" means "no message yet":
@@ -128,7 +128,7 @@ func (k *KVOwners) Update(ctx context.Context, key string, o ownership.Owner, re
 // Delete implements ownership.Store: a delete marker that the server
 // accepts only if the key's last message is at rev. The marker stays (the
 // bucket keeps one message per key); Create takes the key over it.
-func (k *KVOwners) Delete(ctx context.Context, key string, rev uint64) error {
+func (k *KV) Delete(ctx context.Context, key string, rev uint64) error {
 	op := fmt.Sprintf("delete %s at revision %d", key, rev)
 	if rev == 0 {
 		// LastRevision(0) is no check at all: an unconditional delete.
@@ -152,7 +152,7 @@ type Entry struct {
 // bucket that stops at the end of its initial values. The list is a
 // snapshot: entries may change while it is read, so nothing decided on
 // it is a compare-and-swap (Get and the write are).
-func (k *KVOwners) List(ctx context.Context) ([]Entry, error) {
+func (k *KV) List(ctx context.Context) ([]Entry, error) {
 	w, err := k.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, classify("list", err)
@@ -182,7 +182,7 @@ func (k *KVOwners) List(ctx context.Context) ([]Entry, error) {
 
 // retryBusy is bus.RetryBusy, counting the writes asked again in
 // busyRetries.
-func (k *KVOwners) retryBusy(ctx context.Context, write func() error) error {
+func (k *KV) retryBusy(ctx context.Context, write func() error) error {
 	return bus.RetryBusy(ctx, &k.busyRetries, write)
 }
 

@@ -1,4 +1,4 @@
-package cluster
+package owners
 
 import (
 	"context"
@@ -376,6 +376,20 @@ func (r *Registry) SetListen(addr string) {
 	r.mu.Lock()
 	r.self.Listen = addr
 	r.mu.Unlock()
+}
+
+// Halt stops the heartbeat and the watch and leaves this host's entry in
+// the bucket, as a host that was killed does: the others see it gone once
+// the entry is TTL old. A later Close does nothing.
+func (r *Registry) Halt() {
+	select {
+	case <-r.stop:
+		return
+	default:
+		close(r.stop)
+	}
+	r.cancel()
+	r.wg.Wait()
 }
 
 // Close stops the heartbeat and the watch, then removes this host's
