@@ -1,25 +1,12 @@
 package cluster
 
 import (
-	"flag"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-// modelChecks is how many random runs the model test makes unless
-// -rapid.checks says otherwise: each is a few dozen round trips to the
-// embedded server, and the package must stay well under a minute with
-// -race on two cores.
-const modelChecks = "60"
-
 func TestMain(m *testing.M) {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
-	if !given {
-		_ = flag.Set("rapid.checks", modelChecks)
-	}
 	// Every server a test starts is shut down and waited for, every
 	// connection closed: nothing is left running.
 	goleak.VerifyTestMain(m)

@@ -157,7 +157,7 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 		return
 	}
 	c.queue = append(c.queue, req)
-	c.startWorkerLocked()
+	c.startWorkerAndUnlock()
 }
 
 // work drains the request queue in order, then exits; an idle socket has
@@ -253,12 +253,12 @@ func (c *conn) enqueue(req *request) {
 		return
 	}
 	c.queue = append([]*request{req}, c.queue...)
-	c.startWorkerLocked()
+	c.startWorkerAndUnlock()
 }
 
-// startWorkerLocked starts the connection's worker unless it runs, and
+// startWorkerAndUnlock starts the connection's worker unless it runs, and
 // unlocks c.mu.
-func (c *conn) startWorkerLocked() {
+func (c *conn) startWorkerAndUnlock() {
 	start := !c.working
 	c.working = true
 	c.mu.Unlock()

@@ -315,22 +315,23 @@ func (t *Table) candidates(pick func(*Session) bool) []releaseRef {
 	return out
 }
 
-// makeRoomLocked reports whether one more live session fits under the
-// cap. When it does not, it releases t.mu, evicts the oldest parked idle
-// session and reports false (the caller retries); with nothing to evict it
-// returns ErrLiveCap. t.mu is held on entry, and on return only when it
-// reports true.
-func (t *Table) makeRoomLocked() (bool, error) {
-	if t.maxLive <= 0 || len(t.byID)+len(t.claims) < t.maxLive {
-		return true, nil
-	}
-	t.mu.Unlock()
+// fullLocked reports whether the table is at its cap of live sessions
+// (claims included), so that one more does not fit. t.mu is held.
+func (t *Table) fullLocked() bool {
+	return t.maxLive > 0 && len(t.byID)+len(t.claims) >= t.maxLive
+}
+
+// evictOne makes room under the cap of live sessions: it evicts the
+// oldest parked idle session, or returns ErrLiveCap when there is none.
+// It is called with no lock held; the caller looks again (another
+// session may have taken the room meanwhile).
+func (t *Table) evictOne() error {
 	for _, ref := range t.candidates(func(*Session) bool { return true }) {
 		if t.release(ref, Evicted) {
-			return false, nil
+			return nil
 		}
 	}
-	return false, fmt.Errorf("%d live sessions, none parked and idle: %w", t.maxLive, ErrLiveCap)
+	return fmt.Errorf("%d live sessions, none parked and idle: %w", t.maxLive, ErrLiveCap)
 }
 
 // CreateOptions are the parameters of session.create.
