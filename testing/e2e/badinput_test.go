@@ -32,7 +32,6 @@ import (
 
 	gobws "github.com/gobwas/ws"
 
-	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
 	"github.com/tether-agent/tether/wire"
@@ -502,8 +501,8 @@ func TestBadInputBattery(t *testing.T) {
 				wait := c.write(tt.frames...)
 				code, data := c.closeCode(t)
 				wait()
-				if code != contract.CloseTooBig {
-					t.Errorf("close %d, want %d", code, contract.CloseTooBig)
+				if code != wire.CloseTooBig {
+					t.Errorf("close %d, want %d", code, wire.CloseTooBig)
 				}
 				for _, d := range data {
 					if !bytes.Contains(d, []byte("gateway.ready")) {
@@ -534,8 +533,8 @@ func TestBadInputBattery(t *testing.T) {
 				wait := c.write(tt.frames...)
 				code, data := c.closeCode(t)
 				wait()
-				if code != contract.CloseInvalidPayload {
-					t.Errorf("close %d, want %d", code, contract.CloseInvalidPayload)
+				if code != wire.CloseInvalidPayload {
+					t.Errorf("close %d, want %d", code, wire.CloseInvalidPayload)
 				}
 				if len(data) > 1 {
 					t.Errorf("got %d frames before the close, want only gateway.ready", len(data))
@@ -575,8 +574,8 @@ func TestBadInputBattery(t *testing.T) {
 		}
 		for _, q := range queries {
 			c := ptyDial(t, s, q)
-			if code := closeCode(t, c); code != contract.CloseBadRequest {
-				t.Errorf("/api/pty?%s: close %d, want %d", q, code, contract.CloseBadRequest)
+			if code := closeCode(t, c); code != wire.CloseBadRequest {
+				t.Errorf("/api/pty?%s: close %d, want %d", q, code, wire.CloseBadRequest)
 			}
 		}
 		// A query that does not parse at all, with the token in a
@@ -588,8 +587,8 @@ func TestBadInputBattery(t *testing.T) {
 				t.Fatalf("dial /api/pty?%s: %v", q, err)
 			}
 			<-c.Closed()
-			if code, _ := c.CloseCode(); code != contract.CloseBadRequest {
-				t.Errorf("/api/pty?%s with a bearer token: close %d, want %d", q, code, contract.CloseBadRequest)
+			if code, _ := c.CloseCode(); code != wire.CloseBadRequest {
+				t.Errorf("/api/pty?%s with a bearer token: close %d, want %d", q, code, wire.CloseBadRequest)
 			}
 			c.Close()
 		}
@@ -597,8 +596,8 @@ func TestBadInputBattery(t *testing.T) {
 		// either: 4401 is as right as 4400 (docs/PROTOCOL.md, section 2: the token is checked
 		// first).
 		c := ptyDial(t, s, "attach=%zz"+tok)
-		if code := closeCode(t, c); code != contract.CloseBadRequest && code != contract.CloseUnauthorized {
-			t.Errorf("/api/pty?attach=%%zz…&token=…: close %d, want %d or %d", code, contract.CloseBadRequest, contract.CloseUnauthorized)
+		if code := closeCode(t, c); code != wire.CloseBadRequest && code != wire.CloseUnauthorized {
+			t.Errorf("/api/pty?attach=%%zz…&token=…: close %d, want %d or %d", code, wire.CloseBadRequest, wire.CloseUnauthorized)
 		}
 		// None of them spawned a PTY for the well-formed token.
 		c = ptyDial(t, s, "attach="+tok)
@@ -680,19 +679,19 @@ func TestBadInputBattery(t *testing.T) {
 		}
 		var tests []refusal
 		for _, tok := range []string{"", "wrong", s.Token[:len(s.Token)-1], s.Token + "x", " " + s.Token, s.Token + "\x00"} {
-			tests = append(tests, refusal{fmt.Sprintf("token %q", tok), wsclient.Options{Token: tok}, contract.CloseUnauthorized})
+			tests = append(tests, refusal{fmt.Sprintf("token %q", tok), wsclient.Options{Token: tok}, wire.CloseUnauthorized})
 		}
 		tests = append(tests,
-			refusal{"bearer wrong", wsclient.Options{Header: hdr("Authorization", "Bearer wrong")}, contract.CloseUnauthorized},
-			refusal{"bearer empty", wsclient.Options{Header: hdr("Authorization", "Bearer ")}, contract.CloseUnauthorized},
-			refusal{"cookie wrong", wsclient.Options{Header: hdr("Cookie", "tether_token=wrong")}, contract.CloseUnauthorized},
-			refusal{"wrong token, bad origin", wsclient.Options{Token: "wrong", Origin: "http://evil.example"}, contract.CloseUnauthorized},
+			refusal{"bearer wrong", wsclient.Options{Header: hdr("Authorization", "Bearer wrong")}, wire.CloseUnauthorized},
+			refusal{"bearer empty", wsclient.Options{Header: hdr("Authorization", "Bearer ")}, wire.CloseUnauthorized},
+			refusal{"cookie wrong", wsclient.Options{Header: hdr("Cookie", "tether_token=wrong")}, wire.CloseUnauthorized},
+			refusal{"wrong token, bad origin", wsclient.Options{Token: "wrong", Origin: "http://evil.example"}, wire.CloseUnauthorized},
 		)
 		for _, o := range []string{"http://evil.example", "null", "http://127.0.0.1:1", "http://ok.example", "https://ok.example.evil", "file://", "http://" + s.Addr + ".evil"} {
-			tests = append(tests, refusal{"origin " + o, wsclient.Options{Token: s.Token, Origin: o}, contract.CloseForbidden})
+			tests = append(tests, refusal{"origin " + o, wsclient.Options{Token: s.Token, Origin: o}, wire.CloseForbidden})
 		}
 		for _, h := range []string{"evil.example:" + port, "127.0.0.1:1", "127.0.0.2:" + port, "[::1]:1", "localhost.evil:" + port} {
-			tests = append(tests, refusal{"host " + h, wsclient.Options{Token: s.Token, Header: hdr("Host", h)}, contract.CloseForbidden})
+			tests = append(tests, refusal{"host " + h, wsclient.Options{Token: s.Token, Header: hdr("Host", h)}, wire.CloseForbidden})
 		}
 		for _, path := range []string{"/api/ws", "/api/pty?attach=" + attachToken(t)} {
 			for _, tt := range tests {

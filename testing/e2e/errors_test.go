@@ -26,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
 	"github.com/tether-agent/tether/wire"
@@ -473,27 +472,27 @@ func TestErrorsAccess(t *testing.T) {
 		{name: "query token", path: "/api/ws", opts: wsclient.Options{Token: s.Token}},
 		{name: "bearer token", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Bearer "+s.Token)}},
 		{name: "cookie token", path: "/api/ws", opts: wsclient.Options{Header: hdr("Cookie", "theme=dark; tether_token="+s.Token)}},
-		{name: "no token", path: "/api/ws", want: contract.CloseUnauthorized},
-		{name: "wrong token", path: "/api/ws", opts: wsclient.Options{Token: "wrong"}, want: contract.CloseUnauthorized},
-		{name: "token prefix", path: "/api/ws", opts: wsclient.Options{Token: s.Token[:len(s.Token)-1]}, want: contract.CloseUnauthorized},
-		{name: "wrong bearer", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Bearer wrong")}, want: contract.CloseUnauthorized},
-		{name: "wrong cookie", path: "/api/ws", opts: wsclient.Options{Header: hdr("Cookie", "tether_token=wrong")}, want: contract.CloseUnauthorized},
-		{name: "basic auth is not a token", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Basic "+s.Token)}, want: contract.CloseUnauthorized},
-		{name: "wrong token and bad origin", path: "/api/ws", opts: wsclient.Options{Token: "wrong", Origin: "http://evil.example"}, want: contract.CloseUnauthorized},
-		{name: "no token and bad host", path: "/api/ws", opts: wsclient.Options{Header: hdr("Host", "evil.example:"+port)}, want: contract.CloseUnauthorized},
-		{name: "foreign host", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "evil.example:"+port)}, want: contract.CloseForbidden},
-		{name: "wrong port", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "127.0.0.1:1")}, want: contract.CloseForbidden},
+		{name: "no token", path: "/api/ws", want: wire.CloseUnauthorized},
+		{name: "wrong token", path: "/api/ws", opts: wsclient.Options{Token: "wrong"}, want: wire.CloseUnauthorized},
+		{name: "token prefix", path: "/api/ws", opts: wsclient.Options{Token: s.Token[:len(s.Token)-1]}, want: wire.CloseUnauthorized},
+		{name: "wrong bearer", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Bearer wrong")}, want: wire.CloseUnauthorized},
+		{name: "wrong cookie", path: "/api/ws", opts: wsclient.Options{Header: hdr("Cookie", "tether_token=wrong")}, want: wire.CloseUnauthorized},
+		{name: "basic auth is not a token", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Basic "+s.Token)}, want: wire.CloseUnauthorized},
+		{name: "wrong token and bad origin", path: "/api/ws", opts: wsclient.Options{Token: "wrong", Origin: "http://evil.example"}, want: wire.CloseUnauthorized},
+		{name: "no token and bad host", path: "/api/ws", opts: wsclient.Options{Header: hdr("Host", "evil.example:"+port)}, want: wire.CloseUnauthorized},
+		{name: "foreign host", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "evil.example:"+port)}, want: wire.CloseForbidden},
+		{name: "wrong port", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "127.0.0.1:1")}, want: wire.CloseForbidden},
 		{name: "localhost alias", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "localhost:"+port)}},
-		{name: "foreign origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: contract.CloseForbidden},
-		{name: "origin null", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "null"}, want: contract.CloseForbidden},
-		{name: "origin with another port", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://127.0.0.1:1"}, want: contract.CloseForbidden},
+		{name: "foreign origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: wire.CloseForbidden},
+		{name: "origin null", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "null"}, want: wire.CloseForbidden},
+		{name: "origin with another port", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://127.0.0.1:1"}, want: wire.CloseForbidden},
 		{name: "same origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://" + s.Addr}},
 		{name: "allowed origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "https://ok.example"}},
-		{name: "allowed origin over http is another origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://ok.example"}, want: contract.CloseForbidden},
+		{name: "allowed origin over http is another origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://ok.example"}, want: wire.CloseForbidden},
 		// The access checks come first on the PTY endpoint too.
-		{name: "pty endpoint without token", path: "/api/pty", want: contract.CloseUnauthorized},
-		{name: "pty endpoint with a malformed attach", path: "/api/pty?attach=short", opts: wsclient.Options{Token: s.Token}, want: contract.CloseBadRequest},
-		{name: "pty endpoint with foreign origin", path: "/api/pty", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: contract.CloseForbidden},
+		{name: "pty endpoint without token", path: "/api/pty", want: wire.CloseUnauthorized},
+		{name: "pty endpoint with a malformed attach", path: "/api/pty?attach=short", opts: wsclient.Options{Token: s.Token}, want: wire.CloseBadRequest},
+		{name: "pty endpoint with foreign origin", path: "/api/pty", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: wire.CloseForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -562,9 +561,9 @@ func TestErrorsFrameLimits(t *testing.T) {
 		frame []byte
 		want  int
 	}{
-		{"1 MiB + 1", request(800002, 1<<20+1), contract.CloseTooBig},
-		{"invalid UTF-8", []byte("\xff\xfe"), contract.CloseInvalidPayload},
-		{"invalid UTF-8 in a request", []byte(`{"jsonrpc":"2.0","id":800003,"method":"session.list","params":{"title":"` + "\xc3\x28" + `"}}`), contract.CloseInvalidPayload},
+		{"1 MiB + 1", request(800002, 1<<20+1), wire.CloseTooBig},
+		{"invalid UTF-8", []byte("\xff\xfe"), wire.CloseInvalidPayload},
+		{"invalid UTF-8 in a request", []byte(`{"jsonrpc":"2.0","id":800003,"method":"session.list","params":{"title":"` + "\xc3\x28" + `"}}`), wire.CloseInvalidPayload},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -675,9 +674,9 @@ func TestErrorsPTYSwitchedOff(t *testing.T) {
 		opts wsclient.Options
 		want int
 	}{
-		{"/api/pty", wsclient.Options{Token: s.Token}, contract.CloseNotFound},
-		{"/api/pty?attach=abcdefghijklmnop", wsclient.Options{Token: s.Token}, contract.CloseNotFound},
-		{"/api/pty", wsclient.Options{}, contract.CloseUnauthorized},
+		{"/api/pty", wsclient.Options{Token: s.Token}, wire.CloseNotFound},
+		{"/api/pty?attach=abcdefghijklmnop", wsclient.Options{Token: s.Token}, wire.CloseNotFound},
+		{"/api/pty", wsclient.Options{}, wire.CloseUnauthorized},
 	} {
 		c, err := s.DialRaw(errsCtx(t), tt.path, tt.opts)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/wire"
 )
 
 // RelayTransport is the transport name of connections another host of a
@@ -169,7 +170,7 @@ func (l *Link) Run(ctx context.Context) error {
 func (l *Link) Send(cmd contract.Command) {
 	if cmd.Kind == contract.CommandSend && len(cmd.Data) > contract.MaxFrameData {
 		l.log.Warn().Uint64("conn", cmd.Conn).Int("bytes", len(cmd.Data)).Msg("frame too large for the transport; closing its connection")
-		cmd = contract.Command{Kind: contract.CommandClose, Conn: cmd.Conn, Code: contract.CloseTryAgainLater, Reason: "message too large"}
+		cmd = contract.Command{Kind: contract.CommandClose, Conn: cmd.Conn, Code: wire.CloseTryAgainLater, Reason: "message too large"}
 	}
 	l.mu.Lock()
 	if l.ended {
@@ -378,7 +379,7 @@ func (l *Link) opened(ev *contract.Event) {
 	d := l.access.Decide(*ev)
 	ep := l.endpoints[ev.Path]
 	if d.Code == 0 && ep == nil {
-		d.Code, d.Reason = contract.CloseNotFound, refuseReason(contract.CloseNotFound)
+		d.Code, d.Reason = wire.CloseNotFound, refuseReason(wire.CloseNotFound)
 	}
 	if d.Code != 0 {
 		l.metrics.Refused.WithLabelValues(strconv.Itoa(d.Code)).Inc()
@@ -415,7 +416,7 @@ func (l *Link) page(ev *contract.Event) {
 	if d.Code != 0 {
 		l.metrics.Refused.WithLabelValues(strconv.Itoa(d.Code)).Inc()
 		reason := d.Reason
-		if d.Code == contract.CloseUnauthorized && !d.Given {
+		if d.Code == wire.CloseUnauthorized && !d.Given {
 			reason = access.ReasonNoCredential
 		}
 		l.log.Debug().Str("remote", ev.Remote).Int("code", d.Code).Str("reason", reason).Msg("page refused")
@@ -434,7 +435,7 @@ func (l *Link) page(ev *contract.Event) {
 		hdr, err := l.access.PageCookies(ctx, evCopy, d)
 		if err != nil {
 			l.log.Warn().Err(err).Msg("a page sign-in could not be stored; the page is refused (503)")
-			l.Send(contract.Command{Kind: contract.CommandClose, Conn: conn, Code: contract.CloseTryAgainLater, Reason: "sign-in unavailable"})
+			l.Send(contract.Command{Kind: contract.CommandClose, Conn: conn, Code: wire.CloseTryAgainLater, Reason: "sign-in unavailable"})
 			return
 		}
 		l.Send(contract.Command{Kind: contract.CommandAdmit, Conn: conn, Header: hdr})
@@ -486,13 +487,13 @@ func (l *Link) checkDrainedLocked() {
 
 func refuseReason(code int) string {
 	switch code {
-	case contract.CloseUnauthorized:
+	case wire.CloseUnauthorized:
 		return "unauthorized"
-	case contract.CloseForbidden:
+	case wire.CloseForbidden:
 		return "forbidden host or origin"
-	case contract.CloseNotLoopback:
+	case wire.CloseNotLoopback:
 		return "loopback only"
-	case contract.CloseNotFound:
+	case wire.CloseNotFound:
 		return "endpoint switched off"
 	}
 	return ""

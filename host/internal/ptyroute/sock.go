@@ -49,7 +49,7 @@ func (r *Router) Open(o link.Opening) link.Conn {
 	id, out := o.ID, o.Out
 	q, err := ParsePTYQuery(o.Event.Query)
 	if err != nil {
-		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseBadRequest, Reason: "bad attach token or offset"})
+		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: wire.CloseBadRequest, Reason: "bad attach token or offset"})
 		return nil
 	}
 	q.boundSize(r.maxCols, r.maxRows)
@@ -142,7 +142,7 @@ func (c *ptyConn) attach() {
 	backend := r.backend
 	if backend == nil {
 		r.mu.Unlock()
-		c.closeWith(contract.CloseInternalError, "pty backend unavailable")
+		c.closeWith(wire.CloseInternalError, "pty backend unavailable")
 		return
 	}
 	c.pending = true
@@ -191,14 +191,14 @@ func (c *ptyConn) attach() {
 		r.mu.Unlock()
 		switch {
 		case errors.Is(err, contract.ErrNoSuchTerminal):
-			c.closeWith(contract.CloseNoSuchTerminal, "no such terminal")
+			c.closeWith(wire.CloseNoSuchTerminal, "no such terminal")
 		case errors.Is(err, contract.ErrRegistryFull):
-			c.closeWith(contract.CloseInternalError, "registry full")
+			c.closeWith(wire.CloseInternalError, "registry full")
 		case errors.Is(err, contract.ErrInvalidArgument):
-			c.closeWith(contract.CloseBadRequest, "bad attach token")
+			c.closeWith(wire.CloseBadRequest, "bad attach token")
 		default:
 			c.log.Warn().Err(err).Msg("pty attach failed")
-			c.closeWith(contract.CloseInternalError, "pty attach failed")
+			c.closeWith(wire.CloseInternalError, "pty attach failed")
 		}
 		return
 	}
@@ -239,7 +239,7 @@ func (c *ptyConn) attach() {
 	r.mu.Unlock()
 	if superseded != nil {
 		r.metrics.Supersedes.Inc()
-		superseded.closeWith(contract.CloseSuperseded, "opened elsewhere")
+		superseded.closeWith(wire.CloseSuperseded, "opened elsewhere")
 	}
 	r.metrics.PTYAttach.Observe(time.Since(c.opened).Seconds())
 	c.log.Debug().Str("token_reason", resp.Reason).Bool("reset", resp.Reset).Int64("replay_end", resp.ReplayEnd).Msg("pty attached")
@@ -284,7 +284,7 @@ func (c *ptyConn) deliverLocked(o contract.Output) (sent bool) {
 			// Bytes between c.from and o.Offset never reached this
 			// socket (the stream fell behind the ring): drop it so it
 			// reattaches with its offset.
-			c.closeWith(contract.CloseTryAgainLater, "output gap")
+			c.closeWith(wire.CloseTryAgainLater, "output gap")
 			c.from, c.cut = end, true
 			return false
 		}
@@ -293,7 +293,7 @@ func (c *ptyConn) deliverLocked(o contract.Output) (sent bool) {
 		sent = true
 	}
 	if o.Exited {
-		c.closeWith(contract.CloseProcessExited, "process exited")
+		c.closeWith(wire.CloseProcessExited, "process exited")
 	}
 	return sent
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/wire"
 )
 
 // retireTimeout bounds stopping a swapped-out transport: its Stop (close
@@ -339,7 +340,7 @@ func (t *Transport) Reload(ctx context.Context, spec *PluginSpec) (PluginStatus,
 		t.mu.Unlock()
 		if old != nil {
 			t.log.Info().Err(err).Str("plugin", t.name).Msg("the new transport process cannot bind beside the old one; stopping the old one first")
-			t.retire(old, contract.CloseServiceRestart, reasonSwapped)
+			t.retire(old, wire.CloseServiceRestart, reasonSwapped)
 			t.mu.Lock()
 			if t.cur == gen(old) {
 				t.cur, t.core.state = nil, stateRestarting
@@ -372,7 +373,7 @@ func (t *Transport) Reload(ctx context.Context, spec *PluginSpec) (PluginStatus,
 	}
 	t.metrics.PluginReloads.WithLabelValues(t.name).Inc()
 	if old != nil {
-		t.retire(old, contract.CloseServiceRestart, reasonSwapped)
+		t.retire(old, wire.CloseServiceRestart, reasonSwapped)
 	}
 	t.log.Info().Str("plugin", t.name).Int("pid", g.proc.pid).Str("path", next.Path).Msg("transport plugin swapped")
 	return t.Status(), nil
@@ -399,7 +400,7 @@ func (t *Transport) retire(g *tgen, code int, reason string) {
 // drain makes the serving link refuse new connections (with 1001).
 func (t *Transport) drain() {
 	if g, _ := t.current().(*tgen); g != nil {
-		g.link.Drain(contract.CloseGoingAway, ReasonShutdown)
+		g.link.Drain(wire.CloseGoingAway, ReasonShutdown)
 	}
 }
 
