@@ -150,6 +150,47 @@ func TestStaleDisconnectNeverKillsResumedSession(t *testing.T) {
 			}
 		})
 	}
+	// The departing viewer's binding is stale: A bound again after B, so
+	// when A has gone B's disconnect is not the last word on the session
+	// and a close_on_disconnect session is parked, not closed.
+	t.Run("stale last viewer", func(t *testing.T) {
+		a := s.Dial(t)
+		var created snapshot
+		call(t, a, "session.create", map[string]any{"close_on_disconnect": true, "title": "stale last viewer"}, &created)
+		b := s.Dial(t)
+		call(t, b, "session.resume", map[string]any{"session_id": created.SessionKey}, nil)
+		var again snapshot
+		call(t, a, "session.resume", map[string]any{"session_id": created.SessionKey}, &again)
+		if again.SessionID != created.SessionID {
+			t.Fatalf("A resumed %s, want %s", again.SessionID, created.SessionID)
+		}
+		_ = a.Drop()
+		waitViewers(t, observer, created.SessionKey, 1)
+		_ = b.Drop()
+		waitViewers(t, observer, created.SessionKey, 0)
+		call(t, observer, "session.close", map[string]any{"session_id": created.SessionID}, nil)
+	})
+}
+
+// waitViewers waits until the one live session of key has n viewers
+// (a drop is processed after the socket is gone). It fails at once when
+// the session left the table.
+func waitViewers(tb testing.TB, obs *wsclient.Client, key string, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		live := liveForKey(activeList(tb, obs), key)
+		if len(live) != 1 {
+			tb.Fatalf("live sessions for key %s: %+v, want exactly one with %d viewers", key, live, n)
+		}
+		if live[0].Viewers == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("session %s has %d viewers, want %d", live[0].ID, live[0].Viewers, n)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the async detach
+	}
 }
 
 // TestResumeStormConverges resumes one stored key from 40 sockets at
