@@ -321,7 +321,7 @@ func TestLivePayload(t *testing.T) {
 // socket drops is reaped after the grace, unless a resume comes first; a
 // session whose run is streaming is not reaped while it streams.
 func TestParkAndReap(t *testing.T) {
-	s := e2e.Start(t, e2e.Config{Args: []string{"--orphan-grace", "1s", "--echo-delay", "250ms"}})
+	s := e2e.Start(t, e2e.Config{Args: []string{"--orphan-grace", "1s", "--echo-delay", "250ms", "--admin-listen", "127.0.0.1:0"}})
 	observer := s.Dial(t)
 
 	waitGone := func(t *testing.T, key string, within time.Duration) time.Duration {
@@ -354,6 +354,18 @@ func TestParkAndReap(t *testing.T) {
 		return ""
 	}
 
+	// pastGrace returns once a session parked now has been reaped: the
+	// grace of every session parked before has run out too, and its
+	// timer has fired.
+	pastGrace := func(t *testing.T) {
+		t.Helper()
+		c := s.Dial(t)
+		var control snapshot
+		call(t, c, "session.create", map[string]any{"title": "control"}, &control)
+		_ = c.Drop()
+		waitGone(t, control.SessionKey, 10*time.Second)
+	}
+
 	t.Run("reaped after grace", func(t *testing.T) {
 		a := s.Dial(t)
 		var snap snapshot
@@ -378,17 +390,23 @@ func TestParkAndReap(t *testing.T) {
 		var snap snapshot
 		call(t, a, "session.create", map[string]any{"title": "keep me"}, &snap)
 		_ = a.Drop()
+		waitViewers(t, observer, snap.SessionKey, 0) // parked: its timer runs
 		b := s.Dial(t)
 		var resumed snapshot
 		call(t, b, "session.resume", map[string]any{"session_id": snap.SessionKey}, &resumed)
 		if resumed.SessionID != snap.SessionID {
 			t.Fatalf("resume got %s, want the parked %s", resumed.SessionID, snap.SessionID)
 		}
-		// Well past the grace, it is still the same live session.
-		time.Sleep(2 * time.Second) // letting a (cancelled) timer's deadline pass
+		// Past the grace, it is still the same live session, and no
+		// timer fired for it (it would have been refused as stale).
+		conflicts := s.Metric(t, "tether_teardown_cas_conflicts_total")
+		pastGrace(t)
 		live := liveForKey(activeList(t, observer), snap.SessionKey)
 		if len(live) != 1 || live[0].ID != snap.SessionID || live[0].Viewers != 1 {
 			t.Fatalf("after the grace: %+v, want %s live with one viewer", live, snap.SessionID)
+		}
+		if got := s.Metric(t, "tether_teardown_cas_conflicts_total"); got != conflicts {
+			t.Errorf("tether_teardown_cas_conflicts_total went from %v to %v: the cancelled reap timer fired", conflicts, got)
 		}
 	})
 
@@ -396,15 +414,16 @@ func TestParkAndReap(t *testing.T) {
 		a := s.Dial(t)
 		var snap snapshot
 		call(t, a, "session.create", map[string]any{"title": "streaming"}, &snap)
-		words := strings.Repeat("word ", 12) // 12 × 250ms = 3s of streaming
+		words := strings.Repeat("word ", 24) // 24 × 250ms = 6s of streaming
 		call(t, a, "prompt.submit", map[string]any{"session_id": snap.SessionID, "text": words}, nil)
 		_ = a.Drop()
-		time.Sleep(2 * time.Second) // past the grace, mid-run
+		waitViewers(t, observer, snap.SessionKey, 0) // parked: its timer runs
+		pastGrace(t)
 		live := liveForKey(activeList(t, observer), snap.SessionKey)
 		if len(live) != 1 || live[0].Status != "working" {
 			t.Fatalf("mid-run past the grace: %+v, want the session live and working", live)
 		}
-		waitGone(t, snap.SessionKey, 10*time.Second)
+		waitGone(t, snap.SessionKey, 20*time.Second)
 		// The run was never interrupted: the whole answer is stored.
 		b := s.Dial(t)
 		var resumed snapshot
