@@ -12,35 +12,15 @@ import (
 
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
+	"github.com/tether-agent/tether/wire"
 )
 
-type message struct {
-	Role string `json:"role"`
-	Text string `json:"text"`
-}
-
-type snapshot struct {
-	SessionID    string    `json:"session_id"`
-	SessionKey   string    `json:"session_key"`
-	Resumed      string    `json:"resumed"`
-	Title        string    `json:"title"`
-	MessageCount int       `json:"message_count"`
-	Messages     []message `json:"messages"`
-	Status       string    `json:"status"`
-	Running      bool      `json:"running"`
-	StartedAt    int64     `json:"started_at"`
-	LatestSeq    uint64    `json:"latest_seq"`
-	Epoch        string    `json:"epoch"`
-}
-
-type activeEntry struct {
-	ID           string `json:"id"`
-	SessionKey   string `json:"session_key"`
-	Title        string `json:"title"`
-	Status       string `json:"status"`
-	MessageCount int    `json:"message_count"`
-	Viewers      int    `json:"viewers"`
-}
+// The protocol's result types, under the names these tests use.
+type (
+	message     = wire.Message
+	snapshot    = wire.Snapshot
+	activeEntry = wire.ActiveSession
+)
 
 func ctxT(tb testing.TB, d time.Duration) context.Context {
 	tb.Helper()
@@ -260,7 +240,7 @@ func TestLivePayload(t *testing.T) {
 	b := s.Dial(t)
 	var snap snapshot
 	call(t, b, "session.resume", map[string]any{"session_id": created.SessionKey}, &snap)
-	want := []message{{"user", "first turn"}, {"assistant", "first turn"}}
+	want := []message{{Role: "user", Text: "first turn"}, {Role: "assistant", Text: "first turn"}}
 	if fmt.Sprint(snap.Messages) != fmt.Sprint(want) || snap.MessageCount != 2 || snap.Status != "idle" || snap.SessionID != created.SessionID || snap.Resumed != created.SessionKey {
 		t.Fatalf("idle resume snapshot: %+v, want messages %v, idle, same id, resumed key", snap, want)
 	}
@@ -520,7 +500,7 @@ func TestBranchShowsParentPrefix(t *testing.T) {
 			if child.SessionKey == parent.SessionKey || child.SessionID == parent.SessionID {
 				t.Fatalf("child %s/%s is the parent", child.SessionID, child.SessionKey)
 			}
-			want := []message{{"user", "one"}, {"assistant", "one"}}
+			want := []message{{Role: "user", Text: "one"}, {Role: "assistant", Text: "one"}}
 			if fmt.Sprint(child.Messages) != fmt.Sprint(want) {
 				t.Fatalf("child messages %v, want the parent prefix %v", child.Messages, want)
 			}
@@ -529,7 +509,7 @@ func TestBranchShowsParentPrefix(t *testing.T) {
 			call(t, c, "session.close", map[string]any{"session_id": child.SessionID}, nil)
 			var again snapshot
 			call(t, c, "session.resume", map[string]any{"session_id": child.SessionKey}, &again)
-			want = append(want, message{"user", "two"}, message{"assistant", "two"})
+			want = append(want, message{Role: "user", Text: "two"}, message{Role: "assistant", Text: "two"})
 			if fmt.Sprint(again.Messages) != fmt.Sprint(want) {
 				t.Fatalf("resumed child messages %v, want %v", again.Messages, want)
 			}
