@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/charmbracelet/x/ansi"
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
@@ -192,4 +193,42 @@ func TestSnapshotLinkControls(t *testing.T) {
 		t.Errorf("snapshot %q lost the text", snap)
 	}
 	noQueries(t, "snapshot", snap)
+}
+
+// TestSnapshotModes: each mode a snapshot restores, moved away from a
+// fresh terminal's value (the default-on ones turned off, the others
+// on), comes back in the snapshot as the one sequence that sets or
+// resets it — never as a query (DECRQM, "$p") — and a fresh terminal fed
+// the snapshot ends with the same modes.
+func TestSnapshotModes(t *testing.T) {
+	modes := append([]ansi.Mode{ansi.ModeTextCursorEnable, ansi.ModeOrigin}, snapshotModes...)
+	for _, m := range modes {
+		on := !defaultModes[m]
+		want := ansi.ResetMode(m)
+		if on {
+			want = ansi.SetMode(m)
+		}
+		t.Run(strings.TrimPrefix(want, "\x1b["), func(t *testing.T) {
+			tm := newTerm(80, 24, 100)
+			tm.write([]byte("text\r\n" + want))
+			if tm.modes[m] != on {
+				t.Fatalf("after %q the mode is %v, want %v", want, tm.modes[m], on)
+			}
+			snap := tm.snapshot(nil)
+			if !bytes.Contains(snap, []byte(want)) {
+				t.Errorf("snapshot %q: want %q", snap, want)
+			}
+			if bytes.Contains(snap, []byte("$p")) {
+				t.Errorf("snapshot %q holds a mode query ($p)", snap)
+			}
+			noQueries(t, "snapshot", snap)
+			fresh := newTerm(80, 24, 100)
+			fresh.write(snap)
+			for _, n := range modes {
+				if fresh.modes[n] != tm.modes[n] {
+					t.Errorf("a fresh terminal fed the snapshot has mode %v %v, want %v", n, fresh.modes[n], tm.modes[n])
+				}
+			}
+		})
+	}
 }

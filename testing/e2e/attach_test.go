@@ -1,11 +1,9 @@
 package e2e_test
 
 import (
-	"bytes"
 	"io"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,17 +28,14 @@ func TestAttachCommandInATerminal(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer term.Close()
-		var mu sync.Mutex
-		var screen bytes.Buffer
+		var screen e2e.Buffer
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			buf := make([]byte, 4096)
 			for {
 				n, err := term.Read(buf)
-				mu.Lock()
-				screen.Write(buf[:n])
-				mu.Unlock()
+				_, _ = screen.Write(buf[:n])
 				if err != nil {
 					return
 				}
@@ -50,16 +45,11 @@ func TestAttachCommandInATerminal(t *testing.T) {
 			t.Helper()
 			deadline := time.Now().Add(10 * time.Second)
 			for time.Now().Before(deadline) {
-				mu.Lock()
-				ok := strings.Contains(screen.String(), s)
-				mu.Unlock()
-				if ok {
+				if strings.Contains(screen.String(), s) {
 					return
 				}
 				time.Sleep(20 * time.Millisecond) // polling a terminal screen
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			t.Fatalf("terminal never showed %q; screen: %q", s, screen.String())
 		}
 		for _, in := range typed {
@@ -84,8 +74,6 @@ func TestAttachCommandInATerminal(t *testing.T) {
 		}
 		term.Close()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
 		return screen.String()
 	}
 

@@ -176,7 +176,7 @@ type badWSConn struct {
 
 func badDialWS(tb testing.TB, s *e2e.Server, path string) *badWSConn {
 	tb.Helper()
-	nc, br, _, err := gobws.Dialer{Timeout: errsStep}.Dial(errsCtx(tb), s.WSURL(path))
+	nc, br, _, err := gobws.Dialer{Timeout: errsStep}.Dial(ctxT(tb, errsStep), s.WSURL(path))
 	if err != nil {
 		tb.Fatalf("dial %s: %v", path, err)
 	}
@@ -276,7 +276,7 @@ func badExchange(tb testing.TB, c *wsclient.Client, frame []byte, binary bool) b
 	if err != nil {
 		tb.Fatalf("send: %v", err)
 	}
-	raw, err := c.NextRaw(errsCtx(tb))
+	raw, err := c.NextRaw(ctxT(tb, errsStep))
 	if err != nil {
 		tb.Fatalf("waiting for the response to %.80q: %v", frame, err)
 	}
@@ -326,7 +326,7 @@ func TestBadInputBattery(t *testing.T) {
 		"--pty-buffer", "1KiB",
 		"--log-level", "info",
 	}})
-	ctx := errsCtx(t)
+	ctx := ctxT(t, errsStep)
 
 	// Data stored before the battery: a session with two turns, stored
 	// and released, and a live one with a turn, viewed by keeper.
@@ -346,8 +346,8 @@ func TestBadInputBattery(t *testing.T) {
 	call(t, keeper, "session.create", map[string]any{"title": "live during the battery"}, &live)
 	call(t, keeper, "prompt.submit", map[string]any{"session_id": live.SessionID, "text": "live turn"}, nil)
 	waitComplete(t, keeper, live.SessionID)
-	wantStored := []message{{"user", "first turn"}, {"assistant", "first turn"}, {"user", "second turn"}, {"assistant", "second turn"}}
-	wantLive := []message{{"user", "live turn"}, {"assistant", "live turn"}}
+	wantStored := []message{{Role: "user", Text: "first turn"}, {Role: "assistant", Text: "first turn"}, {Role: "user", Text: "second turn"}, {Role: "assistant", Text: "second turn"}}
+	wantLive := []message{{Role: "user", Text: "live turn"}, {Role: "assistant", Text: "live turn"}}
 
 	// A PTY whose output has rolled past its 1 KiB ring. While it writes,
 	// the ring outruns the output stream and an attached socket may be
@@ -428,7 +428,7 @@ func TestBadInputBattery(t *testing.T) {
 		check := func(t *testing.T, method string, params json.RawMessage) {
 			t.Helper()
 			cases++
-			err := c.Call(errsCtx(t), method, params, nil)
+			err := c.Call(ctxT(t, errsStep), method, params, nil)
 			if got := wsclient.ErrorCode(err); got != wire.CodeInvalidParams {
 				t.Errorf("%s %s: got %v (code %d), want %d", method, params, err, got, wire.CodeInvalidParams)
 			}
@@ -582,7 +582,7 @@ func TestBadInputBattery(t *testing.T) {
 		// header: the access checks pass, the query is malformed.
 		bearer := wsclient.Options{Header: http.Header{"Authorization": {"Bearer " + s.Token}}}
 		for _, q := range []string{"attach=%zz" + tok, "attach=" + tok + "&offset=%"} {
-			c, err := s.DialRaw(errsCtx(t), "/api/pty?"+q, bearer)
+			c, err := s.DialRaw(ctxT(t, errsStep), "/api/pty?"+q, bearer)
 			if err != nil {
 				t.Fatalf("dial /api/pty?%s: %v", q, err)
 			}
@@ -639,7 +639,7 @@ func TestBadInputBattery(t *testing.T) {
 			if !r.Reset || r.Reason != tt.reason || r.Epoch != cur.Epoch || !r.Snapshot || r.StartOffset != end || r.ReplayEndOffset != end {
 				t.Errorf("%s: replay %+v, want reset, reason %s, a snapshot at %d of epoch %s", tt.query, r, tt.reason, end, cur.Epoch)
 			}
-			if snap, err := c.WaitSnapshot(errsCtx(t)); err != nil || !bytes.Contains(snap, []byte("2000")) {
+			if snap, err := c.WaitSnapshot(ctxT(t, errsStep)); err != nil || !bytes.Contains(snap, []byte("2000")) {
 				t.Errorf("%s: snapshot %q, %v; want the screen with the last line", tt.query, snap, err)
 			}
 			if got := c.Received(); got != 0 {
@@ -652,7 +652,7 @@ func TestBadInputBattery(t *testing.T) {
 		c = ptyDial(t, s, fmt.Sprintf("attach=%s&offset=%d&epoch=%s", ptyToken, ringStart, cur.Epoch))
 		if r := replayOf(t, c); r.Reset || r.Reason != "resume" || r.StartOffset != ringStart || r.ReplayEndOffset != end {
 			t.Errorf("cursor at the ring's start: %+v, want resume of [%d, %d)", r, ringStart, end)
-		} else if err := c.WaitOutput(errsCtx(t), func(b []byte) bool { return int64(len(b)) >= ring }); err != nil {
+		} else if err := c.WaitOutput(ctxT(t, errsStep), func(b []byte) bool { return int64(len(b)) >= ring }); err != nil {
 			t.Errorf("cursor at the ring's start: %v", err)
 		}
 		c.Close()

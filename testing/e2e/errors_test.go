@@ -34,14 +34,6 @@ import (
 // errsStep bounds one step (a call, a dial, a close) of these tests.
 const errsStep = 10 * time.Second
 
-// errsCtx returns a context for one step.
-func errsCtx(tb testing.TB) context.Context {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), errsStep)
-	tb.Cleanup(cancel)
-	return ctx
-}
-
 // errsAlive checks that c is still open and answers a call: an error
 // response never closes the socket (docs/PROTOCOL.md, section 11).
 func errsAlive(tb testing.TB, c *wsclient.Client) {
@@ -55,7 +47,7 @@ func errsAlive(tb testing.TB, c *wsclient.Client) {
 	var out struct {
 		Sessions []json.RawMessage `json:"sessions"`
 	}
-	if err := c.Call(errsCtx(tb), "session.active_list", nil, &out); err != nil {
+	if err := c.Call(ctxT(tb, errsStep), "session.active_list", nil, &out); err != nil {
 		tb.Fatalf("session.active_list after an error: got %v, want a result", err)
 	}
 }
@@ -64,7 +56,7 @@ func errsAlive(tb testing.TB, c *wsclient.Client) {
 // that the socket is still open.
 func errsWantCode(tb testing.TB, c *wsclient.Client, method string, params any, want int) {
 	tb.Helper()
-	err := c.Call(errsCtx(tb), method, params, nil)
+	err := c.Call(ctxT(tb, errsStep), method, params, nil)
 	if got := wsclient.ErrorCode(err); got != want {
 		tb.Errorf("%s %s: got %v (code %d), want code %d", method, errsShow(params), err, got, want)
 	}
@@ -92,7 +84,7 @@ type errsResponse struct {
 // errsNextResponse reads the next raw frame as a response.
 func errsNextResponse(tb testing.TB, c *wsclient.Client) (errsResponse, json.RawMessage) {
 	tb.Helper()
-	raw, err := c.NextRaw(errsCtx(tb))
+	raw, err := c.NextRaw(ctxT(tb, errsStep))
 	if err != nil {
 		tb.Fatalf("waiting for a response: %v", err)
 	}
@@ -110,7 +102,7 @@ func errsCreate(tb testing.TB, c *wsclient.Client, params map[string]any) (id, k
 		SessionID  string `json:"session_id"`
 		SessionKey string `json:"session_key"`
 	}
-	if err := c.Call(errsCtx(tb), "session.create", params, &snap); err != nil {
+	if err := c.Call(ctxT(tb, errsStep), "session.create", params, &snap); err != nil {
 		tb.Fatalf("session.create: %v", err)
 	}
 	if snap.SessionID == "" || snap.SessionKey == "" {
@@ -255,7 +247,7 @@ func TestErrorsJSONRPC(t *testing.T) {
 	var ev struct {
 		LatestSeq *uint64 `json:"latest_seq"`
 	}
-	if err := c.Call(errsCtx(t), "session.events.since", map[string]any{"session_id": sid, "last_seen": 0}, &ev); err != nil || ev.LatestSeq == nil {
+	if err := c.Call(ctxT(t, errsStep), "session.events.since", map[string]any{"session_id": sid, "last_seen": 0}, &ev); err != nil || ev.LatestSeq == nil {
 		t.Errorf("session.events.since after the errors: got %v, %v; want a result", ev.LatestSeq, err)
 	}
 	errsNoErrorLogs(t, s)
@@ -353,7 +345,7 @@ func TestErrorsDomain(t *testing.T) {
 			Status string `json:"status"`
 			RunID  string `json:"run_id"`
 		}
-		if err := c.Call(errsCtx(t), "prompt.submit", map[string]any{"session_id": sid, "text": long}, &started); err != nil {
+		if err := c.Call(ctxT(t, errsStep), "prompt.submit", map[string]any{"session_id": sid, "text": long}, &started); err != nil {
 			t.Fatalf("first prompt.submit: %v", err)
 		}
 		if started.Status != "streaming" || started.RunID == "" {
@@ -366,10 +358,10 @@ func TestErrorsDomain(t *testing.T) {
 		var intr struct {
 			Status string `json:"status"`
 		}
-		if err := c.Call(errsCtx(t), "session.interrupt", map[string]any{"session_id": sid}, &intr); err != nil || intr.Status != "interrupted" {
+		if err := c.Call(ctxT(t, errsStep), "session.interrupt", map[string]any{"session_id": sid}, &intr); err != nil || intr.Status != "interrupted" {
 			t.Fatalf("session.interrupt: got %+v, %v; want interrupted", intr, err)
 		}
-		e, err := c.WaitEvent(errsCtx(t), func(e wsclient.Event) bool {
+		e, err := c.WaitEvent(ctxT(t, errsStep), func(e wsclient.Event) bool {
 			return e.SessionID == sid && e.Type == "message.complete"
 		})
 		if err != nil {
@@ -382,7 +374,7 @@ func TestErrorsDomain(t *testing.T) {
 			t.Errorf("message.complete: got %s, want status interrupted", e.Payload)
 		}
 		// Idle again: a new prompt is accepted.
-		if err := c.Call(errsCtx(t), "prompt.submit", map[string]any{"session_id": sid, "text": "again"}, nil); err != nil {
+		if err := c.Call(ctxT(t, errsStep), "prompt.submit", map[string]any{"session_id": sid, "text": "again"}, nil); err != nil {
 			t.Errorf("prompt.submit once idle: got %v, want a result", err)
 		}
 	})
@@ -496,7 +488,7 @@ func TestErrorsAccess(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := errsCtx(t)
+			ctx := ctxT(t, errsStep)
 			c, err := s.DialRaw(ctx, tt.path, tt.opts)
 			if err != nil {
 				t.Fatalf("DialRaw %s: %v", tt.path, err)
@@ -571,7 +563,7 @@ func TestErrorsFrameLimits(t *testing.T) {
 			// The host may close while the frame is still being written;
 			// the close code is what counts.
 			_ = c.SendRaw(tt.frame)
-			ctx := errsCtx(t)
+			ctx := ctxT(t, errsStep)
 			select {
 			case <-c.Closed():
 			case <-ctx.Done():
@@ -600,7 +592,7 @@ func TestErrorsAgentBuild(t *testing.T) {
 	first := e2e.Start(t, e2e.Config{})
 	c := first.Dial(t)
 	sid, key := errsCreate(t, c, map[string]any{"title": "stored before"})
-	if err := c.Call(errsCtx(t), "session.close", map[string]any{"session_id": sid}, nil); err != nil {
+	if err := c.Call(ctxT(t, errsStep), "session.close", map[string]any{"session_id": sid}, nil); err != nil {
 		t.Fatalf("session.close: %v", err)
 	}
 	c.Close()
@@ -645,7 +637,7 @@ func TestErrorsAgentBuild(t *testing.T) {
 			Title string `json:"title"`
 		} `json:"sessions"`
 	}
-	if err := c.Call(errsCtx(t), "session.list", nil, &list); err != nil {
+	if err := c.Call(ctxT(t, errsStep), "session.list", nil, &list); err != nil {
 		t.Fatalf("session.list: %v", err)
 	}
 	found := false
@@ -658,7 +650,7 @@ func TestErrorsAgentBuild(t *testing.T) {
 	var active struct {
 		Sessions []json.RawMessage `json:"sessions"`
 	}
-	if err := c.Call(errsCtx(t), "session.active_list", nil, &active); err != nil || len(active.Sessions) != 0 {
+	if err := c.Call(ctxT(t, errsStep), "session.active_list", nil, &active); err != nil || len(active.Sessions) != 0 {
 		t.Errorf("session.active_list: got %d sessions, %v; want none live", len(active.Sessions), err)
 	}
 	errsAlive(t, s.Dial(t))
@@ -678,7 +670,7 @@ func TestErrorsPTYSwitchedOff(t *testing.T) {
 		{"/api/pty?attach=abcdefghijklmnop", wsclient.Options{Token: s.Token}, wire.CloseNotFound},
 		{"/api/pty", wsclient.Options{}, wire.CloseUnauthorized},
 	} {
-		c, err := s.DialRaw(errsCtx(t), tt.path, tt.opts)
+		c, err := s.DialRaw(ctxT(t, errsStep), tt.path, tt.opts)
 		if err != nil {
 			t.Fatalf("DialRaw %s: %v", tt.path, err)
 		}

@@ -88,6 +88,45 @@ func TestPTYSlowViewerCut(t *testing.T) {
 	if err := w.Write([]byte(path + "\r")); err != nil {
 		t.Fatal(err)
 	}
+	// Once the writer holds 20 MiB the viewer is owed far more than its
+	// 8 MiB queue and the kernel's buffers of a socket that reads
+	// nothing: it was cut, and its close frame waits behind what those
+	// buffers hold. It reads from now on, so that frame reaches it
+	// within the slow close's grace however long the rest takes.
+	const cut = 20 << 20
+	if err := w.WaitOutput(ctxT(t, 60*time.Second), func(out []byte) bool { return len(out) >= cut }); err != nil {
+		t.Fatal(err)
+	}
+	type end struct {
+		code, n int
+		err     error
+	}
+	viewer := make(chan end, 1)
+	go func() {
+		var n int
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			h, err := ws.ReadHeader(r)
+			if err != nil {
+				viewer <- end{n: n, err: err}
+				return
+			}
+			p := make([]byte, h.Length)
+			if _, err := io.ReadFull(r, p); err != nil {
+				viewer <- end{n: n, err: err}
+				return
+			}
+			if h.OpCode == ws.OpClose {
+				if h.Masked {
+					ws.Cipher(p, h.Mask, 0)
+				}
+				code, _ := ws.ParseCloseFrameData(p)
+				viewer <- end{code: int(code), n: n}
+				return
+			}
+			n += len(p)
+		}
+	}()
 	if code := closeCode(t, w); code != 4410 {
 		t.Fatalf("writer: close code %d after %d of %d bytes, want 4410", code, len(w.Output()), size)
 	}
@@ -96,34 +135,13 @@ func TestPTYSlowViewerCut(t *testing.T) {
 		t.Fatalf("writer: got %d bytes, want the payload's %d (after at most the echo of its path)", len(got), size)
 	}
 
-	// The viewer was cut: reading on, it finds the end of its stream well
-	// before the payload's end — a 1013 close frame if it still reaches it.
-	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	var n int
-	for {
-		h, err := ws.ReadHeader(r)
-		if err != nil {
-			t.Logf("viewer: connection ended (%v) after %d bytes", err, n)
-			break // torn down after the close grace
-		}
-		p := make([]byte, h.Length)
-		if _, err := io.ReadFull(r, p); err != nil {
-			t.Logf("viewer: connection ended (%v) in a frame after %d bytes", err, n)
-			break
-		}
-		if h.OpCode == ws.OpClose {
-			if h.Masked {
-				ws.Cipher(p, h.Mask, 0)
-			}
-			code, _ := ws.ParseCloseFrameData(p)
-			if code != 1013 {
-				t.Errorf("viewer: close code %d, want 1013", code)
-			}
-			t.Logf("viewer: closed %d after %d bytes", code, n)
-			break
-		}
-		n += len(p)
+	// The viewer was cut: it finds a 1013 close frame well before the
+	// payload's end.
+	v := <-viewer
+	if v.err != nil || v.code != 1013 {
+		t.Errorf("viewer: after %d bytes the stream ended with close code %d (%v), want a 1013 close frame", v.n, v.code, v.err)
 	}
+	n := v.n
 	if n >= size {
 		t.Errorf("viewer: got all %d bytes without reading: want it cut", n)
 	}

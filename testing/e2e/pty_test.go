@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 
 	"fmt"
 	"regexp"
@@ -193,7 +194,8 @@ func TestPTYSupersede(t *testing.T) {
 	pid := readPID(t, a)
 	b := ptyDial(t, s, "attach="+tok)
 	replayOf(t, b)
-	// A writes after B took over: dropped.
+	// A writes after B took over: dropped. The write itself may fail: A
+	// may be closed (4409) already.
 	_ = a.Write([]byte("echo A-MARK\r"))
 	if code := closeCode(t, a); code != 4409 {
 		t.Fatalf("superseded writer closed with %d, want 4409", code)
@@ -206,7 +208,16 @@ func TestPTYSupersede(t *testing.T) {
 	if err := view.WaitOutput(ctxT(t, 10*time.Second), func(o []byte) bool { return bytes.Contains(o, []byte("B-MARK\r\n")) }); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // past the 1s TTL: the attached PTY must not be reaped
+	// A PTY detached now is reaped after the 1s TTL; once it is gone,
+	// the reaper has passed the deadline A's close would have set.
+	detached := ptyDial(t, s, "attach="+attachToken(t))
+	replayOf(t, detached)
+	if err := detached.Write([]byte("echo pid=$$\r")); err != nil {
+		t.Fatal(err)
+	}
+	detachedPID := readPID(t, detached)
+	detached.Drop()
+	waitPIDGone(t, detachedPID, 15*time.Second)
 	if !pidAlive(pid) {
 		t.Fatalf("PTY process %d reaped while the second writer is attached", pid)
 	}
@@ -221,14 +232,56 @@ func TestPTYSupersede(t *testing.T) {
 			t.Fatalf("the superseded writer's input reached the PTY: %q", o)
 		}
 	}
-	// A view socket never writes.
-	_ = view.Write([]byte("echo V-MARK\r"))
-	_ = b.Write([]byte("echo D-MARK\r"))
+	// A view socket never writes. Its detach is the last thing its
+	// socket's worker does, after its input: once the PTY has no viewer,
+	// V-MARK was written if it ever would be, so the shell echoes it
+	// before D-MARK.
+	if err := view.Write([]byte("echo V-MARK\r")); err != nil {
+		t.Fatal(err)
+	}
+	view.Close()
+	waitPTYViewers(t, s, tok, 0)
+	if err := b.Write([]byte("echo D-MARK\r")); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.WaitOutput(ctxT(t, 10*time.Second), func(o []byte) bool { return bytes.Contains(o, []byte("D-MARK\r\n")) }); err != nil {
 		t.Fatal(err)
 	}
 	if bytes.Contains(b.Output(), []byte("V-MARK")) {
-		t.Fatalf("a view socket's input reached the PTY")
+		t.Fatalf("a view socket's input reached the PTY: %q", b.Output())
+	}
+}
+
+// waitPTYViewers waits until `tether ptys` lists the PTY of tok with n
+// view sockets.
+func waitPTYViewers(t *testing.T, s *e2e.Server, tok string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, stderr, code := runCLI(t, "", "ptys", "--json", "--state-dir", s.StateDir)
+		if code != 0 {
+			t.Fatalf("tether ptys --json: status %d, stderr %q", code, stderr)
+		}
+		var entries []struct {
+			Token   string `json:"token"`
+			Viewers int    `json:"viewers"`
+		}
+		if err := json.Unmarshal([]byte(out), &entries); err != nil {
+			t.Fatalf("tether ptys --json: %v\n%s", err, out)
+		}
+		got := -1
+		for _, e := range entries {
+			if e.Token == tok {
+				got = e.Viewers
+			}
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the PTY of %s has %d view sockets (-1: not listed), want %d", tok, got, n)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the socket's detach
 	}
 }
 

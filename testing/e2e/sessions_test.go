@@ -12,35 +12,15 @@ import (
 
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
+	"github.com/tether-agent/tether/wire"
 )
 
-type message struct {
-	Role string `json:"role"`
-	Text string `json:"text"`
-}
-
-type snapshot struct {
-	SessionID    string    `json:"session_id"`
-	SessionKey   string    `json:"session_key"`
-	Resumed      string    `json:"resumed"`
-	Title        string    `json:"title"`
-	MessageCount int       `json:"message_count"`
-	Messages     []message `json:"messages"`
-	Status       string    `json:"status"`
-	Running      bool      `json:"running"`
-	StartedAt    int64     `json:"started_at"`
-	LatestSeq    uint64    `json:"latest_seq"`
-	Epoch        string    `json:"epoch"`
-}
-
-type activeEntry struct {
-	ID           string `json:"id"`
-	SessionKey   string `json:"session_key"`
-	Title        string `json:"title"`
-	Status       string `json:"status"`
-	MessageCount int    `json:"message_count"`
-	Viewers      int    `json:"viewers"`
-}
+// The protocol's result types, under the names these tests use.
+type (
+	message     = wire.Message
+	snapshot    = wire.Snapshot
+	activeEntry = wire.ActiveSession
+)
 
 func ctxT(tb testing.TB, d time.Duration) context.Context {
 	tb.Helper()
@@ -150,6 +130,47 @@ func TestStaleDisconnectNeverKillsResumedSession(t *testing.T) {
 			}
 		})
 	}
+	// The departing viewer's binding is stale: A bound again after B, so
+	// when A has gone B's disconnect is not the last word on the session
+	// and a close_on_disconnect session is parked, not closed.
+	t.Run("stale last viewer", func(t *testing.T) {
+		a := s.Dial(t)
+		var created snapshot
+		call(t, a, "session.create", map[string]any{"close_on_disconnect": true, "title": "stale last viewer"}, &created)
+		b := s.Dial(t)
+		call(t, b, "session.resume", map[string]any{"session_id": created.SessionKey}, nil)
+		var again snapshot
+		call(t, a, "session.resume", map[string]any{"session_id": created.SessionKey}, &again)
+		if again.SessionID != created.SessionID {
+			t.Fatalf("A resumed %s, want %s", again.SessionID, created.SessionID)
+		}
+		_ = a.Drop()
+		waitViewers(t, observer, created.SessionKey, 1)
+		_ = b.Drop()
+		waitViewers(t, observer, created.SessionKey, 0)
+		call(t, observer, "session.close", map[string]any{"session_id": created.SessionID}, nil)
+	})
+}
+
+// waitViewers waits until the one live session of key has n viewers
+// (a drop is processed after the socket is gone). It fails at once when
+// the session left the table.
+func waitViewers(tb testing.TB, obs *wsclient.Client, key string, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		live := liveForKey(activeList(tb, obs), key)
+		if len(live) != 1 {
+			tb.Fatalf("live sessions for key %s: %+v, want exactly one with %d viewers", key, live, n)
+		}
+		if live[0].Viewers == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("session %s has %d viewers, want %d", live[0].ID, live[0].Viewers, n)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the async detach
+	}
 }
 
 // TestResumeStormConverges resumes one stored key from 40 sockets at
@@ -219,7 +240,7 @@ func TestLivePayload(t *testing.T) {
 	b := s.Dial(t)
 	var snap snapshot
 	call(t, b, "session.resume", map[string]any{"session_id": created.SessionKey}, &snap)
-	want := []message{{"user", "first turn"}, {"assistant", "first turn"}}
+	want := []message{{Role: "user", Text: "first turn"}, {Role: "assistant", Text: "first turn"}}
 	if fmt.Sprint(snap.Messages) != fmt.Sprint(want) || snap.MessageCount != 2 || snap.Status != "idle" || snap.SessionID != created.SessionID || snap.Resumed != created.SessionKey {
 		t.Fatalf("idle resume snapshot: %+v, want messages %v, idle, same id, resumed key", snap, want)
 	}
@@ -280,7 +301,7 @@ func TestLivePayload(t *testing.T) {
 // socket drops is reaped after the grace, unless a resume comes first; a
 // session whose run is streaming is not reaped while it streams.
 func TestParkAndReap(t *testing.T) {
-	s := e2e.Start(t, e2e.Config{Args: []string{"--orphan-grace", "1s", "--echo-delay", "250ms"}})
+	s := e2e.Start(t, e2e.Config{Args: []string{"--orphan-grace", "1s", "--echo-delay", "250ms", "--admin-listen", "127.0.0.1:0"}})
 	observer := s.Dial(t)
 
 	waitGone := func(t *testing.T, key string, within time.Duration) time.Duration {
@@ -329,6 +350,18 @@ func TestParkAndReap(t *testing.T) {
 		}
 	}
 
+	// pastGrace returns once a session parked now has been reaped: the
+	// grace of every session parked before has run out too, and its
+	// timer has fired.
+	pastGrace := func(t *testing.T) {
+		t.Helper()
+		c := s.Dial(t)
+		var control snapshot
+		call(t, c, "session.create", map[string]any{"title": "control"}, &control)
+		_ = c.Drop()
+		waitGone(t, control.SessionKey, 10*time.Second)
+	}
+
 	t.Run("reaped after grace", func(t *testing.T) {
 		a := s.Dial(t)
 		var snap snapshot
@@ -353,17 +386,23 @@ func TestParkAndReap(t *testing.T) {
 		var snap snapshot
 		call(t, a, "session.create", map[string]any{"title": "keep me"}, &snap)
 		_ = a.Drop()
+		waitViewers(t, observer, snap.SessionKey, 0) // parked: its timer runs
 		b := s.Dial(t)
 		var resumed snapshot
 		call(t, b, "session.resume", map[string]any{"session_id": snap.SessionKey}, &resumed)
 		if resumed.SessionID != snap.SessionID {
 			t.Fatalf("resume got %s, want the parked %s", resumed.SessionID, snap.SessionID)
 		}
-		// Well past the grace, it is still the same live session.
-		time.Sleep(2 * time.Second) // letting a (cancelled) timer's deadline pass
+		// Past the grace, it is still the same live session, and no
+		// timer fired for it (it would have been refused as stale).
+		conflicts := s.Metric(t, "tether_teardown_cas_conflicts_total")
+		pastGrace(t)
 		live := liveForKey(activeList(t, observer), snap.SessionKey)
 		if len(live) != 1 || live[0].ID != snap.SessionID || live[0].Viewers != 1 {
 			t.Fatalf("after the grace: %+v, want %s live with one viewer", live, snap.SessionID)
+		}
+		if got := s.Metric(t, "tether_teardown_cas_conflicts_total"); got != conflicts {
+			t.Errorf("tether_teardown_cas_conflicts_total went from %v to %v: the cancelled reap timer fired", conflicts, got)
 		}
 	})
 
@@ -371,15 +410,16 @@ func TestParkAndReap(t *testing.T) {
 		a := s.Dial(t)
 		var snap snapshot
 		call(t, a, "session.create", map[string]any{"title": "streaming"}, &snap)
-		words := strings.Repeat("word ", 12) // 12 × 250ms = 3s of streaming
+		words := strings.Repeat("word ", 24) // 24 × 250ms = 6s of streaming
 		call(t, a, "prompt.submit", map[string]any{"session_id": snap.SessionID, "text": words}, nil)
 		_ = a.Drop()
-		time.Sleep(2 * time.Second) // past the grace, mid-run
+		waitViewers(t, observer, snap.SessionKey, 0) // parked: its timer runs
+		pastGrace(t)
 		live := liveForKey(activeList(t, observer), snap.SessionKey)
 		if len(live) != 1 || live[0].Status != "working" {
 			t.Fatalf("mid-run past the grace: %+v, want the session live and working", live)
 		}
-		waitGone(t, snap.SessionKey, 10*time.Second)
+		waitGone(t, snap.SessionKey, 20*time.Second)
 		// The run was never interrupted: the whole answer is stored.
 		b := s.Dial(t)
 		var resumed snapshot
@@ -476,7 +516,7 @@ func TestBranchShowsParentPrefix(t *testing.T) {
 			if child.SessionKey == parent.SessionKey || child.SessionID == parent.SessionID {
 				t.Fatalf("child %s/%s is the parent", child.SessionID, child.SessionKey)
 			}
-			want := []message{{"user", "one"}, {"assistant", "one"}}
+			want := []message{{Role: "user", Text: "one"}, {Role: "assistant", Text: "one"}}
 			if fmt.Sprint(child.Messages) != fmt.Sprint(want) {
 				t.Fatalf("child messages %v, want the parent prefix %v", child.Messages, want)
 			}
@@ -485,7 +525,7 @@ func TestBranchShowsParentPrefix(t *testing.T) {
 			call(t, c, "session.close", map[string]any{"session_id": child.SessionID}, nil)
 			var again snapshot
 			call(t, c, "session.resume", map[string]any{"session_id": child.SessionKey}, &again)
-			want = append(want, message{"user", "two"}, message{"assistant", "two"})
+			want = append(want, message{Role: "user", Text: "two"}, message{Role: "assistant", Text: "two"})
 			if fmt.Sprint(again.Messages) != fmt.Sprint(want) {
 				t.Fatalf("resumed child messages %v, want %v", again.Messages, want)
 			}
