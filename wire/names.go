@@ -31,6 +31,12 @@ const (
 	// MethodClusterHosts lists the hosts of a cluster (tether cluster);
 	// a single host answers with itself alone.
 	MethodClusterHosts = "cluster.hosts"
+	// MethodCredentialCreate, MethodCredentialList and
+	// MethodCredentialRevoke make, list and revoke the host's scoped
+	// credentials (tether token, tether share); admin only.
+	MethodCredentialCreate = "credential.create"
+	MethodCredentialList   = "credential.list"
+	MethodCredentialRevoke = "credential.revoke"
 )
 
 // Server event types.

@@ -118,6 +118,7 @@ var specCodes = map[int]bool{
 	CodeResumeFailed:       true,
 	CodeStorageUnavailable: true,
 	CodeAlreadyResolved:    true,
+	codeForbidden:          true,
 }
 
 // outFrame is a frame the gateway sends, decoded: a response or an event.
@@ -215,7 +216,7 @@ func TestGatewayOneResponsePerFrame(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := &recordingSender{}
-			c := gw.newConn(contract.TransportID{Instance: "t", Conn: uint64(i + 1)}, "ws", out)
+			c := gw.newConn(contract.TransportID{Instance: "t", Conn: uint64(i + 1)}, "ws", out).as(adminWho)
 			defer c.OnClosed()
 			c.OnFrame([]byte(tt.frame), tt.binary)
 			gw.wg.Wait()
@@ -237,7 +238,7 @@ func TestGatewayOneResponsePerFrame(t *testing.T) {
 	}
 	// A notification (no id) gets no response, even when it fails.
 	out := &recordingSender{}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1000}, "ws", out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1000}, "ws", out).as(adminWho)
 	defer c.OnClosed()
 	c.OnFrame([]byte(`{"jsonrpc":"2.0","method":"nope"}`), false)
 	gw.wg.Wait()
@@ -254,7 +255,7 @@ func TestGatewayBusy(t *testing.T) {
 	gw := New(tbl, st, "test", zerolog.Nop(), m)
 	defer gw.Close()
 	out := &recordingSender{}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out).as(adminWho)
 	defer c.OnClosed()
 	// Fill the queue as a stuck worker would leave it: working is set, so
 	// onFrame starts no worker of its own.
@@ -339,7 +340,7 @@ func TestGatewayEventsSinceFromJournal(t *testing.T) {
 		st.Close()
 	})
 	out := &notifyingSender{sent: make(chan struct{}, 1)}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out).as(adminWho)
 	defer c.OnClosed()
 
 	c.OnFrame([]byte(`{"jsonrpc":"2.0","id":1,"method":"session.create"}`), false)
