@@ -158,6 +158,10 @@ type Config struct {
 	// process, like `tether plugins reload NAME` (tether serve sends
 	// SIGHUP's here).
 	Reload <-chan struct{}
+	// PublicURL is the host's URL as its users reach it (behind a
+	// reverse proxy, say): the base of the URLs tether token create and
+	// tether share print. Empty: the listener's own.
+	PublicURL string
 	// AdminListen, if set, serves /metrics, /healthz and (with Pprof)
 	// /debug/pprof, behind the access token and the Host check.
 	AdminListen string
@@ -273,6 +277,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal, PerSessionBytes: cfg.JournalBytes},
 	})
 	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
+	gw.SetCredentials(creds)
+	upkeepCtx, stopUpkeep := context.WithCancel(ctx)
+	waitUpkeep := keepCredentials(upkeepCtx, creds, cfg.Log)
+	defer func() { stopUpkeep(); waitUpkeep() }()
 	if node != nil {
 		gw.SetRemote(clusterRemote{node}) // before any connection
 	}
@@ -376,6 +384,11 @@ func Run(ctx context.Context, cfg Config) error {
 		scheme = "https"
 	}
 	publicURL := scheme + "://" + access.BrowserAddr(sup.Addr())
+	if cfg.PublicURL != "" {
+		gw.SetPageURL(cfg.PublicURL)
+	} else {
+		gw.SetPageURL(publicURL)
+	}
 	if supervise.HostListens(cfg.Listen) {
 		// Client commands given only the state dir reach this host (recorded
 		// before the listening line, which a client may act on at once).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -46,6 +47,7 @@ func serve(args []string) int {
 		agentCommand = fs.String("agent-command", "", "for --agent exec: command run per prompt (prompt on stdin, stdout streamed); for --agent acp: the ACP agent, started once and spoken to on stdio")
 		agentCwd     = fs.String("agent-cwd", "", "for --agent acp: the agent's working directory, and that of sessions made without one (default: the current directory)")
 		echoDelay    = fs.Duration("echo-delay", 0, "for --agent echo: pause before each streamed word")
+		publicURL    = fs.String("public-url", "", "the host's URL as its users reach it, e.g. https://tether.example.com behind a reverse proxy: the base of the URLs tether token create and tether share print (default: the listener's)")
 		adminListen  = fs.String("admin-listen", "", "address of the admin listener: Prometheus /metrics and /healthz, and /debug/pprof with --pprof, all behind the access token (off when empty)")
 		logLevel     = fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 		logFormat    = fs.String("log-format", "", "log format: json or console (default: console on a terminal)")
@@ -125,6 +127,10 @@ flags:
 	ptyArgv, err := agent.ParseCommandLine(*ptyCommand)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tether serve: --pty-command %q: %v\n", *ptyCommand, err)
+		return 2
+	}
+	if u, err := url.Parse(*publicURL); *publicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "") {
+		fmt.Fprintf(os.Stderr, "tether serve: --public-url %q: want http(s)://HOST[:PORT][/PATH], no userinfo, query or fragment\n", *publicURL)
 		return 2
 	}
 	if *maxConns < 1 {
@@ -292,6 +298,7 @@ flags:
 		StopPTYs:     *stopPTYs,
 		Reload:       reload,
 		AdminListen:  *adminListen,
+		PublicURL:    strings.TrimRight(*publicURL, "/"),
 		PingInterval: *pingInterval,
 		PeerTimeout:  *peerTimeout,
 		Version:      version,
