@@ -337,6 +337,7 @@ func Run(ctx context.Context, cfg Config) error {
 	serving := false // the listening line is out
 	if cfg.PTY.Spec.Path != "" {
 		router = ptyroute.New(cfg.Log, m, cfg.PTY.BackendConfig.MaxCols, cfg.PTY.BackendConfig.MaxRows)
+		router.SetCredentials(creds)
 		if node != nil {
 			router.SetRemote(clusterPTYs{node})
 		}

@@ -103,3 +103,14 @@ func IsAdmin(scopes []string) bool { return slices.Contains(scopes, ScopeAdmin) 
 func OnlyView(scopes []string, kind, id string) bool {
 	return Can(scopes, kind, id, false) && !Can(scopes, kind, id, true)
 }
+
+// ScopesOf returns what who may do now: for a stored credential the
+// book's current scopes (a grant or a revocation counts at once; none
+// once it is revoked), else those its identity carries (a reverse
+// proxy's user, or a test's).
+func ScopesOf(b *Book, who Identity) []string {
+	if who.Credential != "" && b != nil {
+		return b.Scopes(who.Credential)
+	}
+	return who.Scopes
+}

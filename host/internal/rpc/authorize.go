@@ -37,12 +37,7 @@ var errForbidden = errorf(wire.CodeForbidden, "%s", access.ErrForbidden.Error())
 // book's current scopes for a stored credential (so a grant or a
 // revocation counts at once; none once it is revoked), else those its
 // identity carries (a reverse proxy's user).
-func (c *conn) scopes() []string {
-	if c.who.Credential != "" && c.gw.book != nil {
-		return c.gw.book.Scopes(c.who.Credential)
-	}
-	return c.who.Scopes
-}
+func (c *conn) scopes() []string { return access.ScopesOf(c.gw.book, c.who) }
 
 // can reports whether the connection reaches the stored session key,
 // as its writer when write: by its credential's scopes or because this
