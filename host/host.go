@@ -286,6 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer gw.Close()
 	acpGW := acpgw.New(acpgw.Config{Table: table, Store: st, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: m})
+	acpGW.SetCredentials(creds)
 	defer acpGW.Close()
 	endpoints := map[string]link.Endpoint{wire.PathRPC: gw, wire.PathACP: acpGW}
 

@@ -78,6 +78,7 @@ type Config struct {
 // Gateway is the /acp endpoint.
 type Gateway struct {
 	cfg    Config
+	book   *access.Book // the host's credentials (SetCredentials); nil: identities as given
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -157,6 +158,9 @@ type conn struct {
 	stop      chan struct{} // closed when the connection has ended
 
 	mu sync.Mutex // guards the fields below
+	// created holds the stored keys of the sessions this connection
+	// made, which a credential that is not admin reaches at once.
+	created map[string]bool
 	// bindings by stored key (the ACP sessionId), and the stored key of
 	// each bound runtime id.
 	bindings map[string]session.Binding

@@ -88,6 +88,8 @@ func newWireSender(pw *io.PipeWriter) *wireSender {
 		for data := range w.queue {
 			_, _ = pw.Write(data)
 		}
+		// Closed: the client reads the end, as from a closed socket.
+		_ = pw.Close()
 	}()
 	return w
 }
@@ -155,10 +157,16 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func (e *env) connect() *client {
 	e.t.Helper()
+	return e.connectAs(adminWho)
+}
+
+// connectAs opens a connection with who's credential.
+func (e *env) connectAs(who access.Identity) *client {
+	e.t.Helper()
 	e.conns++
 	pr, pw := io.Pipe()
 	out := newWireSender(pw)
-	c := e.gw.Open(link.Opening{ID: contract.TransportID{Instance: "t", Conn: uint64(e.conns)}, Transport: "ws", Event: &contract.Event{}, Out: out, Who: adminWho}).(*conn)
+	c := e.gw.Open(link.Opening{ID: contract.TransportID{Instance: "t", Conn: uint64(e.conns)}, Transport: "ws", Event: &contract.Event{}, Out: out, Who: who}).(*conn)
 	cl := &client{t: e.t, conn: c, out: out, asked: make(chan acp.RequestPermissionRequest, 16), changed: make(chan struct{}, 1)}
 	cl.lw = &lineWriter{c: c}
 	cl.cs = acp.NewClientSideConnection(cl, cl.lw, pr)

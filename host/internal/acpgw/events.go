@@ -189,6 +189,9 @@ func (c *conn) ask(key string, ev event) {
 	if json.Unmarshal(ev.Payload, &p) != nil {
 		return
 	}
+	if !c.can(key, true) {
+		return // a viewer is not asked what it may not answer
+	}
 	ctx, cancel := context.WithCancel(c.g.ctx)
 	a := &askState{cancel: cancel, done: make(chan struct{})}
 	c.mu.Lock()
