@@ -48,6 +48,9 @@ const (
 	EventACPUpdate          = "acp.update"
 	EventPermissionRequest  = "permission.request"
 	EventPermissionResolved = "permission.resolved"
+	// EventSessionClosed is a session's last event: session.close, by
+	// whom.
+	EventSessionClosed = "session.closed"
 )
 
 // Message roles.

@@ -38,6 +38,9 @@ const CodeTurnFailed = wire.CodeTurnFailed
 const (
 	// MetaSeq carries an update's event seq in session/update's _meta.
 	MetaSeq = "tether/seq"
+	// MetaBy, in a session/update of a prompt, names who submitted it
+	// (a credential's name).
+	MetaBy = "tether/by"
 	// MetaAfter, in session/resume's _meta, asks for the updates after a
 	// seq.
 	MetaAfter = "tether/after"

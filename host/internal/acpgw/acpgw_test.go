@@ -77,13 +77,14 @@ type wireSender struct {
 	code   int
 	frames [][]byte // raw frames sent, for tests that read them
 	queue  chan []byte
+	gone   chan struct{} // closed at the connection's close
 }
 
 // newWireSender returns a sender whose frames a goroutine writes to pw in
 // order, never blocking the endpoint (the queue is deep enough for any
 // test here), until stop.
 func newWireSender(pw *io.PipeWriter) *wireSender {
-	w := &wireSender{pw: pw, queue: make(chan []byte, 1<<14)}
+	w := &wireSender{pw: pw, queue: make(chan []byte, 1<<14), gone: make(chan struct{})}
 	go func() {
 		for data := range w.queue {
 			_, _ = pw.Write(data)
@@ -108,6 +109,9 @@ func (w *wireSender) Send(cmd contract.Command) {
 		if !w.closed {
 			w.closed, w.code = true, cmd.Code
 			close(w.queue)
+			if w.gone != nil {
+				close(w.gone)
+			}
 		}
 	}
 }

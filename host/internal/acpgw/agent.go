@@ -225,7 +225,7 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 	c.prompts[sid]++
 	c.promptText[sid] = text
 	c.mu.Unlock()
-	runID, err := s.Submit(text)
+	runID, err := s.SubmitBy(text, c.who.Name)
 	ch := make(chan runEnd, 1)
 	c.mu.Lock()
 	if err == nil {
@@ -298,7 +298,7 @@ func (a *acpAgent) Cancel(_ context.Context, p acp.CancelNotification) error {
 		return a.c.forbid("session/cancel")
 	}
 	if s := a.c.session(string(p.SessionId)); s != nil {
-		s.Interrupt()
+		s.InterruptBy(a.c.who.Name)
 	}
 	return nil
 }

@@ -173,7 +173,7 @@ func (c *conn) close(cl call, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	closed, cerr := c.gw.table.Close(c.gw.ctx, sid)
+	closed, cerr := c.gw.table.CloseBy(c.gw.ctx, sid, c.who.Name)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -277,7 +277,7 @@ func (c *conn) submit(cl call, p params) (any, error) {
 	if lerr != nil {
 		return nil, lerr
 	}
-	runID, serr := rec.Submit(text)
+	runID, serr := rec.SubmitBy(text, c.who.Name)
 	if serr != nil {
 		return nil, serr
 	}
@@ -297,7 +297,7 @@ func (c *conn) interrupt(cl call, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec.Interrupt() {
+	if rec.InterruptBy(c.who.Name) {
 		return map[string]string{"status": "interrupted"}, nil
 	}
 	return map[string]string{"status": "idle"}, nil
@@ -327,7 +327,7 @@ func (c *conn) permissionRespond(cl call, p params) (any, error) {
 		}
 		option = &o
 	}
-	if err := rec.RespondPermission(reqID, option, c.transport); err != nil {
+	if err := rec.RespondPermission(reqID, option, c.who.Name, c.transport); err != nil {
 		return nil, err
 	}
 	return map[string]bool{"resolved": true}, nil
