@@ -20,17 +20,6 @@ var (
 	ErrNoSuchTerminal = errors.New("no such terminal")
 )
 
-// Replay reasons reported in the pty.replay control frame
-// (docs/PROTOCOL.md §13.3).
-const (
-	ReasonResume          = "resume"
-	ReasonInitial         = "initial"
-	ReasonEpochMismatch   = "epoch_mismatch"
-	ReasonOffsetRolledOut = "offset_rolled_out"
-	ReasonOffsetAhead     = "offset_ahead"
-	ReasonInvalidCursor   = "invalid_cursor"
-)
-
 // BackendConfig configures a PTY backend before use.
 type BackendConfig struct {
 	// Argv is the command run in each new PTY.
@@ -155,7 +144,7 @@ type AttachResponse struct {
 	// viewer starts at it.
 	ReplayEnd int64
 	Reset     bool
-	Reason    string
+	Reason    string // a wire.Reason* replay reason
 	// Replay holds the bytes [ReplayEnd-len(Replay), ReplayEnd), or the
 	// snapshot.
 	Replay []byte

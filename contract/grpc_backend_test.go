@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/contract/proto/tetherv1"
+	"github.com/tether-agent/tether/wire"
 )
 
 // replayBackend is a Backend whose Attach answers with a fixed response.
@@ -69,7 +70,7 @@ func TestAttachStream(t *testing.T) {
 		replay[i] = byte(i * 7)
 	}
 	want := contract.AttachResponse{Epoch: "e1", StartOffset: 5, ReplayEnd: 5, Reset: true,
-		Reason: contract.ReasonInitial, Replay: replay, Pid: 42, Superseded: contract.TransportID{Instance: "ws", Conn: 3},
+		Reason: wire.ReasonInitial, Replay: replay, Pid: 42, Superseded: contract.TransportID{Instance: "ws", Conn: 3},
 		Snapshot: true, SnapshotBytes: int64(len(replay)), Cols: 120, Rows: 40}
 	impl := &contract.BackendGRPCServer{Impl: &replayBackend{resp: want}}
 	tests := []struct {
@@ -224,7 +225,7 @@ type requestBackend struct {
 
 func (b *requestBackend) Attach(_ context.Context, req contract.AttachRequest) (contract.AttachResponse, error) {
 	b.reqs = append(b.reqs, req)
-	return contract.AttachResponse{Epoch: "e", Reset: true, Reason: contract.ReasonInitial, Snapshot: true, Cols: req.Cols, Rows: req.Rows}, nil
+	return contract.AttachResponse{Epoch: "e", Reset: true, Reason: wire.ReasonInitial, Snapshot: true, Cols: req.Cols, Rows: req.Rows}, nil
 }
 
 // TestAttachRequestCrossesGRPC: every field of an attach request — the

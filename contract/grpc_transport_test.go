@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // wait bounds every wait in these tests; nothing should take close to it.
@@ -384,8 +385,8 @@ func TestGRPCTransportEvents(t *testing.T) {
 			{Kind: contract.EventOpened, Conn: 3, Path: "/", Query: "token=t", Remote: "127.0.0.1:2", Page: true},
 		},
 		{
-			{Kind: contract.EventClosed, Conn: 1, Code: contract.CloseAbnormalNoFrame},
-			{Kind: contract.EventClosed, Conn: 2, Code: contract.CloseSuperseded, Reason: "superseded"},
+			{Kind: contract.EventClosed, Conn: 1, Code: wire.CloseAbnormal},
+			{Kind: contract.EventClosed, Conn: 2, Code: wire.CloseSuperseded, Reason: "superseded"},
 		},
 	}
 	for _, b := range batches {
@@ -434,7 +435,7 @@ func TestGRPCTransportCommands(t *testing.T) {
 			{Kind: contract.CommandSend, Conn: 1, Data: []byte{}},
 			{Kind: contract.CommandAdmit, Conn: 1<<64 - 1},
 		},
-		{{Kind: contract.CommandClose, Conn: 1, Code: contract.CloseServiceRestart, Reason: "plugin swap"}},
+		{{Kind: contract.CommandClose, Conn: 1, Code: wire.CloseServiceRestart, Reason: "plugin swap"}},
 		{{Kind: contract.CommandAdmit, Conn: 3, Header: map[string][]string{"Set-Cookie": {"a=b; Path=/", "c=; Max-Age=0"}}}},
 	}
 	var want []contract.Command
@@ -575,7 +576,7 @@ func TestGRPCTransportStop(t *testing.T) {
 	tc := newClient(t, fake)
 	l := startLink(t, tc, nil)
 
-	req := contract.StopRequest{Code: contract.CloseServiceRestart, Reason: "plugin swap"}
+	req := contract.StopRequest{Code: wire.CloseServiceRestart, Reason: "plugin swap"}
 	if err := tc.Stop(context.Background(), req); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}

@@ -102,7 +102,7 @@ type Event struct {
 	Data   []byte // message payload
 
 	// Closed.
-	Code   int    // close code received or sent; 1006 when there was none
+	Code   int    // close code received or sent; wire.CloseAbnormal (1006) when there was none
 	Reason string // close reason, if any
 
 	// Page marks an Opened event that is a request for a web page, not

@@ -20,8 +20,10 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/cluster"
+	"github.com/tether-agent/tether/host/internal/cluster/embedded"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
 	"github.com/tether-agent/tether/host/internal/rpc"
 	"github.com/tether-agent/tether/host/internal/session"
@@ -84,8 +86,8 @@ type ClusterConfig struct {
 // clusterAuth is what ClusterConfig's files hold.
 type clusterAuth struct {
 	secret []byte
-	creds  cluster.Credentials
-	tls    *cluster.TLSFiles
+	creds  embedded.Credentials
+	tls    *embedded.TLSFiles
 }
 
 // makeSecret is the command that makes a cluster secret, for messages.
@@ -105,14 +107,14 @@ func (c *ClusterConfig) load() (clusterAuth, error) {
 	for _, raw := range c.URLs {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return a, fmt.Errorf("--cluster %s: not a URL", cluster.RedactURLs([]string{raw}))
+			return a, fmt.Errorf("--cluster %s: not a URL", embedded.RedactURLs([]string{raw}))
 		}
 		if u.User != nil {
-			return a, fmt.Errorf("--cluster %s: credentials in a URL are seen by every user of the machine (ps): put the credentials in a file (--cluster-creds, --cluster-nkey, --cluster-token-file, or --cluster-user with --cluster-password-file)", cluster.RedactURLs([]string{raw}))
+			return a, fmt.Errorf("--cluster %s: credentials in a URL are seen by every user of the machine (ps): put the credentials in a file (--cluster-creds, --cluster-nkey, --cluster-token-file, or --cluster-user with --cluster-password-file)", embedded.RedactURLs([]string{raw}))
 		}
 	}
 	if c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" {
-		a.tls = &cluster.TLSFiles{CA: c.TLSCA, Cert: c.TLSCert, Key: c.TLSKey}
+		a.tls = &embedded.TLSFiles{CA: c.TLSCA, Cert: c.TLSCert, Key: c.TLSKey}
 		for _, f := range []struct{ flag, path string }{
 			{"--cluster-tls-ca", c.TLSCA}, {"--cluster-tls-cert", c.TLSCert}, {"--cluster-tls-key", c.TLSKey},
 		} {
@@ -146,7 +148,7 @@ func (c *ClusterConfig) load() (clusterAuth, error) {
 		}
 		for _, r := range c.EmbeddedRoutes {
 			if strings.Contains(r, "@") {
-				return a, fmt.Errorf("--cluster-routes %s: no credentials in a route: the routes' credentials come from --cluster-secret-file", cluster.RedactURLs([]string{r}))
+				return a, fmt.Errorf("--cluster-routes %s: no credentials in a route: the routes' credentials come from --cluster-secret-file", embedded.RedactURLs([]string{r}))
 			}
 		}
 		if a.tls != nil && (c.TLSCA == "" || c.TLSCert == "" || c.TLSKey == "") {
@@ -162,8 +164,8 @@ func (c *ClusterConfig) load() (clusterAuth, error) {
 				offLoopback = append(offLoopback, struct{ flag, addr string }{"--cluster-routes", r})
 			}
 			for _, f := range offLoopback {
-				if f.addr != "" && !cluster.Loopback(f.addr) {
-					return a, fmt.Errorf("%s %s is not loopback: off loopback the cluster's bus needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca (TLS for clients, mutual TLS for routes)", f.flag, cluster.RedactURLs([]string{f.addr}))
+				if f.addr != "" && !embedded.Loopback(f.addr) {
+					return a, fmt.Errorf("%s %s is not loopback: off loopback the cluster's bus needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca (TLS for clients, mutual TLS for routes)", f.flag, embedded.RedactURLs([]string{f.addr}))
 				}
 			}
 		}
@@ -230,7 +232,7 @@ func (c *ClusterConfig) load() (clusterAuth, error) {
 
 // readSecretFile reads a cluster secret: a regular file of user uid's
 // (this process's), readable and writable by nobody else, of at least
-// cluster.MinSecretBytes (surrounding white space aside).
+// embedded.MinSecretBytes (surrounding white space aside).
 func readSecretFile(path string, uid int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -255,8 +257,8 @@ func readSecretFile(path string, uid int) ([]byte, error) {
 		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
 	}
 	b = bytes.TrimSpace(b)
-	if len(b) < cluster.MinSecretBytes {
-		return nil, fmt.Errorf("--cluster-secret-file %s: %d bytes, want at least %d random bytes: make one with %s", path, len(b), cluster.MinSecretBytes, makeSecret)
+	if len(b) < embedded.MinSecretBytes {
+		return nil, fmt.Errorf("--cluster-secret-file %s: %d bytes, want at least %d random bytes: make one with %s", path, len(b), embedded.MinSecretBytes, makeSecret)
 	}
 	return b, nil
 }
@@ -339,7 +341,7 @@ func startCluster(ctx context.Context, cfg Config) (*cluster.Node, error) {
 		Log:         cfg.Log.With().Str("host_id", id).Logger(),
 	}
 	if cc.Embedded {
-		nc.Embedded = &cluster.EmbeddedConfig{
+		nc.Embedded = &embedded.Config{
 			Name:          id,
 			Listen:        cc.EmbeddedListen,
 			StoreDir:      filepath.Join(cfg.StateDir, "nats"),
@@ -371,7 +373,7 @@ func startCluster(ctx context.Context, cfg Config) (*cluster.Node, error) {
 // listenFlagError names the flag of an address the embedded NATS server
 // could not listen on, and says when another process has it.
 func listenFlagError(err error) error {
-	var le *cluster.ListenError
+	var le *embedded.ListenError
 	if !errors.As(err, &le) {
 		return err
 	}
@@ -439,7 +441,7 @@ func openStore(ctx context.Context, cfg Config) (store.Backend, *cluster.Node, e
 	return st, nil, nil
 }
 
-func nodeOwners(n *cluster.Node) session.Owners {
+func nodeOwners(n *cluster.Node) ownership.Store {
 	if n == nil {
 		return nil
 	}
@@ -501,9 +503,10 @@ func serveCluster(n *cluster.Node, m *metrics.Metrics, table *session.Table, bac
 // still exit in time (the others see it gone after the TTL instead).
 const leaveTimeout = time.Second
 
-// leaveCluster leaves the cluster at the end of Run.
-func leaveCluster(n *cluster.Node) {
-	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+// leaveCluster leaves the cluster at the end of Run, within ctx's
+// deadline and at most leaveTimeout.
+func leaveCluster(ctx context.Context, n *cluster.Node) {
+	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
 	defer cancel()
 	n.Close(ctx)
 }

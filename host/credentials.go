@@ -14,9 +14,10 @@ import (
 const credentialUpkeep = time.Minute
 
 // keepCredentials stores the book's last-used times and prunes it every
-// credentialUpkeep until ctx is done, then stores them once more, and
-// returns a function that waits for it to end.
-func keepCredentials(ctx context.Context, book *access.Book, log zerolog.Logger) (wait func()) {
+// credentialUpkeep until the returned stop is called; stop then stores
+// them once more within its ctx and waits for the upkeep to end.
+func keepCredentials(book *access.Book, log zerolog.Logger) (stop func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -25,11 +26,6 @@ func keepCredentials(ctx context.Context, book *access.Book, log zerolog.Logger)
 		for {
 			select {
 			case <-ctx.Done():
-				fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				if err := book.FlushUsed(fctx); err != nil {
-					log.Debug().Err(err).Msg("credentials' last use not stored at stop")
-				}
-				cancel()
 				return
 			case <-t.C:
 			}
@@ -43,5 +39,11 @@ func keepCredentials(ctx context.Context, book *access.Book, log zerolog.Logger)
 			cancel()
 		}
 	}()
-	return func() { <-done }
+	return func(sctx context.Context) {
+		cancel()
+		<-done
+		if err := book.FlushUsed(sctx); err != nil {
+			log.Debug().Err(err).Msg("credentials' last use not stored at stop")
+		}
+	}
 }

@@ -1,5 +1,6 @@
 // Package host is the wiring of tether's authoritative side: Run starts
-// the parts in order and shuts them down in reverse; the package also
+// the parts listed in parts.go in order and stops them in reverse under
+// one deadline (lifecycle.go); the package also
 // keeps the state dir (its lock and socket dir), the control socket that
 // `tether plugins` and `tether ptys` talk to (Control), and the checks of
 // `tether doctor` (Diagnose).

@@ -1,12 +1,10 @@
 package host
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,23 +15,19 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
-	"github.com/tether-agent/tether/host/internal/access"
-	"github.com/tether-agent/tether/host/internal/acpagent"
-	"github.com/tether-agent/tether/host/internal/acpgw"
-	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
-	"github.com/tether-agent/tether/host/internal/ptyroute"
-	"github.com/tether-agent/tether/host/internal/rpc"
-	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/internal/supervise"
-	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/internal/statedir"
-	"github.com/tether-agent/tether/wire"
 )
 
 // PluginSpec says how to run a plugin process: its name, executable,
 // arguments and optional expected sha256.
 type PluginSpec = supervise.PluginSpec
+
+// TransportSettings are the settings every transport plugin is started
+// with (Config.TransportSettings): bound on connections, TLS files,
+// liveness checks, and the extra Origins and Hosts accepted.
+type TransportSettings = supervise.TransportSettings
 
 // TransportSpec is one transport plugin the host runs, under its name,
 // and the address it serves.
@@ -93,12 +87,11 @@ type Config struct {
 	// TokenCreated says the token file was made by this start (so the
 	// state dir is new: a missing state.db is no loss to warn of).
 	TokenCreated bool
-	// TLSCert and TLSKey are PEM files: with them the public listener
-	// serves HTTPS/WSS.
-	TLSCert, TLSKey string
-	// MaxConnections bounds each transport's open connections (0: its
-	// default, 20000); past it a new connection gets HTTP 503.
-	MaxConnections int
+	// TransportSettings are passed whole to every transport plugin:
+	// MaxConnections, TLSCert and TLSKey (the public listener serves
+	// HTTPS/WSS), PingInterval and PeerTimeout, AllowOrigins and
+	// AllowHosts (AllowHosts also guards the admin listener).
+	TransportSettings
 	// OrphanGrace is how long a session with no viewer stays parked before
 	// it is reaped; 0 keeps it forever.
 	OrphanGrace time.Duration
@@ -114,11 +107,6 @@ type Config struct {
 	// JournalBytes bounds the bytes of each session's journal
 	// (--journal-bytes-per-session; 0 = the default, 64 MiB).
 	JournalBytes int64
-	// AllowOrigins are extra accepted Origins.
-	AllowOrigins []string
-	// AllowHosts are extra accepted Host names ("NAME" with any port or
-	// none, "NAME:PORT" exactly), e.g. behind a reverse proxy.
-	AllowHosts []string
 	// Pprof also serves /debug/pprof on the admin listener.
 	Pprof bool
 	// Agents builds each live session's agent (echo, exec, or your own);
@@ -165,9 +153,6 @@ type Config struct {
 	// AdminListen, if set, serves /metrics, /healthz and (with Pprof)
 	// /debug/pprof, behind the access token and the Host check.
 	AdminListen string
-	// PingInterval and PeerTimeout tune the transport's liveness checks
-	// (0 = the transport's defaults, 20s and 60s).
-	PingInterval, PeerTimeout time.Duration
 	// Cluster, when set, joins the host to a cluster sharing one session
 	// table on NATS JetStream (cluster.go); nil: a single host on SQLite.
 	Cluster *ClusterConfig
@@ -197,256 +182,24 @@ const shutdownBudget = 4 * time.Second
 // shutdown, and plugins are stopped (the PTY plugin is left running for
 // the next host unless StopPTYs).
 //
-// Start order: the state dir and its control socket (refusing a second
-// host), the database, the table and the gateway, the public listener,
-// the PTY backend, the transports, the control server, then the admin
-// listener; shutdown runs in reverse.
+// The host's parts, in start order, are listed in parts.go; they are
+// stopped in reverse under one deadline (shutdownBudget), and a part
+// that overruns it is named in the log.
 func Run(ctx context.Context, cfg Config) error {
-	// Nothing in the state dir is read or written before it is judged:
-	// ours, closed to others, no link anywhere (tether serve judged it
-	// already, before its token file; judging again costs a short walk).
-	if err := PrepareStateDir(cfg.StateDir, cfg.Log); err != nil {
-		return err
-	}
-	// One host per state dir: refuse to start beside a running host
-	// before touching its database or its plugins.
-	lock, err := lockStateDir(cfg.StateDir)
-	if err != nil {
-		return err
-	}
-	defer lock.unlock()
-	if afterLock != nil {
-		afterLock()
-	}
-	sockDir := SocketDir(cfg.StateDir)
-	if err := makeSocketDir(sockDir, cfg.Log); err != nil {
-		return err
-	}
-	if sockDir != filepath.Join(cfg.StateDir, "plugins") {
-		cfg.Log.Info().Str("dir", sockDir).Msg("state dir too long for Unix socket paths; sockets are kept in a private directory")
-		// Removed at exit, unless a PTY plugin left running for the next
-		// host still has its socket there (Remove takes only an empty
-		// directory). Deferred first, so it runs last.
-		defer os.Remove(sockDir)
-	}
-	ctlLn, err := listenControl(sockDir)
-	if err != nil {
-		return err
-	}
-	defer ctlLn.Close() // until the control server owns it
-	st, node, err := openStore(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if node != nil {
-		defer leaveCluster(node) // after the table's shutdown
-	}
-	creds, err := openCredentials(ctx, cfg, st, node)
-	if err != nil {
-		return err
-	}
-
-	m := metrics.New()
-	m.BuildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
-	agents := cfg.Agents
-	if len(cfg.ACPAgent) > 0 {
-		// Closed after the table's shutdown (deferred first): the runs it
-		// interrupts are cancelled at the agent.
-		f := acpagent.New(acpagent.Config{Argv: cfg.ACPAgent, Cwd: cfg.AgentCwd, Version: cfg.Version, Log: cfg.Log, Metrics: m,
-			HealthInterval: cfg.HealthInterval, HealthTimeout: cfg.HealthTimeout})
-		if err := f.Start(ctx); err != nil {
+	h := &hostParts{cfg: cfg, m: metrics.New(), primaryFailed: make(chan string, 1)}
+	h.m.BuildInfo.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
+	l := lifecycle{parts: h.parts(), budget: shutdownBudget, log: cfg.Log}
+	return l.run(ctx, func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			cfg.Log.Info().Msg("shutting down")
+			return nil
+		case last := <-h.primaryFailed:
+			err := fmt.Errorf("transport %s failed %d times in a row (last: %s): %w", PrimaryTransport, cfg.RestartLimit, last, ErrPrimaryFailed)
+			cfg.Log.Error().Err(err).Msg("shutting down: the primary transport keeps failing and nothing serves --listen")
 			return err
 		}
-		defer f.Close()
-		agents = f
-	}
-	table := session.NewTable(session.Config{
-		Store:    st,
-		Owners:   nodeOwners(node),
-		Host:     nodeID(node),
-		Instance: nodeInstance(node),
-
-		OwnersTimeout: nodeOwnersTimeout(node),
-		Agents:        agents,
-		OrphanGrace:   cfg.OrphanGrace,
-		Log:           cfg.Log,
-		Metrics:       m,
-		SessionTTL:    cfg.SessionTTL,
-		MaxLive:       cfg.MaxLiveSessions,
-		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal, PerSessionBytes: cfg.JournalBytes},
 	})
-	gw := rpc.New(table, st, cfg.Version, cfg.Log, m)
-	gw.SetCredentials(creds)
-	upkeepCtx, stopUpkeep := context.WithCancel(ctx)
-	waitUpkeep := keepCredentials(upkeepCtx, creds, cfg.Log)
-	defer func() { stopUpkeep(); waitUpkeep() }()
-	if node != nil {
-		gw.SetRemote(clusterRemote{node}) // before any connection
-	}
-	defer gw.Close()
-	acpGW := acpgw.New(acpgw.Config{Table: table, Store: st, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: m})
-	acpGW.SetCredentials(creds)
-	defer acpGW.Close()
-	endpoints := map[string]link.Endpoint{wire.PathRPC: gw, wire.PathACP: acpGW}
-
-	// A TCP public listener is the host's own: every transport plugin
-	// process inherits it, so it stays bound across plugin crashes and
-	// swaps. Bound first: a taken port fails the start before any plugin
-	// is touched.
-	var ln *net.TCPListener
-	if supervise.HostListens(cfg.Listen) {
-		l, err := net.Listen("tcp", cfg.Listen)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-		}
-		defer l.Close()
-		ln = l.(*net.TCPListener)
-	}
-
-	// The primary transport failing for good ends the host (exit status
-	// 3), so that a service manager restarts it whole.
-	primaryFailed := make(chan string, 1)
-	opts := supervise.Options{
-		PrimaryFailed: func(lastErr string) {
-			select {
-			case primaryFailed <- lastErr:
-			default:
-			}
-		},
-		StateDir:     cfg.StateDir,
-		SocketDir:    sockDir,
-		Credentials:  creds,
-		AllowOrigins: cfg.AllowOrigins,
-		AllowHosts:   cfg.AllowHosts,
-		Endpoints:    endpoints,
-		RestartLimit: cfg.RestartLimit,
-		StartTimeout: cfg.PluginStartTimeout,
-
-		HealthInterval: cfg.HealthInterval,
-		HealthTimeout:  cfg.HealthTimeout,
-		MaxConnections: cfg.MaxConnections,
-		TLSCert:        cfg.TLSCert,
-		TLSKey:         cfg.TLSKey,
-		PingInterval:   cfg.PingInterval,
-		PeerTimeout:    cfg.PeerTimeout,
-		Metrics:        m,
-		Log:            cfg.Log,
-	}
-	var router *ptyroute.Router
-	var backend *supervise.Backend
-	serving := false // the listening line is out
-	if cfg.PTY.Spec.Path != "" {
-		router = ptyroute.New(cfg.Log, m, cfg.PTY.BackendConfig.MaxCols, cfg.PTY.BackendConfig.MaxRows)
-		router.SetCredentials(creds)
-		if node != nil {
-			router.SetRemote(clusterPTYs{node})
-		}
-		endpoints["/api/pty"] = router
-		backend = supervise.NewBackend(opts, cfg.PTY.Spec, cfg.PTY.BackendConfig, router)
-		if err := backend.Start(ctx); err != nil {
-			return err
-		}
-		m.SetPTYSource(backend.Stats)
-		defer func() {
-			// The sockets are closed by now; let their detaches reach
-			// the plugin before letting go of it. A host that failed to
-			// start does not leave behind a plugin it started itself.
-			router.Wait()
-			sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget/2)
-			defer cancel()
-			backend.Stop(sctx, !cfg.StopPTYs && (serving || backend.ReattachedNow()))
-		}()
-	}
-	ts := supervise.NewTransports(opts)
-	primary := cfg.Transport
-	primary.Name = PrimaryTransport
-	sup, err := ts.Load(ctx, TransportSpec{PluginSpec: primary, Listen: cfg.Listen}, ln)
-	if err != nil {
-		return err
-	}
-	for _, t := range cfg.Transports {
-		if _, err := ts.Load(ctx, t, nil); err != nil {
-			ts.Stop(context.Background())
-			return err
-		}
-	}
-	if node != nil {
-		if err := serveCluster(node, m, table, backend, endpoints, sup.Addr()); err != nil {
-			ts.Stop(context.Background())
-			return err
-		}
-	}
-	ctl := newControlServer(ctlLn, controlHandler(ts, backend), cfg.Log)
-	defer ctl.Close()
-	stopReloads := reloadOnSignal(ctx, cfg, ts)
-	defer stopReloads()
-	scheme := "http"
-	if cfg.TLSCert != "" {
-		scheme = "https"
-	}
-	publicURL := scheme + "://" + access.BrowserAddr(sup.Addr())
-	if cfg.PublicURL != "" {
-		gw.SetPageURL(cfg.PublicURL)
-	} else {
-		gw.SetPageURL(publicURL)
-	}
-	if supervise.HostListens(cfg.Listen) {
-		// Client commands given only the state dir reach this host (recorded
-		// before the listening line, which a client may act on at once).
-		if err := writeURL(cfg.StateDir, publicURL); err != nil {
-			cfg.Log.Warn().Err(err).Msg("client commands need --url to reach this host")
-		} else {
-			defer removeURL(cfg.StateDir, publicURL)
-		}
-	}
-	if cfg.AdminListen != "" {
-		stopAdmin, addr, err := serveAdmin(cfg, creds, m)
-		if err != nil {
-			ts.Stop(context.Background())
-			return err
-		}
-		defer stopAdmin()
-		fmt.Fprintf(cfg.Stdout, "tether listening on %s/?token=%s\n", publicURL, cfg.Token)
-		fmt.Fprintf(cfg.Stdout, "tether admin on http://%s\n", access.BrowserAddr(addr))
-	} else {
-		fmt.Fprintf(cfg.Stdout, "tether listening on %s/?token=%s\n", publicURL, cfg.Token)
-	}
-	serving = true
-	cfg.Log.Info().Str("addr", sup.Addr()).Msg("tether serving")
-	if asked, applied := cmp.Or(cfg.MaxConnections, defaultMaxConnections), sup.MaxConnections(); applied > 0 && applied < asked {
-		cfg.Log.Info().Int("asked", asked).Int("applied", applied).Msgf("open connections are bounded at %d, not the %d asked, to stay under the transport's limit of open files (raise it with ulimit -n, or LimitNOFILE= under systemd)", applied, asked)
-	}
-	if cfg.TokenCreated {
-		cfg.Log.Info().Str("file", tokenFileOf(cfg)).Msg("new access token created")
-	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		cfg.Log.Info().Msg("shutting down")
-	case last := <-primaryFailed:
-		runErr = fmt.Errorf("transport %s failed %d times in a row (last: %s): %w", PrimaryTransport, cfg.RestartLimit, last, ErrPrimaryFailed)
-		cfg.Log.Error().Err(runErr).Msg("shutting down: the primary transport keeps failing and nothing serves --listen")
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
-	defer cancel()
-	// No more control requests or reloads; stop accepting; interrupt
-	// runs while their viewers are still connected (they get
-	// message.complete "interrupted") and persist; then close every
-	// socket with 1001 and stop the transport plugins. The PTY plugin is
-	// let go (or stopped) last, by the deferred calls.
-	ctl.Close()
-	stopReloads()
-	ts.Drain()
-	if node != nil {
-		node.Drain(1001, "host shutting down")
-	}
-	if err := table.Shutdown(sctx); err != nil {
-		cfg.Log.Error().Err(err).Msg("sessions did not all persist in time")
-	}
-	ts.Stop(sctx)
-	return runErr
 }
 
 // reloadOnSignal swaps every transport for a fresh process each time

@@ -1,6 +1,7 @@
 package wire
 
-// WebSocket close codes tether sends, and the two a client reports for
+// WebSocket close codes tether sends (a transport plugin too, through
+// package contract), and the two a client or transport reports for
 // itself (CloseNoStatus, CloseAbnormal: RFC 6455 forbids sending them).
 const (
 	CloseNormal         = 1000 // normal closure; a client detaching

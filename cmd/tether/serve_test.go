@@ -1,58 +1,13 @@
 package main
 
 import (
-	"context"
+	"flag"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
-
-// TestStopWatchdog: the process is ended a fixed time after the stop
-// signal only when serve has not returned by then; never without a
-// signal, never after serve returned.
-func TestStopWatchdog(t *testing.T) {
-	run := func(signal, serveReturns bool, d time.Duration) bool {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		served := make(chan struct{})
-		exited := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			stopWatchdog(ctx, served, d, func() { close(exited) })
-		}()
-		if signal {
-			cancel()
-		}
-		if serveReturns {
-			close(served)
-		}
-		select {
-		case <-exited:
-			<-done
-			return true
-		case <-done:
-			return false
-		case <-time.After(2 * time.Second):
-			// Neither: the watchdog still waits (no signal, serve running).
-			close(served)
-			<-done
-			return false
-		}
-	}
-	if !run(true, false, 10*time.Millisecond) {
-		t.Error("a stop that did not finish: the watchdog did not end the process")
-	}
-	if run(true, true, time.Hour) {
-		t.Error("serve returned after the signal: the watchdog ended the process anyway")
-	}
-	if run(false, false, 10*time.Millisecond) {
-		t.Error("no stop signal: the watchdog ended the process")
-	}
-	if run(false, true, 10*time.Millisecond) {
-		t.Error("serve returned without a signal: the watchdog ended the process")
-	}
-}
 
 // TestPTYSizeFlag: --pty-max-size is COLSxROWS with each number 1-10000
 // in plain decimal; anything else is refused with the form it wants.
@@ -137,5 +92,81 @@ func TestSizeFlag(t *testing.T) {
 		if got := (&sizeFlag{n: n}).String(); got != want {
 			t.Errorf("String of %d: %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestServeFlagsValidate: each refusal of tether serve's flags, with its
+// message; the first mistake (in the order serve checks them) is the one
+// reported; good flags make the plugins and the token file's default.
+func TestServeFlagsValidate(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string // "" = accepted; else the message, or its start with a trailing "…"
+	}{
+		{"defaults", nil, ""},
+		{"log level", []string{"--log-level", "loud"}, `--log-level "loud": …`},
+		{"log format", []string{"--log-format", "xml"}, `--log-format "xml": want json or console`},
+		{"tls cert alone", []string{"--tls-cert", "c.pem"}, "--tls-cert and --tls-key go together"},
+		{"tls key alone", []string{"--tls-key", "k.pem"}, "--tls-cert and --tls-key go together"},
+		{"agent kind", []string{"--agent", "magic"}, `--agent "magic": want echo, exec or acp`},
+		{"exec needs a command", []string{"--agent", "exec"}, "--agent exec needs --agent-command"},
+		{"acp needs a command", []string{"--agent", "acp"}, "--agent acp needs --agent-command"},
+		{"agent command", []string{"--agent", "exec", "--agent-command", "'open"}, "--agent-command: …"},
+		{"agent cwd relative", []string{"--agent-cwd", "rel"}, `--agent-cwd "rel": want an absolute path to a directory`},
+		{"agent cwd missing", []string{"--agent-cwd", dir + "/none"}, `--agent-cwd "` + dir + `/none": want an absolute path to a directory`},
+		{"pty command", []string{"--pty-command", "'open"}, `--pty-command "'open": …`},
+		{"max connections", []string{"--max-connections", "0"}, "--max-connections must be at least 1"},
+		{"scrollback negative", []string{"--pty-scrollback", "-1"}, "--pty-scrollback must be 0-1048576"},
+		{"scrollback too big", []string{"--pty-scrollback", "1048577"}, "--pty-scrollback must be 0-1048576"},
+		{"pty max sessions", []string{"--pty-max-sessions", "0"}, "--pty-max-sessions must be at least 1"},
+		{"plugin form", []string{"--plugin", "transport"}, `--plugin "transport": want KIND=PATH[#sha256]`},
+		{"plugin missing file", []string{"--plugin", "transport=" + dir + "/none"}, `--plugin "transport=` + dir + `/none": …`},
+		{"plugin kind", []string{"--plugin", "gpu=/bin/sh"}, `--plugin gpu=/bin/sh: kind "gpu" is not supported (supported: transport, transport:NAME, backend)`},
+		{"transport name", []string{"--plugin", "transport:pty=/bin/sh"}, `--plugin transport:pty=/bin/sh: "pty" is the PTY backend's name: …`},
+		{"transport twice", []string{"--plugin", "transport:x=/bin/sh", "--plugin", "transport:x=/bin/sh"}, "--plugin transport:x=/bin/sh: transport x given twice"},
+		{"transport listen form", []string{"--transport-listen", "x"}, `--transport-listen "x": want NAME=ADDR`},
+		{"transport listen unknown", []string{"--transport-listen", "x=unix:/tmp/x.sock"}, `--transport-listen "x=unix:/tmp/x.sock": no transport "x" added with --plugin transport:x=PATH`},
+		{"cluster flag alone", []string{"--cluster-listen", "127.0.0.1:0"}, "--cluster-listen, --cluster-route-listen and --cluster-routes go with --cluster embedded"},
+		{"restart limit", []string{"--plugin-restart-limit", "-1"}, "--plugin-restart-limit must be at least 0"},
+		{"first mistake reported", []string{"--plugin-restart-limit", "-1", "--max-connections", "0"}, "--max-connections must be at least 1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("tether serve", flag.ContinueOnError)
+			f := newServeFlags(fs)
+			if err := fs.Parse(append([]string{"--state-dir", dir, "--log-format", "json"}, tt.args...)); err != nil {
+				t.Fatal(err)
+			}
+			err := f.validate("/usr/bin/tether")
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			prefix, cut := strings.CutSuffix(tt.want, "…")
+			if cut && !strings.HasPrefix(got, prefix) || !cut && got != tt.want {
+				t.Errorf("validate: got %q, want %q", got, tt.want)
+			}
+		})
+	}
+	fs := flag.NewFlagSet("tether serve", flag.ContinueOnError)
+	f := newServeFlags(fs)
+	if err := fs.Parse([]string{"--state-dir", dir, "--pty-command", "", "--plugin", "transport:side=/bin/sh", "--transport-listen", "side=unix:/tmp/s.sock",
+		"--max-connections", "7", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--ping-interval", "1s", "--peer-timeout", "2s",
+		"--allow-origin", "https://o.example", "--allow-host", "h.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.validate("/usr/bin/tether"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.hostConfig()
+	if cfg.TokenFile != filepath.Join(dir, "token") || cfg.PTY.Spec.Path != "" || cfg.Transport.Path != "/usr/bin/tether" ||
+		len(cfg.Transports) != 1 || cfg.Transports[0].Name != "side" || cfg.Transports[0].Listen != "unix:/tmp/s.sock" {
+		t.Errorf("hostConfig: token file %q, PTY %+v, transport %+v, added %+v", cfg.TokenFile, cfg.PTY.Spec, cfg.Transport, cfg.Transports)
+	}
+	ts := cfg.TransportSettings
+	if ts.MaxConnections != 7 || ts.TLSCert != "c.pem" || ts.TLSKey != "k.pem" || ts.PingInterval != time.Second || ts.PeerTimeout != 2*time.Second ||
+		!slices.Equal(ts.AllowOrigins, []string{"https://o.example"}) || !slices.Equal(ts.AllowHosts, []string{"h.example"}) {
+		t.Errorf("hostConfig: transport settings %+v", ts)
 	}
 }

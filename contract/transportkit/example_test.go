@@ -6,6 +6,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/contract/transportkit"
+	"github.com/tether-agent/tether/wire"
 )
 
 // A transport pushes its connections' events and lets the Queue run Link
@@ -17,7 +18,7 @@ func ExampleQueue() {
 
 	// Stop's own work pushes the last Closed; Link delivers it and returns.
 	_ = q.Stop(context.Background(), func(context.Context) {
-		q.Push(contract.Event{Kind: contract.EventClosed, Conn: 1, Code: contract.CloseGoingAway})
+		q.Push(contract.Event{Kind: contract.EventClosed, Conn: 1, Code: wire.CloseGoingAway})
 	})
 	err := q.Link(context.Background(), func(_ context.Context, evs []contract.Event) error {
 		for _, e := range evs {

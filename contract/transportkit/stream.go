@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Defaults of a Stream for zero StartRequest fields.
@@ -263,7 +264,7 @@ func (s *Stream) Exec(_ context.Context, cmds []contract.Command) error {
 		case contract.CommandSend:
 			p, err := s.proto.AppendMessage(nil, Message{Binary: cmd.Binary, Data: cmd.Data})
 			if err != nil {
-				ce := asClose(err, contract.CloseInternalError)
+				ce := asClose(err, wire.CloseInternalError)
 				c.close(ce.Code, ce.Reason, false, true, time.Now().Add(closeGrace))
 				continue
 			}
@@ -271,7 +272,7 @@ func (s *Stream) Exec(_ context.Context, cmds []contract.Command) error {
 		case contract.CommandClose:
 			code := cmd.Code
 			if code == 0 {
-				code = contract.CloseNormal
+				code = wire.CloseNormal
 			}
 			c.close(code, cmd.Reason, true, true, time.Time{})
 		default:
@@ -316,7 +317,7 @@ func (s *Stream) stop(ctx context.Context, req contract.StopRequest) {
 	}
 	code := req.Code
 	if code == 0 {
-		code = contract.CloseGoingAway
+		code = wire.CloseGoingAway
 	}
 	by := time.Now().Add(closeGrace)
 	if d, ok := ctx.Deadline(); ok && d.Before(by) {
@@ -496,7 +497,7 @@ func (c *conn) send(p []byte) {
 	if c.queued+int64(len(p)) > c.cfg.sendQueue {
 		c.mu.Unlock()
 		c.log.Debug().Msg("send queue full")
-		c.close(contract.CloseTryAgainLater, "send queue full", false, true, time.Now().Add(closeGrace))
+		c.close(wire.CloseTryAgainLater, "send queue full", false, true, time.Now().Add(closeGrace))
 		return
 	}
 	c.queue = append(c.queue, p)
@@ -548,7 +549,7 @@ func (c *conn) run(br *bufio.Reader) {
 	case <-c.closingCh:
 		timer.Stop()
 	case <-timer.C:
-		c.close(contract.CloseTryAgainLater, "admit timeout", false, true, time.Now().Add(closeGrace))
+		c.close(wire.CloseTryAgainLater, "admit timeout", false, true, time.Now().Add(closeGrace))
 	}
 	<-c.writerDone
 	c.mu.Lock()
@@ -570,7 +571,7 @@ func (c *conn) read(br *bufio.Reader) {
 				c.close(ce.Code, ce.Reason, false, true, time.Now().Add(closeGrace))
 			default:
 				// The peer is gone (or the writer closed the socket).
-				c.close(contract.CloseAbnormalNoFrame, "", false, false, time.Time{})
+				c.close(wire.CloseAbnormal, "", false, false, time.Time{})
 			}
 			return
 		}
@@ -607,7 +608,7 @@ func (c *conn) writeLoop() {
 			c.mu.Unlock()
 			if err != nil {
 				c.log.Debug().Err(err).Msg("write failed")
-				c.close(contract.CloseAbnormalNoFrame, "", false, false, time.Time{})
+				c.close(wire.CloseAbnormal, "", false, false, time.Time{})
 				return
 			}
 			continue

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/contract/transportkit"
+	"github.com/tether-agent/tether/wire"
 )
 
 // hello is a small Protocol for the tests: "HELLO [query]" opens, then one
@@ -53,7 +54,7 @@ func (*hello) Open(_ net.Conn, r *bufio.Reader) (contract.Event, error) {
 	}
 	query, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "HELLO")
 	if query = strings.TrimPrefix(query, " "); !ok {
-		return contract.Event{}, &transportkit.CloseError{Code: contract.CloseProtocolError, Reason: "want HELLO"}
+		return contract.Event{}, &transportkit.CloseError{Code: wire.CloseProtocolError, Reason: "want HELLO"}
 	}
 	return contract.Event{Path: "/api/ws", Query: query}, nil
 }
@@ -70,7 +71,7 @@ func (*hello) ReadMessage(r *bufio.Reader, max int64) (transportkit.Message, err
 		return transportkit.Message{}, &transportkit.CloseError{Code: n, Reason: reason, Peer: true}
 	}
 	if int64(len(line)) > max {
-		return transportkit.Message{}, &transportkit.CloseError{Code: contract.CloseTooBig, Reason: "too big"}
+		return transportkit.Message{}, &transportkit.CloseError{Code: wire.CloseTooBig, Reason: "too big"}
 	}
 	return transportkit.Message{Data: []byte(line)}, nil
 }
@@ -228,7 +229,7 @@ func TestStreamCloses(t *testing.T) {
 			req:        contract.StartRequest{PeerTimeout: 100 * time.Millisecond},
 			do:         func(*transportkit.Stream, *peer, uint64) {},
 			wantLines:  []string{"CLOSE 1013 admit timeout"},
-			wantCode:   contract.CloseTryAgainLater,
+			wantCode:   wire.CloseTryAgainLater,
 			wantReason: "admit timeout",
 		},
 		{
@@ -264,7 +265,7 @@ func TestStreamCloses(t *testing.T) {
 				_ = s.Exec(context.Background(), []contract.Command{{Kind: contract.CommandSend, Conn: id, Data: []byte("123456789")}})
 			},
 			wantLines:  []string{"CLOSE 1013 send queue full"},
-			wantCode:   contract.CloseTryAgainLater,
+			wantCode:   wire.CloseTryAgainLater,
 			wantReason: "send queue full",
 		},
 		{
@@ -273,7 +274,7 @@ func TestStreamCloses(t *testing.T) {
 			admit:     true,
 			do:        func(_ *transportkit.Stream, p *peer, _ uint64) { p.write("12345") },
 			wantLines: []string{"CLOSE 1009 too big"},
-			wantCode:  contract.CloseTooBig, wantReason: "too big",
+			wantCode:  wire.CloseTooBig, wantReason: "too big",
 		},
 		{
 			name:      "peer close",
@@ -287,7 +288,7 @@ func TestStreamCloses(t *testing.T) {
 			admit:     true,
 			do:        func(_ *transportkit.Stream, p *peer, _ uint64) { _ = p.nc.(*net.TCPConn).CloseWrite() },
 			wantLines: nil,
-			wantCode:  contract.CloseAbnormalNoFrame,
+			wantCode:  wire.CloseAbnormal,
 		},
 		{
 			name:  "stop",
@@ -296,7 +297,7 @@ func TestStreamCloses(t *testing.T) {
 				stopStream(t, s, contract.StopRequest{Code: 1012, Reason: "swapped"})
 			},
 			wantLines:  []string{"CLOSE 1012 swapped"},
-			wantCode:   contract.CloseServiceRestart,
+			wantCode:   wire.CloseServiceRestart,
 			wantReason: "swapped",
 		},
 	}

@@ -9,7 +9,7 @@ import (
 
 // Backend is what the session table needs of a store of stored sessions:
 // the method set of *Store with its semantics, errors and orders. The
-// SQLite *Store is a single host's; host/internal/cluster's JSStore keeps
+// SQLite *Store is a single host's; host/internal/cluster/jsstore's Store keeps
 // the same on NATS JetStream for a cluster of hosts. Both pass the
 // conformance suite in host/store/storetest.
 type Backend interface {

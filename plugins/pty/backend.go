@@ -14,13 +14,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Version is the version of this backend, reported by Start.
 const Version = "0.1.0"
 
 // Defaults for zero BackendConfig fields: those of tether serve's --pty-*
-// flags (the README's flags table).
+// flags (the flags table of docs/OPERATIONS.md).
 const (
 	DefaultTTL         = 30 * time.Minute
 	DefaultMaxSessions = 16
@@ -386,7 +387,7 @@ func (b *Backend) attachLocked(rec *ptyRec, req contract.AttachRequest, spawned 
 	start, end := rec.ring.StartOffset(), rec.ring.EndOffset()
 	reason := replayReason(req.HasCursor, req.Offset, req.Epoch, rec.epoch, start, end)
 	var replay []byte
-	if reason == contract.ReasonResume {
+	if reason == wire.ReasonResume {
 		replay, _, _ = rec.ring.Read(req.Offset)
 	}
 	rec.log.Debug().Stringer("viewer", req.Viewer).Bool("view", req.View).Str("reason", reason).
@@ -395,7 +396,7 @@ func (b *Backend) attachLocked(rec *ptyRec, req contract.AttachRequest, spawned 
 		Epoch:       rec.epoch,
 		StartOffset: start,
 		ReplayEnd:   end,
-		Reset:       reason != contract.ReasonResume,
+		Reset:       reason != wire.ReasonResume,
 		Reason:      reason,
 		Replay:      replay,
 		Superseded:  superseded,
@@ -409,17 +410,17 @@ func (b *Backend) attachLocked(rec *ptyRec, req contract.AttachRequest, spawned 
 func replayReason(hasCursor bool, offset int64, cursorEpoch, epoch string, start, end int64) string {
 	switch {
 	case !hasCursor:
-		return contract.ReasonInitial
+		return wire.ReasonInitial
 	case offset < 0, cursorEpoch == "":
-		return contract.ReasonInvalidCursor
+		return wire.ReasonInvalidCursor
 	case cursorEpoch != epoch:
-		return contract.ReasonEpochMismatch
+		return wire.ReasonEpochMismatch
 	case offset < start:
-		return contract.ReasonOffsetRolledOut
+		return wire.ReasonOffsetRolledOut
 	case offset > end:
-		return contract.ReasonOffsetAhead
+		return wire.ReasonOffsetAhead
 	default:
-		return contract.ReasonResume
+		return wire.ReasonResume
 	}
 }
 

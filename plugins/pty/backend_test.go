@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 func TestReplayReason(t *testing.T) {
@@ -28,16 +29,16 @@ func TestReplayReason(t *testing.T) {
 		epoch     string
 		want      string
 	}{
-		{"no cursor", false, 0, "", contract.ReasonInitial},
-		{"no cursor ignores offset", false, -5, "x", contract.ReasonInitial},
-		{"resume at start", true, 10, epoch, contract.ReasonResume},
-		{"resume inside", true, 15, epoch, contract.ReasonResume},
-		{"resume at end", true, 20, epoch, contract.ReasonResume},
-		{"negative offset", true, -1, epoch, contract.ReasonInvalidCursor},
-		{"no epoch", true, 15, "", contract.ReasonInvalidCursor},
-		{"other epoch", true, 15, "e2", contract.ReasonEpochMismatch},
-		{"before window", true, 9, epoch, contract.ReasonOffsetRolledOut},
-		{"past end", true, 21, epoch, contract.ReasonOffsetAhead},
+		{"no cursor", false, 0, "", wire.ReasonInitial},
+		{"no cursor ignores offset", false, -5, "x", wire.ReasonInitial},
+		{"resume at start", true, 10, epoch, wire.ReasonResume},
+		{"resume inside", true, 15, epoch, wire.ReasonResume},
+		{"resume at end", true, 20, epoch, wire.ReasonResume},
+		{"negative offset", true, -1, epoch, wire.ReasonInvalidCursor},
+		{"no epoch", true, 15, "", wire.ReasonInvalidCursor},
+		{"other epoch", true, 15, "e2", wire.ReasonEpochMismatch},
+		{"before window", true, 9, epoch, wire.ReasonOffsetRolledOut},
+		{"past end", true, 21, epoch, wire.ReasonOffsetAhead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,9 +54,9 @@ func TestAttachReplay(t *testing.T) {
 
 	spawned := attach(t, b, contract.AttachRequest{Token: token("hello"), Viewer: viewer(1),
 		Argv: sh("printf hello; exec sleep 30")})
-	if !spawned.Spawned || spawned.Reason != contract.ReasonInitial || !spawned.Reset {
+	if !spawned.Spawned || spawned.Reason != wire.ReasonInitial || !spawned.Reset {
 		t.Errorf("first attach: got spawned=%v reason=%q reset=%v, want true %q true",
-			spawned.Spawned, spawned.Reason, spawned.Reset, contract.ReasonInitial)
+			spawned.Spawned, spawned.Reason, spawned.Reset, wire.ReasonInitial)
 	}
 	hello := spawned.Epoch
 	out.waitOutput(t, hello, "hello")
@@ -70,9 +71,9 @@ func TestAttachReplay(t *testing.T) {
 	// spawns a PTY of another epoch.
 	again := attach(t, b, contract.AttachRequest{Token: token("cursor"), Viewer: viewer(3),
 		HasCursor: true, Epoch: hello, Offset: 3, Argv: sh("exec sleep 30")})
-	if !again.Spawned || again.Reason != contract.ReasonEpochMismatch {
+	if !again.Spawned || again.Reason != wire.ReasonEpochMismatch {
 		t.Errorf("spawning attach with a cursor: got spawned=%v reason=%q, want true %q",
-			again.Spawned, again.Reason, contract.ReasonEpochMismatch)
+			again.Spawned, again.Reason, wire.ReasonEpochMismatch)
 	}
 
 	tests := []struct {
@@ -86,16 +87,16 @@ func TestAttachReplay(t *testing.T) {
 		wantStart  int64
 		wantEnd    int64
 	}{
-		{"initial", "hello", false, "", 0, contract.ReasonInitial, "hello", 5, 5},
-		{"resume from start", "hello", true, hello, 0, contract.ReasonResume, "hello", 0, 5},
-		{"resume inside", "hello", true, hello, 2, contract.ReasonResume, "llo", 0, 5},
-		{"resume at end", "hello", true, hello, 5, contract.ReasonResume, "", 0, 5},
-		{"epoch mismatch", "hello", true, "0123456789abcdef", 2, contract.ReasonEpochMismatch, "hello", 5, 5},
-		{"offset ahead", "hello", true, hello, 6, contract.ReasonOffsetAhead, "hello", 5, 5},
-		{"negative offset", "hello", true, hello, -1, contract.ReasonInvalidCursor, "hello", 5, 5},
-		{"empty epoch", "hello", true, "", 2, contract.ReasonInvalidCursor, "hello", 5, 5},
-		{"offset rolled out", "long", true, long.Epoch, 10, contract.ReasonOffsetRolledOut, zeros[36:], 100, 100},
-		{"resume in a wrapped ring", "long", true, long.Epoch, 90, contract.ReasonResume, zeros[90:], 36, 100},
+		{"initial", "hello", false, "", 0, wire.ReasonInitial, "hello", 5, 5},
+		{"resume from start", "hello", true, hello, 0, wire.ReasonResume, "hello", 0, 5},
+		{"resume inside", "hello", true, hello, 2, wire.ReasonResume, "llo", 0, 5},
+		{"resume at end", "hello", true, hello, 5, wire.ReasonResume, "", 0, 5},
+		{"epoch mismatch", "hello", true, "0123456789abcdef", 2, wire.ReasonEpochMismatch, "hello", 5, 5},
+		{"offset ahead", "hello", true, hello, 6, wire.ReasonOffsetAhead, "hello", 5, 5},
+		{"negative offset", "hello", true, hello, -1, wire.ReasonInvalidCursor, "hello", 5, 5},
+		{"empty epoch", "hello", true, "", 2, wire.ReasonInvalidCursor, "hello", 5, 5},
+		{"offset rolled out", "long", true, long.Epoch, 10, wire.ReasonOffsetRolledOut, zeros[36:], 100, 100},
+		{"resume in a wrapped ring", "long", true, long.Epoch, 90, wire.ReasonResume, zeros[90:], 36, 100},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,7 +108,7 @@ func TestAttachReplay(t *testing.T) {
 			if resp.Reason != tt.wantReason {
 				t.Errorf("reason: got %q, want %q", resp.Reason, tt.wantReason)
 			}
-			reset := tt.wantReason != contract.ReasonResume
+			reset := tt.wantReason != wire.ReasonResume
 			if resp.Reset != reset || resp.Snapshot != reset {
 				t.Errorf("reset, snapshot: got %v %v, want %v %v", resp.Reset, resp.Snapshot, reset, reset)
 			}
@@ -291,9 +292,9 @@ func TestExit(t *testing.T) {
 
 	r2 := attach(t, b, contract.AttachRequest{Token: tok, Viewer: viewer(1), HasCursor: true, Epoch: r.Epoch,
 		Offset: s.exit.Offset, Argv: sh("exec sleep 30")})
-	if !r2.Spawned || r2.Epoch == r.Epoch || r2.Reason != contract.ReasonEpochMismatch {
+	if !r2.Spawned || r2.Epoch == r.Epoch || r2.Reason != wire.ReasonEpochMismatch {
 		t.Errorf("attach after exit: got spawned=%v epoch %q (old %q) reason %q, want a new PTY and %q",
-			r2.Spawned, r2.Epoch, r.Epoch, r2.Reason, contract.ReasonEpochMismatch)
+			r2.Spawned, r2.Epoch, r.Epoch, r2.Reason, wire.ReasonEpochMismatch)
 	}
 }
 
@@ -673,7 +674,7 @@ func TestAttachTakesWritersSize(t *testing.T) {
 	}
 	all := out.wait(t, first.Epoch, "the size again", func(s *streamLog) bool { return bytes.Count(s.data, []byte("size 50 150")) == 2 })
 	r := attach(t, b, contract.AttachRequest{Token: tok, Viewer: viewer(3), HasCursor: true, Epoch: first.Epoch, Offset: cursor, Cols: 90, Rows: 25})
-	if want := all.data[cursor-all.start : min(r.ReplayEnd-all.start, int64(len(all.data)))]; r.Reset || r.Reason != contract.ReasonResume || !bytes.Equal(r.Replay, want) {
+	if want := all.data[cursor-all.start : min(r.ReplayEnd-all.start, int64(len(all.data)))]; r.Reset || r.Reason != wire.ReasonResume || !bytes.Equal(r.Replay, want) {
 		t.Errorf("resume with a size: reset=%v reason %q replay %q, want the raw bytes %q", r.Reset, r.Reason, r.Replay, want)
 	}
 	if info, _ := listed(t, b, tok); info.Cols != 90 || info.Rows != 25 {

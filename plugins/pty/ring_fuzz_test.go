@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // fuzzRingMax bounds the ring size a fuzz input can ask for.
@@ -106,8 +107,8 @@ func FuzzRingOffsets(f *testing.F) {
 	})
 }
 
-// FuzzReplayCursor fuzzes the replay-cursor decision of an attach (SPEC
-// §6.1) through Backend.attachLocked over a real ring: a PTY has written
+// FuzzReplayCursor fuzzes the replay-cursor decision of an attach
+// (docs/PROTOCOL.md, 13.3) through Backend.attachLocked over a real ring: a PTY has written
 // `written` bytes into a ring of `size`, and a client attaches with an
 // arbitrary cursor (offset, epoch, or none). The answer must be exactly:
 //   - resume (reset false) iff the cursor has this PTY's epoch and
@@ -173,21 +174,21 @@ func FuzzReplayCursor(f *testing.F) {
 		var want string
 		switch {
 		case !hasCursor:
-			want = contract.ReasonInitial
+			want = wire.ReasonInitial
 		case offset < 0 || cursorEpoch == "":
-			want = contract.ReasonInvalidCursor
+			want = wire.ReasonInvalidCursor
 		case cursorEpoch != epoch:
-			want = contract.ReasonEpochMismatch
+			want = wire.ReasonEpochMismatch
 		case offset < start:
-			want = contract.ReasonOffsetRolledOut
+			want = wire.ReasonOffsetRolledOut
 		case offset > end:
-			want = contract.ReasonOffsetAhead
+			want = wire.ReasonOffsetAhead
 		default:
-			want = contract.ReasonResume
+			want = wire.ReasonResume
 		}
-		if resp.Reason != want || resp.Reset != (want != contract.ReasonResume) {
+		if resp.Reason != want || resp.Reset != (want != wire.ReasonResume) {
 			t.Fatalf("cursor (%v, %d, %q) on [%d, %d): reason %q reset %v, want %q reset %v",
-				hasCursor, offset, cursorEpoch, start, end, resp.Reason, resp.Reset, want, want != contract.ReasonResume)
+				hasCursor, offset, cursorEpoch, start, end, resp.Reason, resp.Reset, want, want != wire.ReasonResume)
 		}
 		// A reset gets no raw bytes here: Attach adds the snapshot.
 		from := end

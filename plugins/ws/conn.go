@@ -13,6 +13,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // maxBatch is the most queued messages one writev carries.
@@ -102,7 +103,7 @@ func (c *conn) send(binary bool, data []byte) {
 	n := int64(len(data))
 	if c.queued+c.inflight+int64(len(c.partial))+n > c.cfg.sendQueue {
 		c.s.log.Debug().Uint64("conn", c.id).Int64("queued", c.queued+c.inflight).Msg("send queue full")
-		c.closeLocked(contract.CloseTryAgainLater, "send queue full", false, time.Now().Add(c.cfg.slowGrace))
+		c.closeLocked(wire.CloseTryAgainLater, "send queue full", false, time.Now().Add(c.cfg.slowGrace))
 		return
 	}
 	c.queue = append(c.queue, outMsg{op: op, data: data})
@@ -186,11 +187,11 @@ func (c *conn) writeNow(p []byte) (int, error) {
 // hostClose closes c with the host's code after what is queued.
 func (c *conn) hostClose(code int, reason string) {
 	if code == 0 {
-		code = contract.CloseNormal
+		code = wire.CloseNormal
 	}
 	if !sendableCode(code) {
 		c.s.log.Warn().Uint64("conn", c.id).Int("code", code).Msg("close code cannot be sent; using 1011")
-		code = contract.CloseInternalError
+		code = wire.CloseInternalError
 	}
 	c.mu.Lock()
 	c.closeLocked(code, reason, true, time.Time{})
@@ -213,7 +214,7 @@ func (c *conn) tick(now time.Time) {
 	}
 	if !c.admitted {
 		if now.Sub(c.openedAt) >= c.cfg.peerTimeout {
-			c.closeLocked(contract.CloseTryAgainLater, "admit timeout", true, now.Add(c.cfg.closeGrace))
+			c.closeLocked(wire.CloseTryAgainLater, "admit timeout", true, now.Add(c.cfg.closeGrace))
 		}
 		return
 	}
@@ -498,7 +499,7 @@ func (c *conn) end(err error) {
 	code, reason = c.closeCode, c.closeReason
 	c.mu.Unlock()
 	if code == 0 {
-		code, reason = contract.CloseAbnormalNoFrame, lost
+		code, reason = wire.CloseAbnormal, lost
 	}
 	c.s.log.Debug().Uint64("conn", c.id).AnErr("cause", err).Msg("connection ended")
 	c.s.closed(c, code, reason)

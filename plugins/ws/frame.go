@@ -9,7 +9,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 
-	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // maxHeaderSize is the size of the largest frame header the server writes:
@@ -19,11 +19,6 @@ const maxHeaderSize = 10
 // preallocLimit is how much of a peer-declared payload length is trusted for
 // allocation before the bytes arrive; past it the buffer grows as they do.
 const preallocLimit = 32 << 10
-
-// Close codes the package uses besides those in contract.
-const (
-	closeNoStatus = 1005 // the peer's close frame carried no code
-)
 
 // errPeerClosed ends a read loop after the peer's close frame was handled.
 var errPeerClosed = errors.New("peer sent close frame")
@@ -66,7 +61,7 @@ func sendableCode(code int) bool {
 // reason made valid UTF-8 and cut at a rune boundary so the payload fits in
 // a control frame. Code 1005 (no status) encodes as an empty payload.
 func closeBody(dst []byte, code int, reason string) []byte {
-	if code == closeNoStatus {
+	if code == wire.CloseNoStatus {
 		return dst[:0]
 	}
 	dst = binary.BigEndian.AppendUint16(dst[:0], uint16(code))
@@ -93,16 +88,16 @@ func closeBody(dst []byte, code int, reason string) []byte {
 func parseClose(p []byte) (code int, reason string, err error) {
 	switch {
 	case len(p) == 0:
-		return closeNoStatus, "", nil
+		return wire.CloseNoStatus, "", nil
 	case len(p) == 1:
-		return 0, "", &closeError{code: contract.CloseProtocolError, reason: "truncated close code"}
+		return 0, "", &closeError{code: wire.CloseProtocolError, reason: "truncated close code"}
 	}
 	code = int(binary.BigEndian.Uint16(p))
 	if !sendableCode(code) {
-		return 0, "", &closeError{code: contract.CloseProtocolError, reason: "invalid close code"}
+		return 0, "", &closeError{code: wire.CloseProtocolError, reason: "invalid close code"}
 	}
 	if !utf8.Valid(p[2:]) {
-		return 0, "", &closeError{code: contract.CloseInvalidPayload, reason: "invalid utf-8 in close reason"}
+		return 0, "", &closeError{code: wire.CloseInvalidPayload, reason: "invalid utf-8 in close reason"}
 	}
 	return code, string(p[2:]), nil
 }
@@ -116,13 +111,13 @@ func failCode(err error) (code int, reason string, ok bool) {
 	case errors.As(err, &ce):
 		return ce.code, ce.reason, true
 	case errors.Is(err, wsutil.ErrFrameTooLarge), errors.Is(err, wsutil.ErrMessageTooLarge):
-		return contract.CloseTooBig, "message too big", true
+		return wire.CloseTooBig, "message too big", true
 	case errors.Is(err, wsutil.ErrInvalidUTF8):
-		return contract.CloseInvalidPayload, "invalid utf-8", true
+		return wire.CloseInvalidPayload, "invalid utf-8", true
 	case errors.As(err, &pe):
-		return contract.CloseProtocolError, pe.Error(), true
+		return wire.CloseProtocolError, pe.Error(), true
 	case errors.Is(err, ws.ErrHeaderLengthMSB), errors.Is(err, ws.ErrHeaderLengthUnexpected):
-		return contract.CloseProtocolError, "bad frame length", true
+		return wire.CloseProtocolError, "bad frame length", true
 	}
 	return 0, "", false
 }

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gobwas/ws"
+
+	"github.com/tether-agent/tether/wire"
 )
 
 func TestCloseBody(t *testing.T) {
@@ -26,7 +28,7 @@ func TestCloseBody(t *testing.T) {
 		},
 		{
 			name: "no status",
-			code: closeNoStatus,
+			code: wire.CloseNoStatus,
 		},
 		{
 			name:       "long ascii is cut",
@@ -50,7 +52,7 @@ func TestCloseBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := closeBody(nil, tt.code, tt.reason)
-			if tt.code == closeNoStatus {
+			if tt.code == wire.CloseNoStatus {
 				if len(p) != 0 {
 					t.Fatalf("got %d bytes, want an empty payload", len(p))
 				}
@@ -76,7 +78,7 @@ func TestParseClose(t *testing.T) {
 	}{
 		{
 			name:     "empty",
-			wantCode: closeNoStatus,
+			wantCode: wire.CloseNoStatus,
 		},
 		{
 			name:     "one byte",
@@ -150,7 +152,7 @@ func FuzzParseClose(f *testing.F) {
 			}
 			return
 		}
-		if code != closeNoStatus && !sendableCode(code) {
+		if code != wire.CloseNoStatus && !sendableCode(code) {
 			t.Fatalf("parsed code %d, which may not be sent", code)
 		}
 		if !utf8.ValidString(reason) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/ws"
+	"github.com/tether-agent/tether/wire"
 )
 
 // TestGRPC runs an echo round trip through the gRPC contract shims, in
@@ -127,11 +128,11 @@ func TestGRPC(t *testing.T) {
 		t.Errorf("second Link: got %v, want ErrAlreadyLinked", err)
 	}
 
-	exec(t, tr, contract.Command{Kind: contract.CommandClose, Conn: id, Code: contract.CloseUnauthorized, Reason: "bye"})
-	if code, _ := c.mustReadClose(); code != contract.CloseUnauthorized {
+	exec(t, tr, contract.Command{Kind: contract.CommandClose, Conn: id, Code: wire.CloseUnauthorized, Reason: "bye"})
+	if code, _ := c.mustReadClose(); code != wire.CloseUnauthorized {
 		t.Errorf("client: got close %d, want 4401", code)
 	}
-	if e := r.closed(t, id); e.Code != contract.CloseUnauthorized || e.Reason != "bye" {
+	if e := r.closed(t, id); e.Code != wire.CloseUnauthorized || e.Reason != "bye" {
 		t.Errorf("Closed: got %d %q, want 4401 %q", e.Code, e.Reason, "bye")
 	}
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/ws"
+	"github.com/tether-agent/tether/wire"
 )
 
 // rawDial opens a TCP connection to addr and sends nothing.
@@ -135,7 +136,7 @@ func TestMaxConnections(t *testing.T) {
 	want503(t, out)
 
 	// The WebSocket's end frees a place.
-	exec(t, s, contract.Command{Kind: contract.CommandClose, Conn: wsID, Code: contract.CloseNormal})
+	exec(t, s, contract.Command{Kind: contract.CommandClose, Conn: wsID, Code: wire.CloseNormal})
 	wsc.mustReadClose()
 	r.closed(t, wsID)
 	waitFor(t, "the closed WebSocket's place", func() bool { return stats(t, s).Connections == max-1 })

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // gated reports whether a Static path is a page, which the host must
@@ -153,7 +154,7 @@ var (
 func refused(w http.ResponseWriter, r *http.Request, code int, reason string) {
 	status, body := http.StatusServiceUnavailable, []byte(reason+"\n")
 	switch code {
-	case contract.CloseUnauthorized:
+	case wire.CloseUnauthorized:
 		status, body = http.StatusUnauthorized, unauthorizedWrong
 		switch reason {
 		case "no credential":
@@ -162,7 +163,7 @@ func refused(w http.ResponseWriter, r *http.Request, code int, reason string) {
 			body = unauthorizedExpired
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
-	case contract.CloseForbidden, contract.CloseNotLoopback:
+	case wire.CloseForbidden, wire.CloseNotLoopback:
 		status, body = http.StatusForbidden, []byte("forbidden: "+reason+"\n")
 	}
 	h := w.Header()

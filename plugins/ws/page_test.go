@@ -13,6 +13,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/ws"
 	"github.com/tether-agent/tether/plugins/ws/web"
+	"github.com/tether-agent/tether/wire"
 )
 
 const pageToken = "s3cret-token_1234"
@@ -110,15 +111,15 @@ func TestPageAsksTheHost(t *testing.T) {
 		case tok == pageToken:
 			return contract.Command{Kind: contract.CommandAdmit, Header: map[string][]string{"Set-Cookie": {cookie, "tether_token=; Path=/; Max-Age=0"}}}
 		case tok == "expired":
-			return contract.Command{Kind: contract.CommandClose, Code: contract.CloseUnauthorized, Reason: "credential expired"}
+			return contract.Command{Kind: contract.CommandClose, Code: wire.CloseUnauthorized, Reason: "credential expired"}
 		case tok != "":
-			return contract.Command{Kind: contract.CommandClose, Code: contract.CloseUnauthorized, Reason: "unauthorized"}
+			return contract.Command{Kind: contract.CommandClose, Code: wire.CloseUnauthorized, Reason: "unauthorized"}
 		case e.Host == "evil.example":
-			return contract.Command{Kind: contract.CommandClose, Code: contract.CloseForbidden, Reason: "forbidden host or origin"}
+			return contract.Command{Kind: contract.CommandClose, Code: wire.CloseForbidden, Reason: "forbidden host or origin"}
 		case len(e.Header["Cookie"]) > 0:
 			return contract.Command{Kind: contract.CommandAdmit}
 		}
-		return contract.Command{Kind: contract.CommandClose, Code: contract.CloseUnauthorized, Reason: "no credential"}
+		return contract.Command{Kind: contract.CommandClose, Code: wire.CloseUnauthorized, Reason: "no credential"}
 	})
 	base := "http://" + addr
 	tests := []struct {

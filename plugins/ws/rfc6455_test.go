@@ -28,6 +28,7 @@ import (
 	gobws "github.com/gobwas/ws"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // rfcLimit is the transport's default message limit (the protocol's limit: 1 MiB).
@@ -460,9 +461,9 @@ func TestRFC6455ControlFrames(t *testing.T) {
 func TestRFC6455ProtocolErrors(t *testing.T) {
 	rs := newRFCServer(t)
 	const (
-		protocol = contract.CloseProtocolError  // 1002
-		utf8     = contract.CloseInvalidPayload // 1007
-		tooBig   = contract.CloseTooBig         // 1009
+		protocol = wire.CloseProtocolError  // 1002
+		utf8     = wire.CloseInvalidPayload // 1007
+		tooBig   = wire.CloseTooBig         // 1009
 	)
 	long := strings.Repeat("x", 126)
 	type test struct {

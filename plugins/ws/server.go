@@ -21,6 +21,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/contract/transportkit"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Version is the version of this transport, reported by Start.
@@ -353,7 +354,7 @@ func (s *Server) stop(ctx context.Context, req contract.StopRequest) {
 	hs, cfg, ln, served := s.hs, s.cfg, s.ln, s.served
 	s.stopCode, s.stopMsg = req.Code, req.Reason
 	if s.stopCode == 0 {
-		s.stopCode = contract.CloseGoingAway
+		s.stopCode = wire.CloseGoingAway
 	}
 	s.mu.Unlock()
 
@@ -393,7 +394,7 @@ func (s *Server) stop(ctx context.Context, req contract.StopRequest) {
 
 	code, reason := req.Code, req.Reason
 	if code == 0 {
-		code = contract.CloseGoingAway
+		code = wire.CloseGoingAway
 	}
 	if cfg != nil {
 		by := time.Now().Add(cfg.closeGrace)

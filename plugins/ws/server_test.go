@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/ws"
+	"github.com/tether-agent/tether/wire"
 )
 
 func TestHTTP(t *testing.T) {
@@ -234,32 +235,32 @@ func TestRefuseBeforeAdmit(t *testing.T) {
 	}{
 		{
 			name:     "unauthorized",
-			code:     contract.CloseUnauthorized,
+			code:     wire.CloseUnauthorized,
 			reason:   "unauthorized",
-			wantCode: contract.CloseUnauthorized,
+			wantCode: wire.CloseUnauthorized,
 		},
 		{
 			name:       "forbidden after a frame",
-			code:       contract.CloseForbidden,
+			code:       wire.CloseForbidden,
 			reason:     "bad origin",
 			clientSays: []byte(`{"jsonrpc":"2.0"}`),
-			wantCode:   contract.CloseForbidden,
+			wantCode:   wire.CloseForbidden,
 		},
 		{
 			name:     "not loopback",
-			code:     contract.CloseNotLoopback,
-			wantCode: contract.CloseNotLoopback,
+			code:     wire.CloseNotLoopback,
+			wantCode: wire.CloseNotLoopback,
 		},
 		{
 			name:     "endpoint off",
-			code:     contract.CloseNotFound,
+			code:     wire.CloseNotFound,
 			reason:   strings.Repeat("é", 100), // cut to fit a control frame
-			wantCode: contract.CloseNotFound,
+			wantCode: wire.CloseNotFound,
 		},
 		{
 			name:     "zero code",
 			code:     0,
-			wantCode: contract.CloseNormal,
+			wantCode: wire.CloseNormal,
 		},
 	}
 	for _, tt := range tests {
@@ -386,7 +387,7 @@ func TestCloseAfterQueued(t *testing.T) {
 	exec(t, s, admit(id),
 		sendText(id, "one"),
 		contract.Command{Kind: contract.CommandSend, Conn: id, Binary: true, Data: []byte("two")},
-		contract.Command{Kind: contract.CommandClose, Conn: id, Code: contract.CloseProcessExited, Reason: "exited"},
+		contract.Command{Kind: contract.CommandClose, Conn: id, Code: wire.CloseProcessExited, Reason: "exited"},
 		sendText(id, "after close"), // dropped
 	)
 	for _, want := range []string{"one", "two"} {
@@ -394,10 +395,10 @@ func TestCloseAfterQueued(t *testing.T) {
 			t.Fatalf("client: got %q, want %q before the close", p, want)
 		}
 	}
-	if code, reason := c.mustReadClose(); code != contract.CloseProcessExited || reason != "exited" {
+	if code, reason := c.mustReadClose(); code != wire.CloseProcessExited || reason != "exited" {
 		t.Errorf("client: got close %d %q, want 4410 %q", code, reason, "exited")
 	}
-	if e := r.closed(t, id); e.Code != contract.CloseProcessExited {
+	if e := r.closed(t, id); e.Code != wire.CloseProcessExited {
 		t.Errorf("Closed: got code %d, want 4410", e.Code)
 	}
 }
@@ -439,7 +440,7 @@ func TestProtocolLimits(t *testing.T) {
 		{
 			name:     "message too big",
 			frames:   []frame{{op: gobws.OpText, fin: true, p: bytes.Repeat([]byte("a"), limit+1)}},
-			wantCode: contract.CloseTooBig,
+			wantCode: wire.CloseTooBig,
 		},
 		{
 			name: "fragmented message too big",
@@ -447,12 +448,12 @@ func TestProtocolLimits(t *testing.T) {
 				{op: gobws.OpBinary, p: make([]byte, 600)},
 				{op: gobws.OpContinuation, fin: true, p: make([]byte, 600)},
 			},
-			wantCode: contract.CloseTooBig,
+			wantCode: wire.CloseTooBig,
 		},
 		{
 			name:     "invalid utf-8",
 			frames:   []frame{{op: gobws.OpText, fin: true, p: []byte("ok \xff\xfe")}},
-			wantCode: contract.CloseInvalidPayload,
+			wantCode: wire.CloseInvalidPayload,
 		},
 		{
 			name: "invalid utf-8 across fragments",
@@ -460,47 +461,47 @@ func TestProtocolLimits(t *testing.T) {
 				{op: gobws.OpText, p: []byte("ok \xc3")},
 				{op: gobws.OpContinuation, fin: true, p: []byte("(")},
 			},
-			wantCode: contract.CloseInvalidPayload,
+			wantCode: wire.CloseInvalidPayload,
 		},
 		{
 			name:     "close reason not utf-8",
 			frames:   []frame{{op: gobws.OpClose, fin: true, p: closePayload(1000, "\xff")}},
-			wantCode: contract.CloseInvalidPayload,
+			wantCode: wire.CloseInvalidPayload,
 		},
 		{
 			name:     "close code not allowed",
 			frames:   []frame{{op: gobws.OpClose, fin: true, p: closePayload(1006, "")}},
-			wantCode: contract.CloseProtocolError,
+			wantCode: wire.CloseProtocolError,
 		},
 		{
 			name:     "close payload of one byte",
 			frames:   []frame{{op: gobws.OpClose, fin: true, p: []byte{3}}},
-			wantCode: contract.CloseProtocolError,
+			wantCode: wire.CloseProtocolError,
 		},
 		{
 			name:     "unmasked frame",
 			raw:      []byte{0x81, 0x02, 'h', 'i'},
-			wantCode: contract.CloseProtocolError,
+			wantCode: wire.CloseProtocolError,
 		},
 		{
 			name:     "reserved opcode",
 			frames:   []frame{{op: 0x3, fin: true, p: []byte("x")}},
-			wantCode: contract.CloseProtocolError,
+			wantCode: wire.CloseProtocolError,
 		},
 		{
 			name:     "continuation without start",
 			frames:   []frame{{op: gobws.OpContinuation, fin: true, p: []byte("x")}},
-			wantCode: contract.CloseProtocolError,
+			wantCode: wire.CloseProtocolError,
 		},
 		{
 			name:     "fragmented ping",
 			frames:   []frame{{op: gobws.OpPing, fin: false, p: []byte("x")}},
-			wantCode: contract.CloseProtocolError,
+			wantCode: wire.CloseProtocolError,
 		},
 		{
 			name:     "rsv bit",
 			raw:      []byte{0xc1, 0x80, 0, 0, 0, 0},
-			wantCode: contract.CloseProtocolError,
+			wantCode: wire.CloseProtocolError,
 		},
 	}
 	s, addr := startServer(t, contract.StartRequest{MaxMessage: limit})
@@ -565,7 +566,7 @@ func TestPeerEnds(t *testing.T) {
 		{
 			name:     "tcp drop",
 			end:      func(c *client) error { return c.nc.Close() },
-			wantCode: contract.CloseAbnormalNoFrame,
+			wantCode: wire.CloseAbnormal,
 		},
 		{
 			name: "tcp drop mid-frame",
@@ -575,7 +576,7 @@ func TestPeerEnds(t *testing.T) {
 				}
 				return c.nc.Close()
 			},
-			wantCode: contract.CloseAbnormalNoFrame,
+			wantCode: wire.CloseAbnormal,
 		},
 	}
 	s, addr := startServer(t, contract.StartRequest{})
@@ -624,7 +625,7 @@ func TestLiveness(t *testing.T) {
 		start := time.Now()
 		exec(t, s, admit(id))
 		e := r.closed(t, id)
-		if e.Code != contract.CloseAbnormalNoFrame || e.Reason != "peer timeout" {
+		if e.Code != wire.CloseAbnormal || e.Reason != "peer timeout" {
 			t.Errorf("Closed: got %d %q, want 1006 %q", e.Code, e.Reason, "peer timeout")
 		}
 		if d := time.Since(start); d < timeout {
@@ -666,10 +667,10 @@ func TestLiveness(t *testing.T) {
 		c := dial(t, addr, "/api/ws", nil)
 		id := r.opened(t, c).Conn
 		code, reason := c.mustReadClose()
-		if code != contract.CloseTryAgainLater || reason != "admit timeout" {
+		if code != wire.CloseTryAgainLater || reason != "admit timeout" {
 			t.Errorf("client: got close %d %q, want 1013 %q", code, reason, "admit timeout")
 		}
-		if e := r.closed(t, id); e.Code != contract.CloseTryAgainLater {
+		if e := r.closed(t, id); e.Code != wire.CloseTryAgainLater {
 			t.Errorf("Closed: got code %d, want 1013", e.Code)
 		}
 	})
@@ -703,7 +704,7 @@ func TestQuietPeer(t *testing.T) {
 	}
 	last := time.Now()
 	e := r.closed(t, id)
-	if e.Code != contract.CloseAbnormalNoFrame || e.Reason != "peer timeout" {
+	if e.Code != wire.CloseAbnormal || e.Reason != "peer timeout" {
 		t.Errorf("Closed: got %d %q, want 1006 %q", e.Code, e.Reason, "peer timeout")
 	}
 	if d := time.Since(last); d < timeout-ping {
@@ -760,7 +761,7 @@ func TestSendQueue(t *testing.T) {
 		if slowest > time.Second {
 			t.Errorf("slowest Exec took %v, want it never to block", slowest)
 		}
-		if e := r.closed(t, id); e.Code != contract.CloseTryAgainLater {
+		if e := r.closed(t, id); e.Code != wire.CloseTryAgainLater {
 			t.Errorf("Closed: got code %d %q, want 1013", e.Code, e.Reason)
 		}
 		t.Logf("closed after %d messages of %d bytes", sent, size)
@@ -865,11 +866,11 @@ func TestStop(t *testing.T) {
 		if !r.has(isClosed(id)) {
 			t.Errorf("conn %d: no Closed event delivered by the time Stop returned", id)
 		}
-		if e := r.closed(t, id); e.Code != contract.CloseGoingAway {
+		if e := r.closed(t, id); e.Code != wire.CloseGoingAway {
 			t.Errorf("conn %d: got Closed code %d, want 1001", id, e.Code)
 		}
 		res := <-results[i]
-		if res.err != nil || res.code != contract.CloseGoingAway {
+		if res.err != nil || res.code != wire.CloseGoingAway {
 			t.Errorf("client %d: got close %d (err %v), want 1001", i, res.code, res.err)
 		}
 	}
@@ -907,13 +908,13 @@ func TestStopCode(t *testing.T) {
 		code, _, _ := c.readClose()
 		got <- code
 	}()
-	if err := s.Stop(context.Background(), contract.StopRequest{Code: contract.CloseServiceRestart, Reason: "reload"}); err != nil {
+	if err := s.Stop(context.Background(), contract.StopRequest{Code: wire.CloseServiceRestart, Reason: "reload"}); err != nil {
 		t.Fatal(err)
 	}
-	if code := <-got; code != contract.CloseServiceRestart {
+	if code := <-got; code != wire.CloseServiceRestart {
 		t.Errorf("client: got close %d, want 1012", code)
 	}
-	if e := r.closed(t, id); e.Code != contract.CloseServiceRestart || e.Reason != "reload" {
+	if e := r.closed(t, id); e.Code != wire.CloseServiceRestart || e.Reason != "reload" {
 		t.Errorf("Closed: got %d %q, want 1012 %q", e.Code, e.Reason, "reload")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 	"github.com/tether-agent/tether/wire/vtquery"
 )
 
@@ -44,10 +45,10 @@ func checkReplay(t *testing.T, nb newBackendFunc) {
 		Argv: sh("printf hello; exec sleep 60")})
 	// Its snapshot stands where the screen model is: at 0, or past what
 	// the child printed meanwhile.
-	if !hello.Spawned || hello.Reason != contract.ReasonInitial || !hello.Reset || !hello.Superseded.IsZero() ||
+	if !hello.Spawned || hello.Reason != wire.ReasonInitial || !hello.Reset || !hello.Superseded.IsZero() ||
 		hello.StartOffset != hello.ReplayEnd || hello.ReplayEnd < 0 || hello.ReplayEnd > 5 {
 		t.Errorf("first attach: got spawned=%v reason=%q reset=%v superseded=%v window [%d, %d), want true %q true none, a snapshot in [0, 5]",
-			hello.Spawned, hello.Reason, hello.Reset, hello.Superseded, hello.StartOffset, hello.ReplayEnd, contract.ReasonInitial)
+			hello.Spawned, hello.Reason, hello.Reset, hello.Superseded, hello.StartOffset, hello.ReplayEnd, wire.ReasonInitial)
 	}
 	if hello.Pid <= 0 {
 		t.Errorf("first attach: got Pid %d, want the child's", hello.Pid)
@@ -65,9 +66,9 @@ func checkReplay(t *testing.T, nb newBackendFunc) {
 	// spawns a PTY of another epoch.
 	again := h.attach(t, contract.AttachRequest{Token: h.token("cursor"), Viewer: h.viewer(),
 		HasCursor: true, Epoch: hello.Epoch, Offset: 3, Argv: sh("exec sleep 60")})
-	if !again.Spawned || again.Epoch == hello.Epoch || again.Reason != contract.ReasonEpochMismatch || !again.Reset {
+	if !again.Spawned || again.Epoch == hello.Epoch || again.Reason != wire.ReasonEpochMismatch || !again.Reset {
 		t.Errorf("spawning attach with another PTY's cursor: got spawned=%v epoch %q reason=%q reset=%v, want a new epoch and %q",
-			again.Spawned, again.Epoch, again.Reason, again.Reset, contract.ReasonEpochMismatch)
+			again.Spawned, again.Epoch, again.Reason, again.Reset, wire.ReasonEpochMismatch)
 	}
 
 	tests := []struct {
@@ -80,16 +81,16 @@ func checkReplay(t *testing.T, nb newBackendFunc) {
 		wantFrom   int64 // a resume's replay is [from, end)
 		wantEnd    int64
 	}{
-		{"initial", "hello", "", false, 0, contract.ReasonInitial, 0, 5},
-		{"resume from start", "hello", hello.Epoch, true, 0, contract.ReasonResume, 0, 5},
-		{"resume inside", "hello", hello.Epoch, true, 2, contract.ReasonResume, 2, 5},
-		{"resume at end", "hello", hello.Epoch, true, 5, contract.ReasonResume, 5, 5},
-		{"epoch mismatch", "hello", "0123456789abcdef", true, 2, contract.ReasonEpochMismatch, 0, 5},
-		{"offset ahead", "hello", hello.Epoch, true, 6, contract.ReasonOffsetAhead, 0, 5},
-		{"negative offset", "hello", hello.Epoch, true, -1, contract.ReasonInvalidCursor, 0, 5},
-		{"empty epoch", "hello", "", true, 2, contract.ReasonInvalidCursor, 0, 5},
-		{"offset rolled out", "long", long.Epoch, true, 10, contract.ReasonOffsetRolledOut, -1, 100},
-		{"resume in a wrapped ring", "long", long.Epoch, true, 90, contract.ReasonResume, 90, 100},
+		{"initial", "hello", "", false, 0, wire.ReasonInitial, 0, 5},
+		{"resume from start", "hello", hello.Epoch, true, 0, wire.ReasonResume, 0, 5},
+		{"resume inside", "hello", hello.Epoch, true, 2, wire.ReasonResume, 2, 5},
+		{"resume at end", "hello", hello.Epoch, true, 5, wire.ReasonResume, 5, 5},
+		{"epoch mismatch", "hello", "0123456789abcdef", true, 2, wire.ReasonEpochMismatch, 0, 5},
+		{"offset ahead", "hello", hello.Epoch, true, 6, wire.ReasonOffsetAhead, 0, 5},
+		{"negative offset", "hello", hello.Epoch, true, -1, wire.ReasonInvalidCursor, 0, 5},
+		{"empty epoch", "hello", "", true, 2, wire.ReasonInvalidCursor, 0, 5},
+		{"offset rolled out", "long", long.Epoch, true, 10, wire.ReasonOffsetRolledOut, -1, 100},
+		{"resume in a wrapped ring", "long", long.Epoch, true, 90, wire.ReasonResume, 90, 100},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,7 +102,7 @@ func checkReplay(t *testing.T, nb newBackendFunc) {
 			if r.Reason != tt.wantReason {
 				t.Errorf("reason: got %q, want %q", r.Reason, tt.wantReason)
 			}
-			if wantReset := tt.wantReason != contract.ReasonResume; r.Reset != wantReset {
+			if wantReset := tt.wantReason != wire.ReasonResume; r.Reset != wantReset {
 				t.Errorf("reset: got %v, want %v", r.Reset, wantReset)
 			}
 			if r.ReplayEnd != tt.wantEnd {
@@ -162,8 +163,8 @@ func (f *follower) take(t *testing.T, s stream, to int64) {
 // resume takes the replay of a reattach with the follower's cursor.
 func (f *follower) resume(t *testing.T, who string, r contract.AttachResponse) {
 	t.Helper()
-	if r.Reason != contract.ReasonResume || r.Reset {
-		t.Fatalf("%s: reattach at offset %d: got reason %q reset=%v, want %q", who, f.at, r.Reason, r.Reset, contract.ReasonResume)
+	if r.Reason != wire.ReasonResume || r.Reset {
+		t.Fatalf("%s: reattach at offset %d: got reason %q reset=%v, want %q", who, f.at, r.Reason, r.Reset, wire.ReasonResume)
 	}
 	if want := r.ReplayEnd - f.at; int64(len(r.Replay)) != want {
 		t.Fatalf("%s: reattach at offset %d: got %d replay bytes, want [%d, %d)", who, f.at, len(r.Replay), f.at, r.ReplayEnd)
@@ -346,9 +347,9 @@ func checkExit(t *testing.T, nb newBackendFunc) {
 
 	r2 := h.attach(t, contract.AttachRequest{Token: tok, Viewer: w, HasCursor: true, Epoch: r.Epoch, Offset: s.exit.Offset,
 		Argv: sh("exec sleep 60")})
-	if !r2.Spawned || r2.Epoch == r.Epoch || r2.Reason != contract.ReasonEpochMismatch {
+	if !r2.Spawned || r2.Epoch == r.Epoch || r2.Reason != wire.ReasonEpochMismatch {
 		t.Errorf("attach after exit: got spawned=%v epoch %q (old %q) reason %q, want a new PTY and %q",
-			r2.Spawned, r2.Epoch, r.Epoch, r2.Reason, contract.ReasonEpochMismatch)
+			r2.Spawned, r2.Epoch, r.Epoch, r2.Reason, wire.ReasonEpochMismatch)
 	}
 }
 
@@ -629,8 +630,8 @@ func checkSnapshot(t *testing.T, nb newBackendFunc) {
 
 	// A valid cursor still gets the raw bytes.
 	resume := h.attach(t, contract.AttachRequest{Token: tok, Viewer: h.viewer(), View: true, HasCursor: true, Epoch: snap.Epoch, Offset: snap.ReplayEnd})
-	if resume.Reset || resume.Snapshot || resume.Reason != contract.ReasonResume {
-		t.Errorf("attach with a valid cursor: got reset=%v snapshot=%v reason %q, want the raw bytes (%q)", resume.Reset, resume.Snapshot, resume.Reason, contract.ReasonResume)
+	if resume.Reset || resume.Snapshot || resume.Reason != wire.ReasonResume {
+		t.Errorf("attach with a valid cursor: got reset=%v snapshot=%v reason %q, want the raw bytes (%q)", resume.Reset, resume.Snapshot, resume.Reason, wire.ReasonResume)
 	} else if want := s.bytes(t, snap.ReplayEnd, resume.ReplayEnd); !bytes.Equal(resume.Replay, want) {
 		t.Errorf("resume from %d: got %q, want the raw bytes %q", snap.ReplayEnd, resume.Replay, want)
 	}
@@ -646,10 +647,10 @@ func checkSnapshot(t *testing.T, nb newBackendFunc) {
 		req    contract.AttachRequest
 		reason string
 	}{
-		{"epoch mismatch", contract.AttachRequest{HasCursor: true, Epoch: "0123456789abcdef", Offset: 1}, contract.ReasonEpochMismatch},
-		{"offset ahead", contract.AttachRequest{HasCursor: true, Epoch: snap.Epoch, Offset: end + 1000}, contract.ReasonOffsetAhead},
-		{"invalid cursor", contract.AttachRequest{HasCursor: true, Epoch: snap.Epoch, Offset: -5}, contract.ReasonInvalidCursor},
-		{"initial", contract.AttachRequest{}, contract.ReasonInitial},
+		{"epoch mismatch", contract.AttachRequest{HasCursor: true, Epoch: "0123456789abcdef", Offset: 1}, wire.ReasonEpochMismatch},
+		{"offset ahead", contract.AttachRequest{HasCursor: true, Epoch: snap.Epoch, Offset: end + 1000}, wire.ReasonOffsetAhead},
+		{"invalid cursor", contract.AttachRequest{HasCursor: true, Epoch: snap.Epoch, Offset: -5}, wire.ReasonInvalidCursor},
+		{"initial", contract.AttachRequest{}, wire.ReasonInitial},
 	} {
 		c.req.Token, c.req.Viewer, c.req.View = tok, h.viewer(), true
 		r := h.attach(t, c.req)

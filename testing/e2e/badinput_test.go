@@ -5,7 +5,7 @@ package e2e_test
 // over the limit, invalid UTF-8, binary frames on /api/ws, malformed attach
 // tokens and offsets and stale cursors on /api/pty, wrong tokens, origins
 // and hosts, and 1,000 sockets dropped in the middle of their handshake.
-// Each refusal is the SPEC's code; afterwards the host still serves, its
+// Each refusal is docs/PROTOCOL.md's code; afterwards the host still serves, its
 // goroutines and memory are back to their baseline (so are the WebSocket
 // plugin's memory), and sessions stored before the battery resume with
 // every message.
@@ -32,7 +32,6 @@ import (
 
 	gobws "github.com/gobwas/ws"
 
-	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
 	"github.com/tether-agent/tether/wire"
@@ -66,7 +65,7 @@ type badParam struct {
 }
 
 // badWrong are wrong-typed JSON values for each kind of param. null is
-// not among them: a null param counts as absent (SPEC §4: a null
+// not among them: a null param counts as absent (docs/PROTOCOL.md, section 3: a null
 // session_id is 4006, checked in errors_test.go).
 var badWrong = map[string][]string{
 	"string": {`5`, `0`, `-1`, `1.5`, `true`, `false`, `{}`, `{"a":"b"}`, `[]`, `["x"]`},
@@ -86,7 +85,7 @@ var badValid = map[string]string{
 	"text":                `"hello"`,
 }
 
-// badMethods are the methods of SPEC §4 with their params.
+// badMethods are the methods of docs/PROTOCOL.md, section 5, with their params.
 var badMethods = []struct {
 	method string
 	params []badParam
@@ -215,7 +214,7 @@ func (c *badWSConn) write(frames ...gobws.Frame) (wait func()) {
 
 // closeCode reads frames until the server's close frame and returns its
 // code; data frames before it are returned too. A connection that ends
-// without a close frame is a failure: SPEC §9 wants a code.
+// without a close frame is a failure: docs/PROTOCOL.md, section 12, wants a code.
 func (c *badWSConn) closeCode(tb testing.TB) (code int, data [][]byte) {
 	tb.Helper()
 	_ = c.nc.SetReadDeadline(time.Now().Add(errsStep))
@@ -443,7 +442,7 @@ func TestBadInputBattery(t *testing.T) {
 				// Each param wrong, the others valid; for a method that
 				// takes a session_id, with a known live runtime id, an
 				// unknown one, and an unknown stored key (params are
-				// type-checked before any lookup, SPEC §4).
+				// type-checked before any lookup, docs/PROTOCOL.md, section 3).
 				sids := []string{`"` + live.SessionID + `"`, `"` + badUnknownSID + `"`, `"` + badUnknownKey + `"`}
 				for _, wrong := range m.params {
 					for _, v := range badWrong[wrong.kind] {
@@ -502,8 +501,8 @@ func TestBadInputBattery(t *testing.T) {
 				wait := c.write(tt.frames...)
 				code, data := c.closeCode(t)
 				wait()
-				if code != contract.CloseTooBig {
-					t.Errorf("close %d, want %d", code, contract.CloseTooBig)
+				if code != wire.CloseTooBig {
+					t.Errorf("close %d, want %d", code, wire.CloseTooBig)
 				}
 				for _, d := range data {
 					if !bytes.Contains(d, []byte("gateway.ready")) {
@@ -534,8 +533,8 @@ func TestBadInputBattery(t *testing.T) {
 				wait := c.write(tt.frames...)
 				code, data := c.closeCode(t)
 				wait()
-				if code != contract.CloseInvalidPayload {
-					t.Errorf("close %d, want %d", code, contract.CloseInvalidPayload)
+				if code != wire.CloseInvalidPayload {
+					t.Errorf("close %d, want %d", code, wire.CloseInvalidPayload)
 				}
 				if len(data) > 1 {
 					t.Errorf("got %d frames before the close, want only gateway.ready", len(data))
@@ -575,8 +574,8 @@ func TestBadInputBattery(t *testing.T) {
 		}
 		for _, q := range queries {
 			c := ptyDial(t, s, q)
-			if code := closeCode(t, c); code != contract.CloseBadRequest {
-				t.Errorf("/api/pty?%s: close %d, want %d", q, code, contract.CloseBadRequest)
+			if code := closeCode(t, c); code != wire.CloseBadRequest {
+				t.Errorf("/api/pty?%s: close %d, want %d", q, code, wire.CloseBadRequest)
 			}
 		}
 		// A query that does not parse at all, with the token in a
@@ -588,17 +587,17 @@ func TestBadInputBattery(t *testing.T) {
 				t.Fatalf("dial /api/pty?%s: %v", q, err)
 			}
 			<-c.Closed()
-			if code, _ := c.CloseCode(); code != contract.CloseBadRequest {
-				t.Errorf("/api/pty?%s with a bearer token: close %d, want %d", q, code, contract.CloseBadRequest)
+			if code, _ := c.CloseCode(); code != wire.CloseBadRequest {
+				t.Errorf("/api/pty?%s with a bearer token: close %d, want %d", q, code, wire.CloseBadRequest)
 			}
 			c.Close()
 		}
 		// With the token in that query, the host cannot read the token
-		// either: 4401 is as right as 4400 (SPEC §3 checks the token
+		// either: 4401 is as right as 4400 (docs/PROTOCOL.md, section 2: the token is checked
 		// first).
 		c := ptyDial(t, s, "attach=%zz"+tok)
-		if code := closeCode(t, c); code != contract.CloseBadRequest && code != contract.CloseUnauthorized {
-			t.Errorf("/api/pty?attach=%%zz…&token=…: close %d, want %d or %d", code, contract.CloseBadRequest, contract.CloseUnauthorized)
+		if code := closeCode(t, c); code != wire.CloseBadRequest && code != wire.CloseUnauthorized {
+			t.Errorf("/api/pty?attach=%%zz…&token=…: close %d, want %d or %d", code, wire.CloseBadRequest, wire.CloseUnauthorized)
 		}
 		// None of them spawned a PTY for the well-formed token.
 		c = ptyDial(t, s, "attach="+tok)
@@ -680,19 +679,19 @@ func TestBadInputBattery(t *testing.T) {
 		}
 		var tests []refusal
 		for _, tok := range []string{"", "wrong", s.Token[:len(s.Token)-1], s.Token + "x", " " + s.Token, s.Token + "\x00"} {
-			tests = append(tests, refusal{fmt.Sprintf("token %q", tok), wsclient.Options{Token: tok}, contract.CloseUnauthorized})
+			tests = append(tests, refusal{fmt.Sprintf("token %q", tok), wsclient.Options{Token: tok}, wire.CloseUnauthorized})
 		}
 		tests = append(tests,
-			refusal{"bearer wrong", wsclient.Options{Header: hdr("Authorization", "Bearer wrong")}, contract.CloseUnauthorized},
-			refusal{"bearer empty", wsclient.Options{Header: hdr("Authorization", "Bearer ")}, contract.CloseUnauthorized},
-			refusal{"cookie wrong", wsclient.Options{Header: hdr("Cookie", "tether_token=wrong")}, contract.CloseUnauthorized},
-			refusal{"wrong token, bad origin", wsclient.Options{Token: "wrong", Origin: "http://evil.example"}, contract.CloseUnauthorized},
+			refusal{"bearer wrong", wsclient.Options{Header: hdr("Authorization", "Bearer wrong")}, wire.CloseUnauthorized},
+			refusal{"bearer empty", wsclient.Options{Header: hdr("Authorization", "Bearer ")}, wire.CloseUnauthorized},
+			refusal{"cookie wrong", wsclient.Options{Header: hdr("Cookie", "tether_token=wrong")}, wire.CloseUnauthorized},
+			refusal{"wrong token, bad origin", wsclient.Options{Token: "wrong", Origin: "http://evil.example"}, wire.CloseUnauthorized},
 		)
 		for _, o := range []string{"http://evil.example", "null", "http://127.0.0.1:1", "http://ok.example", "https://ok.example.evil", "file://", "http://" + s.Addr + ".evil"} {
-			tests = append(tests, refusal{"origin " + o, wsclient.Options{Token: s.Token, Origin: o}, contract.CloseForbidden})
+			tests = append(tests, refusal{"origin " + o, wsclient.Options{Token: s.Token, Origin: o}, wire.CloseForbidden})
 		}
 		for _, h := range []string{"evil.example:" + port, "127.0.0.1:1", "127.0.0.2:" + port, "[::1]:1", "localhost.evil:" + port} {
-			tests = append(tests, refusal{"host " + h, wsclient.Options{Token: s.Token, Header: hdr("Host", h)}, contract.CloseForbidden})
+			tests = append(tests, refusal{"host " + h, wsclient.Options{Token: s.Token, Header: hdr("Host", h)}, wire.CloseForbidden})
 		}
 		for _, path := range []string{"/api/ws", "/api/pty?attach=" + attachToken(t)} {
 			for _, tt := range tests {

@@ -107,7 +107,7 @@ func TestChaosCluster(t *testing.T) {
 
 		// Recover the PTY through a host picked at random.
 		pvia := pick()
-		var pr ptyclient.Replay
+		var pr wire.Replay
 		pc, pr = ptyDialRetryCluster(t, pvia, fmt.Sprintf("attach=%s&offset=%d&epoch=%s", tok, offset, ptyEpoch))
 		switch {
 		case victim == "pty":
@@ -133,7 +133,7 @@ func TestChaosCluster(t *testing.T) {
 // ptyDialRetryCluster attaches through h until the PTY's host answers
 // (a restarting plugin or host; 1013 while the PTY's host is unreachable)
 // and returns the socket and its replay header.
-func ptyDialRetryCluster(t *testing.T, h *clusterHost, query string) (*ptyclient.Client, ptyclient.Replay) {
+func ptyDialRetryCluster(t *testing.T, h *clusterHost, query string) (*ptyclient.Client, wire.Replay) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

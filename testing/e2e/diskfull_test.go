@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-agent/tether/client"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
 )
@@ -112,7 +113,7 @@ func TestDiskFullForReal(t *testing.T) {
 	refused := false
 	for !refused && time.Now().Before(deadline) {
 		err := c.Call(ctxT(t, 10*time.Second), "prompt.submit", map[string]any{"session_id": snap.SessionID, "text": words}, nil)
-		var re *wsclient.RPCError
+		var re *client.Error
 		switch {
 		case errors.As(err, &re) && re.Code == 5003:
 			refused = true
@@ -144,7 +145,7 @@ func TestDiskFullForReal(t *testing.T) {
 	// Writes are accepted again once the host's next commit succeeds.
 	waitFor(t, func() bool {
 		err := c.Call(ctxT(t, 10*time.Second), "prompt.submit", map[string]any{"session_id": snap.SessionID, "text": "after"}, nil)
-		var re *wsclient.RPCError
+		var re *client.Error
 		if err != nil && !(errors.As(err, &re) && (re.Code == 5003 || re.Code == 4009)) {
 			t.Fatalf("prompt.submit after room was made: %v", err)
 		}
@@ -261,7 +262,7 @@ func TestDiskFullClose(t *testing.T) {
 	call(t, c, "session.create", map[string]any{"title": "closed on a full disk"}, &snap)
 	filler := fill(t, dir)
 	err := c.Call(ctxT(t, 20*time.Second), "session.close", map[string]any{"session_id": snap.SessionID}, nil)
-	var re *wsclient.RPCError
+	var re *client.Error
 	if !errors.As(err, &re) || re.Code != 5003 || !strings.Contains(re.Message, "storage unavailable") {
 		t.Fatalf("session.close on a full disk: %v; want 5003 storage unavailable", err)
 	}

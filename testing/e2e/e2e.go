@@ -24,7 +24,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +33,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tether-agent/tether/testing/hostproc"
 )
 
 // tetherTimeout bounds a one-shot command run by Tether.
@@ -83,10 +84,11 @@ func BuildPlain(tb testing.TB) string {
 	return plain.path
 }
 
-// buildTether builds ./cmd/tether, with -race when race is set, into a
-// new temporary directory, which it stores in *dir.
+// buildTether builds ./cmd/tether of the repository above the working
+// directory (a test runs in its package's directory), with -race when
+// race is set, into a new temporary directory, which it stores in *dir.
 func buildTether(dir *string, race bool) (string, error) {
-	root, err := moduleRoot()
+	root, err := hostproc.FindRepo(".")
 	if err != nil {
 		return "", err
 	}
@@ -96,32 +98,10 @@ func buildTether(dir *string, race bool) (string, error) {
 	}
 	*dir = d
 	bin := filepath.Join(d, "tether")
-	args := []string{"build", "-o", bin}
-	if race {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/tether")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	if err := hostproc.Build(root, bin, race); err != nil {
+		return "", err
 	}
 	return bin, nil
-}
-
-// moduleRoot returns the directory of the main module's go.mod, as seen from
-// the working directory (a test runs in its package's directory).
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("not inside a Go module")
-	}
-	return filepath.Dir(gomod), nil
 }
 
 // Main runs the tests of m, checks for leaked goroutines with goleak (opts

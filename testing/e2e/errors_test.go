@@ -1,6 +1,6 @@
 package e2e_test
 
-// End-to-end tests of every error a client can meet (SPEC §3, §4, §9),
+// End-to-end tests of every error a client can meet (docs/PROTOCOL.md, sections 2, 11, 12 and 15),
 // against the real binary: each JSON-RPC error code with the exact code,
 // the socket still open after every error response, and each close code of
 // the access checks and frame limits. The host must not log at error level
@@ -26,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
 	"github.com/tether-agent/tether/wire"
@@ -44,7 +43,7 @@ func errsCtx(tb testing.TB) context.Context {
 }
 
 // errsAlive checks that c is still open and answers a call: an error
-// response never closes the socket (SPEC §4).
+// response never closes the socket (docs/PROTOCOL.md, section 11).
 func errsAlive(tb testing.TB, c *wsclient.Client) {
 	tb.Helper()
 	select {
@@ -121,7 +120,7 @@ func errsCreate(tb testing.TB, c *wsclient.Client, params map[string]any) (id, k
 }
 
 // errsNoErrorLogs checks that the host logged nothing at error level (or
-// worse): refused input is expected, not an error of the host (SPEC §9,
+// worse): refused input is expected, not an error of the host (docs/PROTOCOL.md, section 15;
 // STYLE: expected disconnects are Debug).
 func errsNoErrorLogs(tb testing.TB, s *e2e.Server) {
 	tb.Helper()
@@ -393,7 +392,7 @@ func TestErrorsDomain(t *testing.T) {
 
 // TestErrorsBusy floods one socket with requests written back to back: the
 // host answers every one, each with a result or -32000 "busy" (at most 256
-// wait per socket, SPEC §9), and the socket stays open.
+// wait per socket, docs/PROTOCOL.md, section 15), and the socket stays open.
 func TestErrorsBusy(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{})
 	c := s.Dial(t)
@@ -444,7 +443,7 @@ func TestErrorsBusy(t *testing.T) {
 	errsNoErrorLogs(t, s)
 }
 
-// TestErrorsAccess reaches the close codes of the access checks (SPEC §3)
+// TestErrorsAccess reaches the close codes of the access checks (docs/PROTOCOL.md, section 2)
 // and checks the ways a client may be admitted.
 func TestErrorsAccess(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{Args: []string{"--allow-origin", "https://ok.example"}})
@@ -473,27 +472,27 @@ func TestErrorsAccess(t *testing.T) {
 		{name: "query token", path: "/api/ws", opts: wsclient.Options{Token: s.Token}},
 		{name: "bearer token", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Bearer "+s.Token)}},
 		{name: "cookie token", path: "/api/ws", opts: wsclient.Options{Header: hdr("Cookie", "theme=dark; tether_token="+s.Token)}},
-		{name: "no token", path: "/api/ws", want: contract.CloseUnauthorized},
-		{name: "wrong token", path: "/api/ws", opts: wsclient.Options{Token: "wrong"}, want: contract.CloseUnauthorized},
-		{name: "token prefix", path: "/api/ws", opts: wsclient.Options{Token: s.Token[:len(s.Token)-1]}, want: contract.CloseUnauthorized},
-		{name: "wrong bearer", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Bearer wrong")}, want: contract.CloseUnauthorized},
-		{name: "wrong cookie", path: "/api/ws", opts: wsclient.Options{Header: hdr("Cookie", "tether_token=wrong")}, want: contract.CloseUnauthorized},
-		{name: "basic auth is not a token", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Basic "+s.Token)}, want: contract.CloseUnauthorized},
-		{name: "wrong token and bad origin", path: "/api/ws", opts: wsclient.Options{Token: "wrong", Origin: "http://evil.example"}, want: contract.CloseUnauthorized},
-		{name: "no token and bad host", path: "/api/ws", opts: wsclient.Options{Header: hdr("Host", "evil.example:"+port)}, want: contract.CloseUnauthorized},
-		{name: "foreign host", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "evil.example:"+port)}, want: contract.CloseForbidden},
-		{name: "wrong port", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "127.0.0.1:1")}, want: contract.CloseForbidden},
+		{name: "no token", path: "/api/ws", want: wire.CloseUnauthorized},
+		{name: "wrong token", path: "/api/ws", opts: wsclient.Options{Token: "wrong"}, want: wire.CloseUnauthorized},
+		{name: "token prefix", path: "/api/ws", opts: wsclient.Options{Token: s.Token[:len(s.Token)-1]}, want: wire.CloseUnauthorized},
+		{name: "wrong bearer", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Bearer wrong")}, want: wire.CloseUnauthorized},
+		{name: "wrong cookie", path: "/api/ws", opts: wsclient.Options{Header: hdr("Cookie", "tether_token=wrong")}, want: wire.CloseUnauthorized},
+		{name: "basic auth is not a token", path: "/api/ws", opts: wsclient.Options{Header: hdr("Authorization", "Basic "+s.Token)}, want: wire.CloseUnauthorized},
+		{name: "wrong token and bad origin", path: "/api/ws", opts: wsclient.Options{Token: "wrong", Origin: "http://evil.example"}, want: wire.CloseUnauthorized},
+		{name: "no token and bad host", path: "/api/ws", opts: wsclient.Options{Header: hdr("Host", "evil.example:"+port)}, want: wire.CloseUnauthorized},
+		{name: "foreign host", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "evil.example:"+port)}, want: wire.CloseForbidden},
+		{name: "wrong port", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "127.0.0.1:1")}, want: wire.CloseForbidden},
 		{name: "localhost alias", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Header: hdr("Host", "localhost:"+port)}},
-		{name: "foreign origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: contract.CloseForbidden},
-		{name: "origin null", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "null"}, want: contract.CloseForbidden},
-		{name: "origin with another port", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://127.0.0.1:1"}, want: contract.CloseForbidden},
+		{name: "foreign origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: wire.CloseForbidden},
+		{name: "origin null", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "null"}, want: wire.CloseForbidden},
+		{name: "origin with another port", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://127.0.0.1:1"}, want: wire.CloseForbidden},
 		{name: "same origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://" + s.Addr}},
 		{name: "allowed origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "https://ok.example"}},
-		{name: "allowed origin over http is another origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://ok.example"}, want: contract.CloseForbidden},
+		{name: "allowed origin over http is another origin", path: "/api/ws", opts: wsclient.Options{Token: s.Token, Origin: "http://ok.example"}, want: wire.CloseForbidden},
 		// The access checks come first on the PTY endpoint too.
-		{name: "pty endpoint without token", path: "/api/pty", want: contract.CloseUnauthorized},
-		{name: "pty endpoint with a malformed attach", path: "/api/pty?attach=short", opts: wsclient.Options{Token: s.Token}, want: contract.CloseBadRequest},
-		{name: "pty endpoint with foreign origin", path: "/api/pty", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: contract.CloseForbidden},
+		{name: "pty endpoint without token", path: "/api/pty", want: wire.CloseUnauthorized},
+		{name: "pty endpoint with a malformed attach", path: "/api/pty?attach=short", opts: wsclient.Options{Token: s.Token}, want: wire.CloseBadRequest},
+		{name: "pty endpoint with foreign origin", path: "/api/pty", opts: wsclient.Options{Token: s.Token, Origin: "http://evil.example"}, want: wire.CloseForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -532,8 +531,8 @@ func TestErrorsAccess(t *testing.T) {
 	errsNoErrorLogs(t, s)
 }
 
-// TestErrorsFrameLimits reaches the close codes of the frame limits (SPEC
-// §9): 1009 for a frame over 1 MiB, 1007 for invalid UTF-8 in a text frame;
+// TestErrorsFrameLimits reaches the close codes of the frame limits
+// (docs/PROTOCOL.md, section 15): 1009 for a frame over 1 MiB, 1007 for invalid UTF-8 in a text frame;
 // a frame of exactly 1 MiB is served.
 func TestErrorsFrameLimits(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{})
@@ -562,9 +561,9 @@ func TestErrorsFrameLimits(t *testing.T) {
 		frame []byte
 		want  int
 	}{
-		{"1 MiB + 1", request(800002, 1<<20+1), contract.CloseTooBig},
-		{"invalid UTF-8", []byte("\xff\xfe"), contract.CloseInvalidPayload},
-		{"invalid UTF-8 in a request", []byte(`{"jsonrpc":"2.0","id":800003,"method":"session.list","params":{"title":"` + "\xc3\x28" + `"}}`), contract.CloseInvalidPayload},
+		{"1 MiB + 1", request(800002, 1<<20+1), wire.CloseTooBig},
+		{"invalid UTF-8", []byte("\xff\xfe"), wire.CloseInvalidPayload},
+		{"invalid UTF-8 in a request", []byte(`{"jsonrpc":"2.0","id":800003,"method":"session.list","params":{"title":"` + "\xc3\x28" + `"}}`), wire.CloseInvalidPayload},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -675,9 +674,9 @@ func TestErrorsPTYSwitchedOff(t *testing.T) {
 		opts wsclient.Options
 		want int
 	}{
-		{"/api/pty", wsclient.Options{Token: s.Token}, contract.CloseNotFound},
-		{"/api/pty?attach=abcdefghijklmnop", wsclient.Options{Token: s.Token}, contract.CloseNotFound},
-		{"/api/pty", wsclient.Options{}, contract.CloseUnauthorized},
+		{"/api/pty", wsclient.Options{Token: s.Token}, wire.CloseNotFound},
+		{"/api/pty?attach=abcdefghijklmnop", wsclient.Options{Token: s.Token}, wire.CloseNotFound},
+		{"/api/pty", wsclient.Options{}, wire.CloseUnauthorized},
 	} {
 		c, err := s.DialRaw(errsCtx(t), tt.path, tt.opts)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-agent/tether/client"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
 )
@@ -65,7 +66,7 @@ func TestLifecycleHotSwapUnderTraffic(t *testing.T) {
 				default:
 				}
 				err := trafficRound(s, &keys[w], fmt.Sprintf("worker %d round %d", w, round))
-				var ce *wsclient.CloseError
+				var ce *client.CloseError
 				switch {
 				case err == nil:
 					rounds.Add(1)
@@ -175,7 +176,7 @@ func TestLifecycleHotSwapUnderTraffic(t *testing.T) {
 
 // trafficRound is one client round: connect, create the worker's session
 // (the first time) or resume it, prompt, wait for the answer, close. An
-// error that is a *wsclient.CloseError with 1012 means the socket's plugin
+// error that is a *client.CloseError with 1012 means the socket's plugin
 // was swapped under it.
 func trafficRound(s *e2e.Server, key *string, text string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -223,13 +224,13 @@ func trafficRound(s *e2e.Server, key *string, text string) error {
 	return nil
 }
 
-// closeErr returns the connection's *wsclient.CloseError when it has
+// closeErr returns the connection's *client.CloseError when it has
 // ended, else err.
 func closeErr(c *wsclient.Client, err error) error {
 	select {
 	case <-c.Closed():
 		code, reason := c.CloseCode()
-		return &wsclient.CloseError{Code: code, Reason: reason, Err: err}
+		return &client.CloseError{Code: code, Reason: reason, Err: err}
 	default:
 		return err
 	}

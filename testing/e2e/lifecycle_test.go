@@ -147,7 +147,7 @@ func pluginPID(t *testing.T, s *e2e.Server, nth int) int {
 	return 0
 }
 
-// TestSIGINTShutsDownCleanly: SIGINT is handled like SIGTERM (SPEC §2):
+// TestSIGINTShutsDownCleanly: SIGINT is handled like SIGTERM (docs/PROTOCOL.md, section 8):
 // clients get 1001 and the host exits 0 within 5 s.
 func TestSIGINTShutsDownCleanly(t *testing.T) {
 	s := e2e.Start(t, e2e.Config{})

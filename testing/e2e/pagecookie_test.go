@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
+	"github.com/tether-agent/tether/wire"
 )
 
 // browser is an HTTP client with a cookie jar, as a browser keeps one
@@ -143,7 +143,7 @@ func TestPageCookiePerListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if code := closeCodeOf(t, c); code != contract.CloseUnauthorized {
+	if code := closeCodeOf(t, c); code != wire.CloseUnauthorized {
 		t.Errorf("h1's page credential on h2: %d, want 4401", code)
 	}
 }
@@ -184,7 +184,7 @@ func TestPageCookieOldAndRotated(t *testing.T) {
 	if status, set, body := b.get(t, s2.URL+"/"); status != http.StatusUnauthorized || len(set) != 0 || !strings.Contains(body, "not one this server accepts") {
 		t.Errorf("GET / with a page cookie of the old token: %d %q; want 401 and no cookie", status, set)
 	}
-	if code := b.dialWithCookies(t, s2); code != contract.CloseUnauthorized {
+	if code := b.dialWithCookies(t, s2); code != wire.CloseUnauthorized {
 		t.Errorf("/api/ws with a page cookie of the old token: %d, want 4401", code)
 	}
 }
@@ -249,7 +249,7 @@ func TestClusterOneCredential(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code := closeCodeOf(t, ws); code != contract.CloseUnauthorized {
+		if code := closeCodeOf(t, ws); code != wire.CloseUnauthorized {
 			t.Errorf("a made-up token on %s: %d, want 4401", to.ID, code)
 		}
 		ws.Close()

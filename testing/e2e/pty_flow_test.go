@@ -20,7 +20,7 @@ import (
 
 // TestPTYFastWriterComplete: a child that writes many times its ring as
 // fast as it can and exits at once is slowed down to what the client
-// takes (SPEC §6.1): the client receives every byte, in order, then 4410.
+// takes (docs/PROTOCOL.md, 13.7): the client receives every byte, in order, then 4410.
 func TestPTYFastWriterComplete(t *testing.T) {
 	const size = 6 << 20
 	want := letterPayload(size)
@@ -48,7 +48,7 @@ func TestPTYFastWriterComplete(t *testing.T) {
 
 // TestPTYSlowViewerCut: a view=1 socket that stops reading does not slow
 // the PTY down for ever: it is closed with 1013 once its transport queue
-// overflows (SPEC §6.1), and the writer, which reads, receives every byte
+// overflows (docs/PROTOCOL.md, 13.7), and the writer, which reads, receives every byte
 // of a stream far larger than that queue, then 4410.
 func TestPTYSlowViewerCut(t *testing.T) {
 	const size = 24 << 20 // well over the 8 MiB send queue and the kernel's socket buffers

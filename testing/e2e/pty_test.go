@@ -15,6 +15,7 @@ import (
 
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/ptyclient"
+	"github.com/tether-agent/tether/wire"
 )
 
 func attachToken(tb testing.TB) string {
@@ -38,7 +39,7 @@ func ptyDial(tb testing.TB, s *e2e.Server, query string) *ptyclient.Client {
 	return c
 }
 
-func replayOf(tb testing.TB, c *ptyclient.Client) ptyclient.Replay {
+func replayOf(tb testing.TB, c *ptyclient.Client) wire.Replay {
 	tb.Helper()
 	r, err := c.Replay(ctxT(tb, 10*time.Second))
 	if err != nil {

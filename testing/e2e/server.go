@@ -1,23 +1,17 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tether-agent/tether/testing/hostproc"
 	"github.com/tether-agent/tether/testing/wsclient"
 )
 
@@ -25,16 +19,10 @@ import (
 const (
 	startTimeout = 30 * time.Second // for the listening (and admin) line
 	stopTimeout  = 10 * time.Second // from SIGTERM to exit, then SIGKILL
-	drainTimeout = 2 * time.Second  // for output still buffered after exit
+	ptyGrace     = 5 * time.Second  // for a PTY plugin left behind, then SIGKILL
 	dialTimeout  = 10 * time.Second // Dial and its gateway.ready
 	httpTimeout  = 10 * time.Second
 	tailLines    = 200 // stderr lines printed when a test fails
-)
-
-// Lines `tether serve` prints on stdout (SPEC §2).
-const (
-	listeningPrefix = "tether listening on "
-	adminPrefix     = "tether admin on "
 )
 
 // Config configures Start.
@@ -62,28 +50,19 @@ type Server struct {
 	Cmd      *exec.Cmd
 	Stderr   *Buffer // everything the child wrote to stderr so far
 
-	stdout    Buffer
-	exited    chan struct{} // closed once Cmd.Wait has returned
-	waitErr   error         // Cmd.Wait's result, set before exited is closed
-	drained   sync.WaitGroup
-	closeOnce sync.Once  // for closeOutput
-	pipes     []*os.File // read ends of stdout and stderr
-
-	mu        sync.Mutex // guards the fields below
-	listening string     // the listening line, once seen
-	admin     string     // the admin line, once seen
-	seen      chan struct{}
+	proc *hostproc.Process
 }
 
 // Start launches `tether serve --listen 127.0.0.1:0 --state-dir DIR
-// --log-format json --log-level debug <cfg.Args...>` and returns once it has
-// printed its listening line (and, when --admin-listen is given, its admin
-// line). It fails the test, with the tail of stderr, if that takes more than
-// 30 s or the child exits first. The child's stdout and stderr are drained
-// all along. At cleanup the child gets SIGTERM (SIGKILL 10 s later, which
-// fails the test); leftovers are killed: processes of its process group, and
-// a PTY plugin left running on the state directory. When the test has failed,
-// the tail of the child's stderr is logged.
+// --log-format json --log-level debug <cfg.Args...>` through
+// testing/hostproc and returns once it has printed its listening line
+// (and, when --admin-listen is given, its admin line). It fails the test,
+// with the tail of stderr, if that takes more than 30 s or the child exits
+// first. The child's stdout and stderr are drained all along. At cleanup
+// the child gets SIGTERM (SIGKILL 10 s later, which fails the test);
+// leftovers are killed: processes of its process group, and a PTY plugin
+// left running on the state directory. When the test has failed, the tail
+// of the child's stderr is logged.
 func Start(tb testing.TB, cfg Config) *Server {
 	tb.Helper()
 	bin := cfg.Binary
@@ -94,248 +73,65 @@ func Start(tb testing.TB, cfg Config) *Server {
 	if dir == "" {
 		dir = tb.TempDir()
 	}
-	args := append([]string{
-		"serve",
-		"--listen", "127.0.0.1:0",
-		"--state-dir", dir,
-		"--log-format", "json",
-		"--log-level", "debug",
-	}, cfg.Args...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = childEnv(cfg.Env)
-	// Its own process group, so that cleanup can find what it started; and
-	// killed if the test binary dies before its cleanup ran.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		tb.Fatalf("e2e: pipe: %v", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		tb.Fatalf("e2e: pipe: %v", err)
-	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		tb.Fatalf("e2e: start tether serve: %v", err)
-	}
-
-	s := &Server{
-		StateDir: dir,
-		Cmd:      cmd,
-		Stderr:   new(Buffer),
-		exited:   make(chan struct{}),
-		pipes:    []*os.File{outR, errR},
-		seen:     make(chan struct{}, 1),
-	}
 	// Cleanups run last-in first-out: the PTY plugin goes after the host.
 	tb.Cleanup(func() { killPTYPlugin(tb, dir, bin) })
+	stderr := new(Buffer)
+	p, err := hostproc.Start(hostproc.Config{
+		Binary:   bin,
+		StateDir: dir,
+		Args: append([]string{
+			"--listen", "127.0.0.1:0",
+			"--log-format", "json",
+			"--log-level", "debug",
+		}, cfg.Args...),
+		Env:          childEnv(cfg.Env),
+		Stderr:       stderr,
+		StartTimeout: startTimeout,
+	})
+	if err != nil {
+		tb.Fatalf("e2e: %v\nstderr tail:\n%s", err, stderr.Tail(tailLines))
+	}
+	s := &Server{
+		URL:      p.URL,
+		Token:    p.Token,
+		Addr:     p.Addr,
+		StateDir: dir,
+		AdminURL: p.AdminURL,
+		Cmd:      p.Cmd,
+		Stderr:   stderr,
+		proc:     p,
+	}
 	tb.Cleanup(func() { s.stop(tb) })
-
-	s.drained.Add(2)
-	go func() {
-		defer s.drained.Done()
-		s.readStdout(outR)
-	}()
-	go func() {
-		defer s.drained.Done()
-		io.Copy(s.Stderr, errR)
-	}()
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-
-	wantAdmin := hasAdminListen(cfg)
-	timer := time.NewTimer(startTimeout)
-	defer timer.Stop()
-	for {
-		s.mu.Lock()
-		listening, admin := s.listening, s.admin
-		s.mu.Unlock()
-		if listening != "" && (admin != "" || !wantAdmin) {
-			break
-		}
-		select {
-		case <-s.seen:
-		case <-s.exited:
-			// Output may still be on its way.
-			s.closeOutput()
-			tb.Fatalf("e2e: tether serve exited before it was ready (%v)\nstdout:\n%s\nstderr tail:\n%s",
-				s.waitErr, s.stdout.String(), s.Stderr.Tail(tailLines))
-		case <-timer.C:
-			missing := listeningPrefix
-			if listening != "" {
-				missing = adminPrefix
-			}
-			tb.Fatalf("e2e: tether serve printed no %q line within %v\nstdout:\n%s\nstderr tail:\n%s",
-				strings.TrimSpace(missing), startTimeout, s.stdout.String(), s.Stderr.Tail(tailLines))
-		}
-	}
-
-	s.mu.Lock()
-	listening, admin := s.listening, s.admin
-	s.mu.Unlock()
-	u, err := url.Parse(listening)
-	if err != nil || u.Host == "" || u.Query().Get("token") == "" {
-		tb.Fatalf("e2e: bad listening line %q (want %shttp://HOST:PORT/?token=TOKEN)", listeningPrefix+listening, listeningPrefix)
-	}
-	s.URL = u.Scheme + "://" + u.Host
-	s.Addr = u.Host
-	s.Token = u.Query().Get("token")
-	if admin != "" {
-		a, err := url.Parse(admin)
-		if err != nil || a.Host == "" {
-			tb.Fatalf("e2e: bad admin line %q (want %shttp://HOST:PORT)", adminPrefix+admin, adminPrefix)
-		}
-		s.AdminURL = a.Scheme + "://" + a.Host
-	}
 	return s
 }
 
 // hasAdminListen reports whether cfg turns on --admin-listen.
 func hasAdminListen(cfg Config) bool {
-	for i, a := range cfg.Args {
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || name != "admin-listen" {
-			continue
-		}
-		if !hasValue && i+1 < len(cfg.Args) {
-			value = cfg.Args[i+1]
-		}
-		return value != ""
-	}
-	for _, kv := range cfg.Env {
-		if v, ok := strings.CutPrefix(kv, "TETHER_ADMIN_LISTEN="); ok {
-			return v != ""
-		}
-	}
-	return false
-}
-
-// readStdout keeps every line of r and notes the listening and admin lines.
-func (s *Server) readStdout(r io.Reader) {
-	br := bufio.NewReader(r)
-	for {
-		line, err := br.ReadString('\n')
-		s.stdout.Write([]byte(line))
-		if l := strings.TrimRight(line, "\r\n"); l != "" {
-			s.mu.Lock()
-			if v, ok := strings.CutPrefix(l, listeningPrefix); ok && s.listening == "" {
-				s.listening = v
-			}
-			if v, ok := strings.CutPrefix(l, adminPrefix); ok && s.admin == "" {
-				s.admin = v
-			}
-			s.mu.Unlock()
-			select {
-			case s.seen <- struct{}{}:
-			default:
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// closeOutput waits a little for the output still in the pipes, then closes
-// them: a process that outlived the host may still hold their write ends.
-func (s *Server) closeOutput() {
-	s.closeOnce.Do(s.closeOutputOnce)
-}
-
-func (s *Server) closeOutputOnce() {
-	done := make(chan struct{})
-	go func() {
-		s.drained.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(drainTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-	for _, f := range s.pipes {
-		f.Close()
-	}
-	<-done
+	return hostproc.HasAdminListen(cfg.Args, cfg.Env)
 }
 
 // stop is the cleanup registered by Start.
 func (s *Server) stop(tb testing.TB) {
-	select {
-	case <-s.exited:
-	default:
-		s.Cmd.Process.Signal(syscall.SIGTERM)
-		t := time.NewTimer(stopTimeout)
-		select {
-		case <-s.exited:
-		case <-t.C:
-			tb.Errorf("e2e: tether serve (pid %d) did not exit within %v of SIGTERM; killing it", s.Cmd.Process.Pid, stopTimeout)
-			s.Cmd.Process.Kill()
-			<-s.exited
-		}
-		t.Stop()
+	if err := s.proc.Stop(stopTimeout); err != nil {
+		tb.Errorf("e2e: %v", err)
 	}
-	// Whatever is left of its process group (plugins it started).
-	syscall.Kill(-s.Cmd.Process.Pid, syscall.SIGKILL)
-	s.closeOutput()
 	// A race-built host or plugin reports data races on stderr (the host
 	// re-emits its plugins' lines): any is a test failure.
 	if strings.Contains(s.Stderr.String(), "WARNING: DATA RACE") {
 		tb.Errorf("e2e: the race detector reported a data race in tether serve or a plugin")
 	}
 	if tb.Failed() {
-		tb.Logf("e2e: tether serve (pid %d) %v; stderr tail:\n%s", s.Cmd.Process.Pid, s.exitDescription(), s.Stderr.Tail(tailLines))
+		tb.Logf("e2e: tether serve (pid %d) %v; stderr tail:\n%s", s.proc.Pid(), s.proc.ExitDescription(), s.Stderr.Tail(tailLines))
 	}
-}
-
-func (s *Server) exitDescription() string {
-	if s.waitErr != nil {
-		return "ended: " + s.waitErr.Error()
-	}
-	return "exited 0"
 }
 
 // killPTYPlugin stops the PTY plugin recorded in dir/plugins/pty.json, the
-// one the host leaves running for the next host (SPEC §6.3), when it is
-// still this binary: SIGTERM, SIGKILL after 5 s.
+// one the host leaves running for the next host (docs/PROTOCOL.md §13.6),
+// when it is still this binary: SIGTERM, SIGKILL after 5 s.
 func killPTYPlugin(tb testing.TB, dir, bin string) {
-	b, err := os.ReadFile(filepath.Join(dir, "plugins", "pty.json"))
-	if err != nil {
-		return
+	if hostproc.KillPTYPlugin(dir, bin, ptyGrace) {
+		tb.Logf("e2e: PTY plugin recorded in %s still running %v after SIGTERM; killed it", dir, ptyGrace)
 	}
-	var rec struct {
-		PID int `json:"pid"`
-	}
-	if json.Unmarshal(b, &rec) != nil || rec.PID <= 0 {
-		return
-	}
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", rec.PID))
-	if err != nil || strings.TrimSuffix(exe, " (deleted)") != bin {
-		return // gone, or a pid reused by another program
-	}
-	if syscall.Kill(rec.PID, syscall.SIGTERM) != nil {
-		return
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", rec.PID)); err != nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	tb.Logf("e2e: PTY plugin (pid %d) still running 5s after SIGTERM; killing it", rec.PID)
-	syscall.Kill(rec.PID, syscall.SIGKILL)
 }
 
 // WSURL returns ws://ADDR + path with the token added to its query (path
@@ -358,7 +154,7 @@ func (s *Server) Dial(tb testing.TB, opts ...func(*wsclient.Options)) *wsclient.
 }
 
 // DialReady is Dial that also returns the gateway.ready event. It fails the
-// test if the first event is not gateway.ready (SPEC §4: it comes first).
+// test if the first event is not gateway.ready (docs/PROTOCOL.md, section 6: it comes first).
 func (s *Server) DialReady(tb testing.TB, opts ...func(*wsclient.Options)) (*wsclient.Client, wsclient.Event) {
 	tb.Helper()
 	o := wsclient.Options{Token: s.Token}
@@ -440,38 +236,24 @@ func httpGetAuth(tb testing.TB, url, token string) (int, string) {
 
 // Signal sends sig to the tether serve process.
 func (s *Server) Signal(sig os.Signal) error {
-	return s.Cmd.Process.Signal(sig)
+	return s.proc.Signal(sig)
 }
 
 // Wait waits up to timeout for the process to exit and returns its exit
 // code. The error is not nil when it is still running after timeout (code
 // -1) or was killed by a signal (code -1, the error names the signal).
 func (s *Server) Wait(timeout time.Duration) (exitCode int, err error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-s.exited:
-	case <-t.C:
-		return -1, fmt.Errorf("e2e: tether serve (pid %d) still running after %v", s.Cmd.Process.Pid, timeout)
-	}
-	var ee *exec.ExitError
-	if s.waitErr != nil && !errors.As(s.waitErr, &ee) {
-		return -1, s.waitErr
-	}
-	if ws, ok := s.Cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return -1, fmt.Errorf("e2e: tether serve terminated by signal %d (%v)", int(ws.Signal()), ws.Signal())
-	}
-	return s.Cmd.ProcessState.ExitCode(), nil
+	return s.proc.Wait(timeout)
 }
 
 // Exited returns a channel closed when the process has exited.
 func (s *Server) Exited() <-chan struct{} {
-	return s.exited
+	return s.proc.Exited()
 }
 
 // Stdout returns everything the process wrote to stdout so far.
 func (s *Server) Stdout() string {
-	return s.stdout.String()
+	return s.proc.Stdout()
 }
 
 // scrape returns the body of AdminURL/metrics; it fails the test (for

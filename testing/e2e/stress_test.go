@@ -418,7 +418,7 @@ func TestStressStaleDisconnect(t *testing.T) {
 //
 // A resume the reset socket sent may still be running in the host after
 // the session was closed; it then rebuilds the session for a socket that
-// is gone, which parks it (SPEC §5.3) until --orphan-grace reaps it. The
+// is gone, which parks it (docs/PROTOCOL.md, section 8) until --orphan-grace reaps it. The
 // grace is short here so that such sessions are gone by the end, and the
 // end checks wait for it: nothing may stay live.
 func TestStressResumeStorm(t *testing.T) {
@@ -458,7 +458,7 @@ func TestStressResumeStorm(t *testing.T) {
 
 	// resume resumes key on c, retrying while the host answers "no longer
 	// live; retry resume" (a parked session being reaped as it is
-	// resumed, SPEC §4 4007).
+	// resumed, 4007 in docs/PROTOCOL.md, section 11).
 	resume := func(c *wsclient.Client, key string) (snapshot, error) {
 		for try := 0; ; try++ {
 			var snap snapshot

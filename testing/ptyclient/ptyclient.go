@@ -21,9 +21,6 @@ import (
 // closeWait is how long Close waits for the host's answer.
 const closeWait = 2 * time.Second
 
-// Replay is the pty.replay control frame.
-type Replay = wire.Replay
-
 // ErrClosed: the connection ended.
 var ErrClosed = errors.New("connection closed")
 
@@ -34,7 +31,7 @@ type Client struct {
 
 	mu     sync.Mutex // guards the fields below
 	cond   *sync.Cond
-	replay *Replay
+	replay *wire.Replay
 	snap   bytes.Buffer // the snapshot's bytes (the first SnapshotBytes), when the replay is one
 	out    bytes.Buffer // every output byte counted for the offset: the raw replay, then live
 	code   int
@@ -99,9 +96,9 @@ func (c *Client) read() {
 }
 
 // Replay returns the pty.replay frame.
-func (c *Client) Replay(ctx context.Context) (Replay, error) {
+func (c *Client) Replay(ctx context.Context) (wire.Replay, error) {
 	if c.replay == nil {
-		return Replay{}, fmt.Errorf("ptyclient: closed with %d %q before pty.replay", c.code, c.reason)
+		return wire.Replay{}, fmt.Errorf("ptyclient: closed with %d %q before pty.replay", c.code, c.reason)
 	}
 	return *c.replay, nil
 }

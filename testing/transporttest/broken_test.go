@@ -13,6 +13,7 @@ import (
 	"github.com/tether-agent/tether/plugins/ws"
 	"github.com/tether-agent/tether/testing/internal/kitcheck"
 	"github.com/tether-agent/tether/testing/transporttest"
+	"github.com/tether-agent/tether/wire"
 )
 
 // brokenEnv names the broken transport TestBrokenHelper runs the kit on.
@@ -142,7 +143,7 @@ func (r *rewriteClosed) Link(ctx context.Context, sink contract.EventSink) error
 		out := slices.Clone(evs)
 		for i := range out {
 			if out[i].Kind == contract.EventClosed {
-				out[i].Code, out[i].Reason = contract.CloseNormal, ""
+				out[i].Code, out[i].Reason = wire.CloseNormal, ""
 			}
 		}
 		return sink(ctx, out)

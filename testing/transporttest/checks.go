@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // checks are Run's subtests, in order.
@@ -123,7 +124,7 @@ func checkEventOrder(t *testing.T, k *kit) {
 					return
 				}
 			}
-			if err := c.Close(ctx, contract.CloseNormal, "done"); err != nil {
+			if err := c.Close(ctx, wire.CloseNormal, "done"); err != nil {
 				errs[i] = fmt.Errorf("Close: %w", err)
 			}
 		})
@@ -146,7 +147,7 @@ func checkEventOrder(t *testing.T, k *kit) {
 				t.Errorf("connection %d: Frame %d is %v, want %v", c.id, j, got, want(i, j))
 			}
 		}
-		if k.has(CloseCodes) && (closed.Code != contract.CloseNormal || closed.Reason != "done") {
+		if k.has(CloseCodes) && (closed.Code != wire.CloseNormal || closed.Reason != "done") {
 			t.Errorf("connection %d: Closed with %d %q, want 1000 %q", c.id, closed.Code, closed.Reason, "done")
 		}
 	}
@@ -190,7 +191,7 @@ func checkNoFrameBeforeAdmit(t *testing.T, k *kit) {
 
 func checkRefuseBeforeAdmit(t *testing.T, k *kit) {
 	h := k.start(t, contract.StartRequest{})
-	for _, code := range []int{contract.CloseUnauthorized, contract.CloseForbidden, contract.CloseNotFound, contract.CloseNotLoopback} {
+	for _, code := range []int{wire.CloseUnauthorized, wire.CloseForbidden, wire.CloseNotFound, wire.CloseNotLoopback} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			c := h.dial(t)
 			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -276,7 +277,7 @@ func checkSend(t *testing.T, k *kit) {
 
 func checkCloseAfterSend(t *testing.T, k *kit) {
 	h := k.start(t, contract.StartRequest{})
-	codes := []int{contract.CloseNormal, contract.CloseServiceRestart, contract.CloseSuperseded, contract.CloseProcessExited}
+	codes := []int{wire.CloseNormal, wire.CloseServiceRestart, wire.CloseSuperseded, wire.CloseProcessExited}
 	for i, code := range codes {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			c := h.dial(t)
@@ -310,14 +311,14 @@ func checkCloseAfterSend(t *testing.T, k *kit) {
 				t.Errorf("Closed: got %d %q, want %d %q", e.Code, e.Reason, code, reason)
 			}
 			// Commands for a connection that is gone are ignored.
-			h.exec(t, send(c.id, text("too late")), contract.Command{Kind: contract.CommandAdmit, Conn: c.id}, closeCmd(c.id, contract.CloseNormal, ""))
+			h.exec(t, send(c.id, text("too late")), contract.Command{Kind: contract.CommandAdmit, Conn: c.id}, closeCmd(c.id, wire.CloseNormal, ""))
 		})
 	}
 }
 
 func checkClientClose(t *testing.T, k *kit) {
 	h := k.start(t, contract.StartRequest{})
-	for _, code := range []int{contract.CloseNormal, 4000} {
+	for _, code := range []int{wire.CloseNormal, 4000} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			c := h.dial(t)
 			h.admit(t, c)
@@ -352,10 +353,10 @@ func checkDrop(t *testing.T, k *kit) {
 		}
 		h.rec.waitFrames(t, c.id, 1)
 		_ = c.Drop()
-		if e := h.rec.waitClosed(t, c.id); e.Code != contract.CloseAbnormalNoFrame {
+		if e := h.rec.waitClosed(t, c.id); e.Code != wire.CloseAbnormal {
 			t.Errorf("Closed: got %d %q, want 1006", e.Code, e.Reason)
 		}
-		h.exec(t, send(c.id, text("to nobody")), closeCmd(c.id, contract.CloseNormal, ""))
+		h.exec(t, send(c.id, text("to nobody")), closeCmd(c.id, wire.CloseNormal, ""))
 	})
 	t.Run("pending", func(t *testing.T) {
 		// A transport need not notice before admission; it must once
@@ -363,13 +364,13 @@ func checkDrop(t *testing.T, k *kit) {
 		c := h.dial(t)
 		_ = c.Drop()
 		h.admit(t, c)
-		if e := h.rec.waitClosed(t, c.id); e.Code != contract.CloseAbnormalNoFrame {
+		if e := h.rec.waitClosed(t, c.id); e.Code != wire.CloseAbnormal {
 			t.Errorf("Closed: got %d %q, want 1006", e.Code, e.Reason)
 		}
 	})
 	t.Run("unknown connection", func(t *testing.T) {
 		const never = 1 << 62
-		h.exec(t, contract.Command{Kind: contract.CommandAdmit, Conn: never}, send(never, text("x")), closeCmd(never, contract.CloseNormal, ""))
+		h.exec(t, contract.Command{Kind: contract.CommandAdmit, Conn: never}, send(never, text("x")), closeCmd(never, wire.CloseNormal, ""))
 	})
 }
 
@@ -414,7 +415,7 @@ func checkBackpressure(t *testing.T, k *kit) {
 			sent += len(burst) * size
 		}
 		e := h.rec.waitClosed(t, c.id)
-		if e.Code != contract.CloseTryAgainLater {
+		if e.Code != wire.CloseTryAgainLater {
 			t.Errorf("Closed: got %d %q after %d bytes to a client that never reads, want 1013", e.Code, e.Reason, sent)
 		}
 		if slowest > time.Second {
@@ -454,7 +455,7 @@ func checkHalfOpen(t *testing.T, k *kit) {
 	}()
 
 	e := h.rec.waitClosed(t, dead.id)
-	if e.Code != contract.CloseAbnormalNoFrame {
+	if e.Code != wire.CloseAbnormal {
 		t.Errorf("silent peer: Closed with %d %q, want 1006", e.Code, e.Reason)
 	}
 	if d := time.Since(start); d < timeout {
@@ -499,14 +500,14 @@ func checkStop(t *testing.T, k *kit) {
 	}
 
 	const reason = "transport swapped"
-	h.stop(t, contract.StopRequest{Code: contract.CloseServiceRestart, Reason: reason})
+	h.stop(t, contract.StopRequest{Code: wire.CloseServiceRestart, Reason: reason})
 	// Link has returned: every Closed must be there.
 	for _, c := range clients {
 		if !h.rec.closed(c.id) {
 			t.Errorf("connection %d: no Closed delivered before Link returned after Stop", c.id)
 			continue
 		}
-		if e := h.rec.waitClosed(t, c.id); e.Code != contract.CloseServiceRestart {
+		if e := h.rec.waitClosed(t, c.id); e.Code != wire.CloseServiceRestart {
 			t.Errorf("connection %d: Closed with %d %q, want 1012 %q", c.id, e.Code, e.Reason, reason)
 		}
 	}
@@ -517,7 +518,7 @@ func checkStop(t *testing.T, k *kit) {
 			t.Errorf("client %d: Receive got %v, want the connection closed", c.id, r.err)
 			continue
 		}
-		if k.has(CloseCodes) && ce.Code != contract.CloseServiceRestart {
+		if k.has(CloseCodes) && ce.Code != wire.CloseServiceRestart {
 			t.Errorf("client %d: got close %d %q, want 1012", c.id, ce.Code, ce.Reason)
 		}
 		if c == a && (len(r.msgs) != 1 || string(r.msgs[0].Data) != "last words") {
@@ -569,11 +570,11 @@ func checkRestart(t *testing.T, k *kit) {
 	c := first.dial(t)
 	first.admit(t, c)
 	read := readAll(c)
-	first.stop(t, contract.StopRequest{Code: contract.CloseServiceRestart, Reason: "restart"})
+	first.stop(t, contract.StopRequest{Code: wire.CloseServiceRestart, Reason: "restart"})
 	if r := <-read; !errors.As(r.err, new(*CloseError)) {
 		t.Errorf("client: Receive got %v, want the connection closed by Stop", r.err)
 	}
-	if e := first.rec.waitClosed(t, c.id); e.Code != contract.CloseServiceRestart {
+	if e := first.rec.waitClosed(t, c.id); e.Code != wire.CloseServiceRestart {
 		t.Errorf("Closed: got %d, want 1012", e.Code)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/plugins/ws"
 	"github.com/tether-agent/tether/testing/transporttest"
+	"github.com/tether-agent/tether/wire"
 )
 
 // A Dialer's client sends and receives data messages and sees close
@@ -44,7 +45,7 @@ func ExampleWebSocketDialer() {
 	tr.Exec(ctx, []contract.Command{
 		{Kind: contract.CommandAdmit, Conn: e.Conn},
 		{Kind: contract.CommandSend, Conn: e.Conn, Data: []byte("hello")},
-		{Kind: contract.CommandClose, Conn: e.Conn, Code: contract.CloseSuperseded, Reason: "elsewhere"},
+		{Kind: contract.CommandClose, Conn: e.Conn, Code: wire.CloseSuperseded, Reason: "elsewhere"},
 	})
 	m, _ := c.Receive(ctx)
 	fmt.Println("received", m)

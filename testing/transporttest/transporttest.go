@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // waitTimeout bounds every wait of the kit. Reaching it is a failure,
@@ -232,7 +233,7 @@ func (k *kit) start(t *testing.T, req contract.StartRequest) *harness {
 	}()
 	t.Cleanup(func() {
 		if !h.stopped {
-			h.stop(t, contract.StopRequest{Code: contract.CloseGoingAway, Reason: "transporttest cleanup"})
+			h.stop(t, contract.StopRequest{Code: wire.CloseGoingAway, Reason: "transporttest cleanup"})
 		}
 		h.cancel()
 		<-h.linked

@@ -21,34 +21,18 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/client"
-	"github.com/tether-agent/tether/wire"
 )
 
 // DefaultTimeout is the Timeout used when Options.Timeout is zero.
 const DefaultTimeout = 10 * time.Second
 
-// Close codes the client reports itself rather than receives.
-const (
-	// CloseNoStatus is reported when the server's close frame carried no code.
-	CloseNoStatus = wire.CloseNoStatus
-	// CloseAbnormal is reported when the connection ended without a close
-	// frame from the server (TCP drop, Drop, a read or write error).
-	CloseAbnormal = wire.CloseAbnormal
-)
-
 // closeWait is how long Close waits for the server to answer its close frame
 // before it closes the TCP connection anyway.
 const closeWait = 2 * time.Second
 
-var (
-	// ErrClosed is returned (possibly wrapped in a *CloseError) by calls
-	// made on a connection that has ended or is being closed.
-	ErrClosed = client.ErrClosed
-
-	// errQueueClosed reports that a queue is closed and drained, or that its
-	// consumer was stopped.
-	errQueueClosed = errors.New("wsclient: queue closed")
-)
+// errQueueClosed reports that a queue is closed and drained, or that its
+// consumer was stopped.
+var errQueueClosed = errors.New("wsclient: queue closed")
 
 // Options configure Dial.
 type Options struct {
@@ -87,17 +71,9 @@ func eventOf(e client.Event) Event {
 	return Event{Type: e.Type, SessionID: e.SessionID, Seq: e.Seq, Payload: e.Payload, Raw: e.Raw}
 }
 
-// RPCError is a JSON-RPC error object returned by the server.
-type RPCError = client.Error
-
-// ErrorCode returns the code of the *RPCError in err's chain, or 0 if there is
+// ErrorCode returns the code of the *client.Error in err's chain, or 0 if there is
 // none.
 func ErrorCode(err error) int { return client.ErrorCode(err) }
-
-// CloseError reports that the connection has ended, with the close code the
-// server sent (CloseAbnormal if it sent none). errors.Is(err, ErrClosed) is
-// true for it.
-type CloseError = client.CloseError
 
 // Client is a JSON-RPC client on one WebSocket connection. Its methods are
 // safe for concurrent use.
@@ -218,7 +194,7 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 
 // Call sends {"jsonrpc":"2.0","id":N,"method":method,"params":params} (params
 // left out when nil; a json.RawMessage is sent as is) and waits for the
-// response with that id. A server error comes back as a *RPCError; otherwise
+// response with that id. A server error comes back as a *client.Error; otherwise
 // the result is unmarshalled into out when out is not nil. A response that
 // arrives after Call gave up (ctx done) goes to the raw queue.
 func (c *Client) Call(ctx context.Context, method string, params any, out any) error {
@@ -313,7 +289,7 @@ func pump[T any](q *queue[T], ch chan<- T, stop <-chan struct{}) {
 }
 
 // NextEvent returns the next server event, waiting until ctx is done. Once the
-// connection has ended and the queue is empty it returns a *CloseError.
+// connection has ended and the queue is empty it returns a *client.CloseError.
 func (c *Client) NextEvent(ctx context.Context) (Event, error) {
 	e, err := c.events.pop(ctx, nil)
 	if errors.Is(err, errQueueClosed) {
@@ -338,7 +314,7 @@ func (c *Client) WaitEvent(ctx context.Context, match func(Event) bool) (Event, 
 
 // NextRaw returns the next raw response (see RawResponses), waiting until ctx
 // is done. Once the connection has ended and the queue is empty it returns a
-// *CloseError.
+// *client.CloseError.
 func (c *Client) NextRaw(ctx context.Context) (json.RawMessage, error) {
 	p, err := c.raw.pop(ctx, nil)
 	if errors.Is(err, errQueueClosed) {
@@ -350,8 +326,8 @@ func (c *Client) NextRaw(ctx context.Context) (json.RawMessage, error) {
 // Closed returns a channel closed when the connection has ended.
 func (c *Client) Closed() <-chan struct{} { return c.done }
 
-// CloseCode returns the close code and reason the server sent; CloseNoStatus
-// for a close frame without a code, CloseAbnormal when the connection ended
+// CloseCode returns the close code and reason the server sent; wire.CloseNoStatus
+// for a close frame without a code, wire.CloseAbnormal when the connection ended
 // without a close frame. It returns 0, "" while the connection is open.
 func (c *Client) CloseCode() (code int, reason string) {
 	var ce *client.CloseError
@@ -361,7 +337,7 @@ func (c *Client) CloseCode() (code int, reason string) {
 	return 0, ""
 }
 
-// closedErr describes the end of the connection (ErrClosed while it is
+// closedErr describes the end of the connection (client.ErrClosed while it is
 // ending).
 func (c *Client) closedErr() error {
 	if c.conn == nil {
@@ -370,7 +346,7 @@ func (c *Client) closedErr() error {
 	if err := c.conn.Err(); err != nil {
 		return err
 	}
-	return ErrClosed
+	return client.ErrClosed
 }
 
 // Close sends a close frame with code 1000, waits briefly for the server's

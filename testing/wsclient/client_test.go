@@ -17,6 +17,9 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 	"go.uber.org/goleak"
+
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -284,12 +287,12 @@ func TestCallRoundTrip(t *testing.T) {
 	}
 
 	err := c.Call(ctx, "fail", map[string]any{}, nil)
-	var re *RPCError
+	var re *client.Error
 	if !errors.As(err, &re) {
-		t.Fatalf("Call fail: got %v, want *RPCError", err)
+		t.Fatalf("Call fail: got %v, want *client.Error", err)
 	}
 	if re.Code != 4001 || re.Message != "unknown session" || string(re.Data) != `{"x":1}` {
-		t.Errorf("RPCError: got %+v (data %s), want 4001 unknown session {\"x\":1}", re, re.Data)
+		t.Errorf("client.Error: got %+v (data %s), want 4001 unknown session {\"x\":1}", re, re.Data)
 	}
 	if code := ErrorCode(err); code != 4001 {
 		t.Errorf("ErrorCode: got %d, want 4001", code)
@@ -484,7 +487,7 @@ func TestRawResponses(t *testing.T) {
 	}
 	var resp struct {
 		ID    json.RawMessage
-		Error RPCError
+		Error client.Error
 	}
 	if err := json.Unmarshal(p, &resp); err != nil || string(resp.ID) != "null" || resp.Error.Code != -32700 {
 		t.Fatalf("parse error response: got %s, want -32700 with id null", p)
@@ -565,18 +568,18 @@ func TestCloseCodeReported(t *testing.T) {
 	}
 	ctx := testContext(t)
 	err := c.Call(ctx, "echo", nil, nil)
-	var ce *CloseError
-	if !errors.Is(err, ErrClosed) || !errors.As(err, &ce) || ce.Code != 4401 {
-		t.Errorf("Call after close: got %v, want a *CloseError 4401", err)
+	var ce *client.CloseError
+	if !errors.Is(err, client.ErrClosed) || !errors.As(err, &ce) || ce.Code != 4401 {
+		t.Errorf("Call after close: got %v, want a *client.CloseError 4401", err)
 	}
 	if e, err := c.NextEvent(ctx); err != nil || e.Type != "gateway.ready" {
 		t.Errorf("NextEvent after close: got %+v, %v; want the gateway.ready that came before", e, err)
 	}
-	if _, err := c.NextEvent(ctx); !errors.Is(err, ErrClosed) {
-		t.Errorf("NextEvent after close: got %v, want ErrClosed", err)
+	if _, err := c.NextEvent(ctx); !errors.Is(err, client.ErrClosed) {
+		t.Errorf("NextEvent after close: got %v, want client.ErrClosed", err)
 	}
-	if err := c.SendRaw([]byte("{}")); !errors.Is(err, ErrClosed) {
-		t.Errorf("SendRaw after close: got %v, want ErrClosed", err)
+	if err := c.SendRaw([]byte("{}")); !errors.Is(err, client.ErrClosed) {
+		t.Errorf("SendRaw after close: got %v, want client.ErrClosed", err)
 	}
 	if _, ok := <-c.Events(); ok {
 		t.Error("Events channel still open after close")
@@ -592,7 +595,7 @@ func TestRefusedBeforeReady(t *testing.T) {
 		h    func(*serverConn)
 	}{
 		{"close frame", 4403, func(sc *serverConn) { sc.sendClose(4403, "forbidden"); wsutil.ReadClientData(sc) }},
-		{"dropped", CloseAbnormal, func(*serverConn) {}},
+		{"dropped", wire.CloseAbnormal, func(*serverConn) {}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newServer(t, tt.h)
@@ -606,14 +609,14 @@ func TestRefusedBeforeReady(t *testing.T) {
 				t.Errorf("CloseCode: %d, want %d", code, tt.code)
 			}
 			ctx := testContext(t)
-			if _, err := c.NextEvent(ctx); !errors.Is(err, ErrClosed) {
-				t.Errorf("NextEvent: %v, want ErrClosed", err)
+			if _, err := c.NextEvent(ctx); !errors.Is(err, client.ErrClosed) {
+				t.Errorf("NextEvent: %v, want client.ErrClosed", err)
 			}
-			var ce *CloseError
+			var ce *client.CloseError
 			if err := c.Call(ctx, "echo", nil, nil); !errors.As(err, &ce) || ce.Code != tt.code {
 				t.Errorf("Call: %v", err)
 			}
-			if err := c.SendRaw([]byte("{}")); !errors.Is(err, ErrClosed) {
+			if err := c.SendRaw([]byte("{}")); !errors.Is(err, client.ErrClosed) {
 				t.Errorf("SendRaw: %v", err)
 			}
 			if _, ok := <-c.Events(); ok {
@@ -644,8 +647,8 @@ func TestCloseSendsNormalClosure(t *testing.T) {
 	if code, _ := c.CloseCode(); code != 1000 {
 		t.Errorf("CloseCode after Close: got %d, want the echoed 1000", code)
 	}
-	if err := c.Call(testContext(t), "echo", nil, nil); !errors.Is(err, ErrClosed) {
-		t.Errorf("Call after Close: got %v, want ErrClosed", err)
+	if err := c.Call(testContext(t), "echo", nil, nil); !errors.Is(err, client.ErrClosed) {
+		t.Errorf("Call after Close: got %v, want client.ErrClosed", err)
 	}
 	c.Close() // idempotent
 	c.Drop()
@@ -669,8 +672,8 @@ func TestDropIsAbrupt(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("server saw nothing")
 	}
-	if code, _ := c.CloseCode(); code != CloseAbnormal {
-		t.Errorf("CloseCode after Drop: got %d, want %d", code, CloseAbnormal)
+	if code, _ := c.CloseCode(); code != wire.CloseAbnormal {
+		t.Errorf("CloseCode after Drop: got %d, want %d", code, wire.CloseAbnormal)
 	}
 }
 
@@ -684,8 +687,8 @@ func TestServerDropReported(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("connection not closed")
 	}
-	if code, _ := c.CloseCode(); code != CloseAbnormal {
-		t.Errorf("CloseCode: got %d, want %d", code, CloseAbnormal)
+	if code, _ := c.CloseCode(); code != wire.CloseAbnormal {
+		t.Errorf("CloseCode: got %d, want %d", code, wire.CloseAbnormal)
 	}
 }
 
@@ -700,8 +703,8 @@ func TestCloseDuringCalls(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	c.Drop()
 	for range 8 {
-		if err := <-errs; !errors.Is(err, ErrClosed) {
-			t.Errorf("Call during Drop: got %v, want ErrClosed", err)
+		if err := <-errs; !errors.Is(err, client.ErrClosed) {
+			t.Errorf("Call during Drop: got %v, want client.ErrClosed", err)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,12 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tether-agent/tether/testing/hostproc"
 )
 
 // tail keeps the last bytes written to it (a process's stderr).
@@ -80,8 +80,9 @@ type server struct {
 	admin    string // host:port of the admin listener, or ""
 	stateDir string
 	exited   chan struct{}
-	waitErr  error
+	waitErr  error // set before exited is closed
 	bin      string
+	proc     *hostproc.Process // the tether serve; nil for a baseline
 }
 
 // tetherOpts are the flags a row starts tether with.
@@ -98,23 +99,17 @@ type tetherOpts struct {
 	wait time.Duration
 }
 
-// startTether runs `tether serve` and waits for its first stdout line.
-func startTether(bin string, o tetherOpts) (*server, error) {
-	if o.listen == "" {
-		o.listen = "127.0.0.1:0"
-	}
-	if o.stateDir == "" {
-		d, err := os.MkdirTemp(tmpRoot, "state-")
-		if err != nil {
-			return nil, err
-		}
-		o.stateDir = d
+// args are the flags of `tether serve` after --state-dir.
+func (o tetherOpts) args() []string {
+	listen := o.listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
 	}
 	level := "warn"
 	if l := os.Getenv("TETHERBENCH_LOG_LEVEL"); l != "" {
 		level = l // for debugging the harness
 	}
-	args := []string{"serve", "--listen", o.listen, "--state-dir", o.stateDir, "--log-level", level, "--log-format", "json"}
+	args := []string{"--listen", listen, "--log-level", level, "--log-format", "json"}
 	if o.token != "" {
 		args = append(args, "--token", o.token)
 	}
@@ -124,89 +119,49 @@ func startTether(bin string, o tetherOpts) (*server, error) {
 	if o.admin {
 		args = append(args, "--admin-listen", "127.0.0.1:0")
 	}
-	args = append(args, o.extra...)
-	s := &server{bin: bin, stderr: &tail{}, stateDir: o.stateDir, exited: make(chan struct{})}
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Env = append(cleanEnv(), o.env...)
-	s.cmd.Stderr = s.stderr
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := s.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
+	return append(args, o.extra...)
+}
+
+// startTether runs `tether serve` (through testing/hostproc) and waits
+// until it serves.
+func startTether(bin string, o tetherOpts) (*server, error) {
+	if o.stateDir == "" {
+		d, err := os.MkdirTemp(tmpRoot, "state-")
+		if err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
+		o.stateDir = d
 	}
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start tether: %w", err)
+	stderr := &tail{}
+	p, err := hostproc.Start(hostproc.Config{
+		Binary:       bin,
+		StateDir:     o.stateDir,
+		Args:         o.args(),
+		Env:          hostproc.Environ(o.env...),
+		Stderr:       stderr,
+		StartTimeout: o.wait,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w; stderr:\n%s", err, stderr)
+	}
+	s := &server{
+		cmd:      p.Cmd,
+		stderr:   stderr,
+		addr:     p.Addr,
+		token:    p.Token,
+		admin:    strings.TrimPrefix(strings.TrimPrefix(p.AdminURL, "http://"), "https://"),
+		stateDir: o.stateDir,
+		exited:   make(chan struct{}),
+		bin:      bin,
+		proc:     p,
 	}
 	running.Store(s, struct{}{})
 	go func() {
-		s.waitErr = s.cmd.Wait()
+		<-p.Exited()
+		s.waitErr = p.Err()
 		close(s.exited)
 	}()
-	lines := make(chan string, 2)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-		close(lines)
-	}()
-	want := 1
-	if o.admin {
-		want = 2
-	}
-	if o.wait == 0 {
-		o.wait = 30 * time.Second
-	}
-	timeout := time.After(o.wait)
-	for got := 0; got < want; got++ {
-		var line string
-		var ok bool
-		select {
-		case line, ok = <-lines:
-		case <-timeout:
-			s.kill()
-			return nil, fmt.Errorf("tether did not print its URL in %v; stderr:\n%s", o.wait, s.stderr)
-		}
-		if !ok {
-			s.kill()
-			return nil, fmt.Errorf("tether exited before printing its URL; stderr:\n%s", s.stderr)
-		}
-		switch {
-		case strings.HasPrefix(line, "tether listening on "):
-			u, err := url.Parse(strings.TrimPrefix(line, "tether listening on "))
-			if err != nil {
-				s.kill()
-				return nil, fmt.Errorf("bad URL line %q", line)
-			}
-			s.addr, s.token = u.Host, u.Query().Get("token")
-		case strings.HasPrefix(line, "tether admin on "):
-			u, err := url.Parse(strings.TrimPrefix(line, "tether admin on "))
-			if err != nil {
-				s.kill()
-				return nil, fmt.Errorf("bad admin line %q", line)
-			}
-			s.admin = u.Host
-		default:
-			got--
-		}
-	}
 	return s, nil
-}
-
-// cleanEnv is the environment without TETHER_* settings (so a developer's
-// shell cannot change what is measured) and without GOFLAGS.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "TETHER_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // baseURL is the host's base URL for package client (the token goes in
@@ -225,62 +180,55 @@ func (s *server) wsURL(path, query string) string {
 
 func (s *server) pid() int { return s.cmd.Process.Pid }
 
+// stopTimeout is how long a server has to exit after SIGTERM.
+const stopTimeout = 6 * time.Second
+
 // stop ends the server: SIGTERM, SIGKILL of its process group after 6 s,
 // and whatever PTY plugin it left behind.
 func (s *server) stop() {
 	if s == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(6 * time.Second):
+	if s.proc == nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(stopTimeout):
+		}
+	} else {
+		_ = s.proc.Stop(stopTimeout)
 	}
 	s.kill()
 }
 
 // stopKeepPTY stops the host like stop but leaves the PTY plugin it may
-// have left for the next host (SPEC §6.3) running.
+// have left for the next host (docs/PROTOCOL.md §13.6) running.
 func (s *server) stopKeepPTY() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(6 * time.Second):
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.proc.Stop(stopTimeout)
 	<-s.exited
 	running.Delete(s)
 }
 
+// kill sends SIGKILL to the server's process group, waits for it, and
+// kills the PTY plugin a tether server left behind.
 func (s *server) kill() {
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	if s.proc != nil {
+		s.proc.Kill()
+	} else {
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	}
 	<-s.exited
 	s.killLeftPTYPlugin()
 	running.Delete(s)
 }
 
 // killLeftPTYPlugin kills the PTY plugin recorded in the state dir
-// (SPEC §6.3 lets it outlive its host) when it is still our binary.
+// (docs/PROTOCOL.md §13.6 lets it outlive its host) when it is still our
+// binary.
 func (s *server) killLeftPTYPlugin() {
-	if s.stateDir == "" {
-		return
+	if s.stateDir != "" {
+		hostproc.KillPTYPlugin(s.stateDir, s.bin, 0)
 	}
-	b, err := os.ReadFile(filepath.Join(s.stateDir, "plugins", "pty.json"))
-	if err != nil {
-		return
-	}
-	var rec struct {
-		PID int `json:"pid"`
-	}
-	if json.Unmarshal(b, &rec) != nil || rec.PID <= 0 {
-		return
-	}
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", rec.PID))
-	if err != nil || strings.TrimSuffix(exe, " (deleted)") != s.bin {
-		return
-	}
-	_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
-	_ = syscall.Kill(rec.PID, syscall.SIGKILL)
 }
 
 // pluginPID finds the child of the process hostPID whose command line
@@ -386,13 +334,11 @@ func startHelper(kind string, args ...string) (*server, error) {
 
 // freePort returns a loopback address no one listens on (for a moment).
 func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := hostproc.FreeAddrs(1)
 	if err != nil {
 		return "", err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr, nil
+	return addrs[0], nil
 }
 
 // cpuTime is the CPU time of a process and of its waited-for children.

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tether-agent/tether/testing/hostproc"
 )
 
 // acpOpts are the acp row's flags.
@@ -121,7 +123,7 @@ func runBench(kit, node string, side acpSide, args []string, onThroughput func()
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{filepath.Join(kit, "bench.mjs"), side.url}, args...)...)
 	cmd.Dir = kit
-	env := cleanEnv()
+	env := hostproc.Environ()
 	if side.token != "" {
 		env = append(env, "ACP_TEST_TOKEN="+side.token)
 	}
@@ -204,7 +206,7 @@ func startRelay(kit, node, agentDir string) (*server, string, error) {
 	s := &server{stderr: &tail{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(node, filepath.Join(kit, "relay.mjs"), "--", node, filepath.Join(kit, "agent.mjs"), "--dir", agentDir)
 	s.cmd.Dir = kit
-	s.cmd.Env = cleanEnv()
+	s.cmd.Env = hostproc.Environ()
 	s.cmd.Stderr = s.stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := s.cmd.StdoutPipe()
@@ -268,177 +270,204 @@ func rowACP(cfg config, rep *report) error {
 	args := []string{"--warmup", strconv.Itoa(o.warmup), "--paced", strconv.Itoa(o.paced), "--delay", strconv.Itoa(o.delayMS),
 		"--updates", strconv.Itoa(o.updates), "--burst", strconv.Itoa(o.burst), "--load", "--single", strconv.Itoa(o.single)}
 
-	var (
-		t50, t99, r50, r99, q50, q99        sample
-		tUps, rUps, qUps, tStr, rStr, qStr  sample
-		tTot, rTot, qTot                    sample
-		tLoad, rLoad, qLoad, tLoadF, rLoadF sample
-		tFirst, rFirst                      sample
-		tSingle, rSingle                    int
-		singleFails                         []string
-		tLoadOK, rLoadOK                    int
-		loadFails                           []string
-		tCPU, rCPU                          = map[string]cpuTime{}, map[string]cpuTime{}
-		tCPUUpd, rCPUUpd                    int
-		replayed                            []string
-	)
-	addCPU := func(acc map[string]cpuTime, run acpRun) {
-		for k, v := range run.cpu {
-			a := acc[k]
-			a.self += v.self
-			a.children += v.children
-			acc[k] = a
-		}
-	}
+	st := &acpStats{tCPU: map[string]cpuTime{}, rCPU: map[string]cpuTime{}}
 	for r := 0; r < cfg.n; r++ {
-		ts, err := startACPTether(cfg, kit, node, false)
-		if err != nil {
-			return err
-		}
-		relayDir, err := os.MkdirTemp(tmpRoot, "acp-relay-agent-")
-		if err != nil {
-			ts.stop()
-			return err
-		}
-		rl, rlURL, err := startRelay(kit, node, relayDir)
-		if err != nil {
-			ts.stop()
-			return err
-		}
-		tside := tetherACPSide(ts)
-		rside := acpSide{name: "relay", url: rlURL, procs: func() cpuSet {
-			cs := cpuSet{"relay": rl.cmd.Process.Pid}
-			if pid := childWith(rl.cmd.Process.Pid, "agent.mjs"); pid != 0 {
-				cs["agent"] = pid
-			}
-			return cs
-		}}
-		var tr, rr acpRun
-		runT := func() error { var err error; tr, err = runBench(kit, node, tside, args, nil); return err }
-		runR := func() error { var err error; rr, err = runBench(kit, node, rside, args, nil); return err }
-		order := []func() error{runT, runR}
-		if r%2 == 1 {
-			order = []func() error{runR, runT}
-		}
-		for _, f := range order {
-			if err = f(); err != nil {
-				break
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("repetition %d: %w; tether stderr:\n%s", r, err, ts.stderr)
-		}
-		ts.stop()
-		rl.stop()
+		tr, rr, err := acpRep(cfg, kit, node, args, r)
 		if err != nil {
 			return err
 		}
 		if tr.res.Latency == nil || rr.res.Latency == nil || tr.res.Throughput == nil || rr.res.Throughput == nil || tr.res.Load == nil || rr.res.Load == nil {
 			return fmt.Errorf("repetition %d: a phase is missing from bench.mjs's result", r)
 		}
-		tl, rlat := tr.res.Latency.MS, rr.res.Latency.MS
-		t50.add(percentile(tl, .5))
-		t99.add(percentile(tl, .99))
-		r50.add(percentile(rlat, .5))
-		r99.add(percentile(rlat, .99))
-		q50.add(percentile(tl, .5) / percentile(rlat, .5))
-		q99.add(percentile(tl, .99) / percentile(rlat, .99))
-		tt, rt := tr.res.Throughput, rr.res.Throughput
-		tUps.add(tt.UpdatesPerSec)
-		rUps.add(rt.UpdatesPerSec)
-		qUps.add(tt.UpdatesPerSec / rt.UpdatesPerSec)
-		if tt.StreamingPerSec != nil && rt.StreamingPerSec != nil {
-			tStr.add(*tt.StreamingPerSec)
-			rStr.add(*rt.StreamingPerSec)
-			qStr.add(*tt.StreamingPerSec / *rt.StreamingPerSec)
-		}
-		tTot.add(tt.TotalMS)
-		rTot.add(rt.TotalMS)
-		qTot.add(tt.TotalMS / rt.TotalMS)
-		var tf, rf []float64
-		for _, b := range tt.Bursts {
-			tf = append(tf, b.FirstUpdateMS)
-		}
-		for _, b := range rt.Bursts {
-			rf = append(rf, b.FirstUpdateMS)
-		}
-		tFirst.add(median(tf))
-		rFirst.add(median(rf))
-		tLoad.add(tr.res.Load.ResponseMS)
-		rLoad.add(rr.res.Load.ResponseMS)
-		qLoad.add(tr.res.Load.ResponseMS / rr.res.Load.ResponseMS)
-		if f := tr.res.Load.FirstUpdateMS; f != nil {
-			tLoadF.add(*f)
-		}
-		if f := rr.res.Load.FirstUpdateMS; f != nil {
-			rLoadF.add(*f)
-		}
-		replayed = append(replayed, strconv.Itoa(tr.res.Load.Replayed))
-		for _, sd := range []struct {
-			name string
-			run  acpRun
-			ok   *int
-		}{{"tether", tr, &tLoadOK}, {"relay", rr, &rLoadOK}} {
-			if sd.run.res.Load.Complete {
-				*sd.ok++
-				continue
-			}
-			p := sd.run.res.Load.Problems
-			loadFails = append(loadFails, fmt.Sprintf("repetition %d, %s: %d updates replayed; %s", r, sd.name, sd.run.res.Load.Replayed, strings.Join(p[:min(2, len(p))], "; ")))
-		}
-		single := func(side string, run acpRun) bool {
-			s := run.res.Single
-			if s == nil || s.Completed {
-				return s != nil
-			}
-			var e struct {
-				Code    int    `json:"code"`
-				Message string `json:"message"`
-				Data    struct {
-					Reason string `json:"reason"`
-				} `json:"data"`
-			}
-			_ = json.Unmarshal(s.Error, &e)
-			singleFails = append(singleFails, fmt.Sprintf("repetition %d, %s: after %d updates, %d %s: %s", r, side, s.Received, e.Code, e.Message, e.Data.Reason))
-			return false
-		}
-		if single("tether", tr) {
-			tSingle++
-		}
-		if single("relay", rr) {
-			rSingle++
-		}
-		addCPU(tCPU, tr)
-		addCPU(rCPU, rr)
-		tCPUUpd += tt.N
-		rCPUUpd += rt.N
+		st.add(r, tr, rr)
 		logf(cfg, "acp rep %d: latency p50 tether %.3f relay %.3f ms; updates/s tether %.0f relay %.0f; load tether %.0f ms (%d updates), agent's own %.0f ms",
-			r, percentile(tl, .5), percentile(rlat, .5), tt.UpdatesPerSec, rt.UpdatesPerSec, tr.res.Load.ResponseMS, tr.res.Load.Replayed, rr.res.Load.ResponseMS)
+			r, percentile(tr.res.Latency.MS, .5), percentile(rr.res.Latency.MS, .5), tr.res.Throughput.UpdatesPerSec, rr.res.Throughput.UpdatesPerSec, tr.res.Load.ResponseMS, tr.res.Load.Replayed, rr.res.Load.ResponseMS)
 	}
+	st.report(cfg, rep)
+	if o.profile != "" {
+		if err := profileACP(cfg, kit, node); err != nil {
+			return fmt.Errorf("acp profile: %w", err)
+		}
+		rep.note("acp: host CPU profile of 3 s of a throughput phase written to %s", o.profile)
+	}
+	return nil
+}
 
+// acpRep is repetition r of the acp row: bench.mjs with args against a
+// fresh tether and a fresh relay.mjs, in alternating order.
+func acpRep(cfg config, kit, node string, args []string, r int) (tr, rr acpRun, err error) {
+	ts, err := startACPTether(cfg, kit, node, false)
+	if err != nil {
+		return tr, rr, err
+	}
+	defer ts.stop()
+	relayDir, err := os.MkdirTemp(tmpRoot, "acp-relay-agent-")
+	if err != nil {
+		return tr, rr, err
+	}
+	rl, rlURL, err := startRelay(kit, node, relayDir)
+	if err != nil {
+		return tr, rr, err
+	}
+	defer rl.stop()
+	tside := tetherACPSide(ts)
+	rside := acpSide{name: "relay", url: rlURL, procs: func() cpuSet {
+		cs := cpuSet{"relay": rl.cmd.Process.Pid}
+		if pid := childWith(rl.cmd.Process.Pid, "agent.mjs"); pid != 0 {
+			cs["agent"] = pid
+		}
+		return cs
+	}}
+	runT := func() error { var err error; tr, err = runBench(kit, node, tside, args, nil); return err }
+	runR := func() error { var err error; rr, err = runBench(kit, node, rside, args, nil); return err }
+	order := []func() error{runT, runR}
+	if r%2 == 1 {
+		order = []func() error{runR, runT}
+	}
+	for _, f := range order {
+		if err := f(); err != nil {
+			return tr, rr, fmt.Errorf("repetition %d: %w; tether stderr:\n%s", r, err, ts.stderr)
+		}
+	}
+	return tr, rr, nil
+}
+
+// acpStats are the acp row's figures over its repetitions: t… tether,
+// r… the relay, q… their ratio.
+type acpStats struct {
+	t50, t99, r50, r99, q50, q99        sample
+	tUps, rUps, qUps, tStr, rStr, qStr  sample
+	tTot, rTot, qTot                    sample
+	tLoad, rLoad, qLoad, tLoadF, rLoadF sample
+	tFirst, rFirst                      sample
+	tSingle, rSingle                    int
+	singleFails                         []string
+	tLoadOK, rLoadOK                    int
+	loadFails                           []string
+	tCPU, rCPU                          map[string]cpuTime
+	tCPUUpd, rCPUUpd                    int
+	replayed                            []string
+}
+
+// add adds repetition r: tr through tether, rr through the relay.
+func (st *acpStats) add(r int, tr, rr acpRun) {
+	tl, rlat := tr.res.Latency.MS, rr.res.Latency.MS
+	st.t50.add(percentile(tl, .5))
+	st.t99.add(percentile(tl, .99))
+	st.r50.add(percentile(rlat, .5))
+	st.r99.add(percentile(rlat, .99))
+	st.q50.add(percentile(tl, .5) / percentile(rlat, .5))
+	st.q99.add(percentile(tl, .99) / percentile(rlat, .99))
+	tt, rt := tr.res.Throughput, rr.res.Throughput
+	st.tUps.add(tt.UpdatesPerSec)
+	st.rUps.add(rt.UpdatesPerSec)
+	st.qUps.add(tt.UpdatesPerSec / rt.UpdatesPerSec)
+	if tt.StreamingPerSec != nil && rt.StreamingPerSec != nil {
+		st.tStr.add(*tt.StreamingPerSec)
+		st.rStr.add(*rt.StreamingPerSec)
+		st.qStr.add(*tt.StreamingPerSec / *rt.StreamingPerSec)
+	}
+	st.tTot.add(tt.TotalMS)
+	st.rTot.add(rt.TotalMS)
+	st.qTot.add(tt.TotalMS / rt.TotalMS)
+	var tf, rf []float64
+	for _, b := range tt.Bursts {
+		tf = append(tf, b.FirstUpdateMS)
+	}
+	for _, b := range rt.Bursts {
+		rf = append(rf, b.FirstUpdateMS)
+	}
+	st.tFirst.add(median(tf))
+	st.rFirst.add(median(rf))
+	st.tLoad.add(tr.res.Load.ResponseMS)
+	st.rLoad.add(rr.res.Load.ResponseMS)
+	st.qLoad.add(tr.res.Load.ResponseMS / rr.res.Load.ResponseMS)
+	if f := tr.res.Load.FirstUpdateMS; f != nil {
+		st.tLoadF.add(*f)
+	}
+	if f := rr.res.Load.FirstUpdateMS; f != nil {
+		st.rLoadF.add(*f)
+	}
+	st.replayed = append(st.replayed, strconv.Itoa(tr.res.Load.Replayed))
+	for _, sd := range []struct {
+		name string
+		run  acpRun
+		ok   *int
+	}{{"tether", tr, &st.tLoadOK}, {"relay", rr, &st.rLoadOK}} {
+		if sd.run.res.Load.Complete {
+			*sd.ok++
+			continue
+		}
+		p := sd.run.res.Load.Problems
+		st.loadFails = append(st.loadFails, fmt.Sprintf("repetition %d, %s: %d updates replayed; %s", r, sd.name, sd.run.res.Load.Replayed, strings.Join(p[:min(2, len(p))], "; ")))
+	}
+	if st.single(r, "tether", tr) {
+		st.tSingle++
+	}
+	if st.single(r, "relay", rr) {
+		st.rSingle++
+	}
+	addRunCPU(st.tCPU, tr)
+	addRunCPU(st.rCPU, rr)
+	st.tCPUUpd += tt.N
+	st.rCPUUpd += rt.N
+}
+
+// single reports whether the run's unpaced prompt completed, and notes
+// why not when it failed.
+func (st *acpStats) single(r int, side string, run acpRun) bool {
+	s := run.res.Single
+	if s == nil || s.Completed {
+		return s != nil
+	}
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    struct {
+			Reason string `json:"reason"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal(s.Error, &e)
+	st.singleFails = append(st.singleFails, fmt.Sprintf("repetition %d, %s: after %d updates, %d %s: %s", r, side, s.Received, e.Code, e.Message, e.Data.Reason))
+	return false
+}
+
+// addRunCPU adds run's CPU times to acc.
+func addRunCPU(acc map[string]cpuTime, run acpRun) {
+	for k, v := range run.cpu {
+		a := acc[k]
+		a.self += v.self
+		a.children += v.children
+		acc[k] = a
+	}
+}
+
+// report adds the acp rows and notes to rep.
+func (st *acpStats) report(cfg config, rep *report) {
+	o := cfg.acp
 	lat := fmt.Sprintf("acp update latency, %d paced %d ms apart", o.paced, o.delayMS)
-	rep.add(result{row: lat, metric: "p50", tether: t50.cell("ms"), baseline: "relay " + r50.cell("ms"), ratio: q50.cell("×"),
-		target: "ratio ≤ 1.5", met: yesNo(median(q50.xs) <= 1.5), n: cfg.n})
-	rep.add(result{row: lat, metric: "p99", tether: t99.cell("ms"), baseline: "relay " + r99.cell("ms"), ratio: q99.cell("×"),
-		target: "ratio ≤ 1.5", met: yesNo(median(q99.xs) <= 1.5), n: cfg.n})
+	rep.add(result{row: lat, metric: "p50", tether: st.t50.cell("ms"), baseline: "relay " + st.r50.cell("ms"), ratio: st.q50.cell("×"),
+		target: "ratio ≤ 1.5", met: yesNo(median(st.q50.xs) <= 1.5), n: cfg.n})
+	rep.add(result{row: lat, metric: "p99", tether: st.t99.cell("ms"), baseline: "relay " + st.r99.cell("ms"), ratio: st.q99.cell("×"),
+		target: "ratio ≤ 1.5", met: yesNo(median(st.q99.xs) <= 1.5), n: cfg.n})
 	tput := fmt.Sprintf("acp throughput, %d updates in prompts of %d", o.updates, o.burst)
-	rep.add(result{row: tput, metric: "updates/s (first prompt sent → last answered)", tether: tUps.cell("/s"), baseline: "relay " + rUps.cell("/s"), ratio: qUps.cell("×"),
-		target: "ratio ≥ 0.67 (≤ 1.5× the time)", met: yesNo(median(qUps.xs) >= 1/1.5), n: cfg.n})
-	rep.add(result{row: tput, metric: "updates/s while streaming", tether: tStr.cell("/s"), baseline: "relay " + rStr.cell("/s"), ratio: qStr.cell("×"), n: cfg.n})
-	rep.add(result{row: tput, metric: "time to the last prompt's answer", tether: tTot.cell("ms"), baseline: "relay " + rTot.cell("ms"), ratio: qTot.cell("×"), n: cfg.n})
-	rep.add(result{row: tput, metric: "prompt sent → its first update (median of prompts)", tether: tFirst.cell("ms"), baseline: "relay " + rFirst.cell("ms"), n: cfg.n})
+	rep.add(result{row: tput, metric: "updates/s (first prompt sent → last answered)", tether: st.tUps.cell("/s"), baseline: "relay " + st.rUps.cell("/s"), ratio: st.qUps.cell("×"),
+		target: "ratio ≥ 0.67 (≤ 1.5× the time)", met: yesNo(median(st.qUps.xs) >= 1/1.5), n: cfg.n})
+	rep.add(result{row: tput, metric: "updates/s while streaming", tether: st.tStr.cell("/s"), baseline: "relay " + st.rStr.cell("/s"), ratio: st.qStr.cell("×"), n: cfg.n})
+	rep.add(result{row: tput, metric: "time to the last prompt's answer", tether: st.tTot.cell("ms"), baseline: "relay " + st.rTot.cell("ms"), ratio: st.qTot.cell("×"), n: cfg.n})
+	rep.add(result{row: tput, metric: "prompt sent → its first update (median of prompts)", tether: st.tFirst.cell("ms"), baseline: "relay " + st.rFirst.cell("ms"), n: cfg.n})
 	load := fmt.Sprintf("acp session/load, %d updates + %d prompts", o.updates, (o.updates+o.burst-1)/o.burst)
-	rep.add(result{row: load, metric: "time to the load response", tether: tLoad.cell("ms"), baseline: "agent's own load via relay " + rLoad.cell("ms"), ratio: qLoad.cell("×"), n: cfg.n})
-	rep.add(result{row: load, metric: "time to the first replayed update", tether: tLoadF.cell("ms"), baseline: "agent's own " + rLoadF.cell("ms"), n: cfg.n})
-	rep.add(result{row: load, metric: "replay whole and in order", tether: fmt.Sprintf("%d/%d (replayed %s)", tLoadOK, cfg.n, strings.Join(replayed, ", ")),
-		baseline: fmt.Sprintf("agent's own %d/%d", rLoadOK, cfg.n), target: "every time", met: yesNo(tLoadOK == cfg.n), n: cfg.n})
-	for _, f := range loadFails {
+	rep.add(result{row: load, metric: "time to the load response", tether: st.tLoad.cell("ms"), baseline: "agent's own load via relay " + st.rLoad.cell("ms"), ratio: st.qLoad.cell("×"), n: cfg.n})
+	rep.add(result{row: load, metric: "time to the first replayed update", tether: st.tLoadF.cell("ms"), baseline: "agent's own " + st.rLoadF.cell("ms"), n: cfg.n})
+	rep.add(result{row: load, metric: "replay whole and in order", tether: fmt.Sprintf("%d/%d (replayed %s)", st.tLoadOK, cfg.n, strings.Join(st.replayed, ", ")),
+		baseline: fmt.Sprintf("agent's own %d/%d", st.rLoadOK, cfg.n), target: "every time", met: yesNo(st.tLoadOK == cfg.n), n: cfg.n})
+	for _, f := range st.loadFails {
 		rep.note("acp session/load not whole: %s", f)
 	}
 	if o.single > 0 {
-		rep.add(result{row: fmt.Sprintf("acp one unpaced prompt of %d updates", o.single), metric: "completed", tether: fmt.Sprintf("%d/%d", tSingle, cfg.n),
-			baseline: fmt.Sprintf("relay %d/%d", rSingle, cfg.n), target: "every time", met: yesNo(tSingle == cfg.n), n: cfg.n})
-		for _, f := range singleFails {
+		rep.add(result{row: fmt.Sprintf("acp one unpaced prompt of %d updates", o.single), metric: "completed", tether: fmt.Sprintf("%d/%d", st.tSingle, cfg.n),
+			baseline: fmt.Sprintf("relay %d/%d", st.rSingle, cfg.n), target: "every time", met: yesNo(st.tSingle == cfg.n), n: cfg.n})
+		for _, f := range st.singleFails {
 			rep.note("acp one unpaced prompt of %d updates failed: %s", o.single, f)
 		}
 	}
@@ -447,14 +476,7 @@ func rowACP(cfg config, rep *report) error {
 		journal = strconv.Itoa(o.journal)
 	}
 	rep.note("acp: fresh tether (--agent acp, the test agent testing/acp/agent.mjs; --journal-per-session %s) and fresh relay.mjs per repetition, order alternating; client testing/acp/bench.mjs (SDK %s) with --warmup %d; the kit's scripts are the working tree's", journal, acpSDKVersion, o.warmup)
-	rep.note("acp throughput phase, CPU per update: tether %s; relay %s", cpuPerProc(tCPU, tCPUUpd, "host", "ws-plugin", "agent", "client"), cpuPerProc(rCPU, rCPUUpd, "relay", "agent", "client"))
-	if o.profile != "" {
-		if err := profileACP(cfg, kit, node); err != nil {
-			return fmt.Errorf("acp profile: %w", err)
-		}
-		rep.note("acp: host CPU profile of 3 s of a throughput phase written to %s", o.profile)
-	}
-	return nil
+	rep.note("acp throughput phase, CPU per update: tether %s; relay %s", cpuPerProc(st.tCPU, st.tCPUUpd, "host", "ws-plugin", "agent", "client"), cpuPerProc(st.rCPU, st.rCPUUpd, "relay", "agent", "client"))
 }
 
 // cpuPerProc formats CPU time per update of the named processes.

@@ -202,91 +202,17 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	ctl, err := client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token})
-	if err != nil {
+	fr := &fanRun{ctx: ctx, o: o, n: n, ts: ts, base: base, wait: time.Duration(o.words)*o.delay + 30*time.Second}
+	defer fr.close()
+	if err := fr.setUp(); err != nil {
 		return err
-	}
-	defer ctl.Abort()
-	snap, err := ctl.Create(ctx, wire.CreateParams{Title: "fanout"})
-	if err != nil {
-		return err
-	}
-	conns, vs, err := dialViewers(ctx, ts.baseURL(), ts.token, n)
-	if err != nil {
-		return fmt.Errorf("dialing %d viewers: %w", n, err)
-	}
-	defer abortConns(conns)
-	for i, c := range conns {
-		s, err := c.Resume(ctx, wire.ResumeParams{SessionID: snap.SessionKey})
-		if err != nil {
-			return fmt.Errorf("viewer %d resume: %w", i, err)
-		}
-		if s.SessionID != snap.SessionID {
-			return fmt.Errorf("viewer %d resumed session %s, not the live %s", i, s.SessionID, snap.SessionID)
-		}
-	}
-	bconns, bvs, err := dialViewers(ctx, "http://"+base.addr, "", n)
-	if err != nil {
-		return fmt.Errorf("dialing %d baseline viewers: %w", n, err)
-	}
-	defer abortConns(bconns)
-
-	wait := time.Duration(o.words)*o.delay + 30*time.Second
-	cs := tetherCPUSet(ts)
-	if _, ok := cs["ws-plugin"]; !ok {
-		return fmt.Errorf("no WS plugin under tether (pid %d)", ts.pid())
-	}
-	runT := func(r int) (fanResult, map[string]cpuTime, error) {
-		for _, v := range vs {
-			v.reset()
-		}
-		before := cs.read()
-		if _, err := ctl.Submit(ctx, snap.SessionID, fanPrompt(r, o.words)); err != nil {
-			return fanResult{}, nil, err
-		}
-		waitFan(vs, o.words, wait)
-		after := cs.read()
-		// A host that died or a WS plugin that was restarted makes the
-		// run (and its CPU figures) meaningless: the row fails.
-		select {
-		case <-ts.exited:
-			return fanResult{}, nil, fmt.Errorf("run %d: tether exited (%v); stderr:\n%s", r, ts.waitErr, ts.stderr)
-		default:
-		}
-		if pid, err := pluginPID(ts.pid(), "ws"); err != nil || pid != cs["ws-plugin"] {
-			return fanResult{}, nil, fmt.Errorf("run %d: the WS plugin (pid %d) is gone (now %d, %v); tether stderr:\n%s", r, cs["ws-plugin"], pid, err, ts.stderr)
-		}
-		return fanTally(vs, o.words), cpuDelta(before, after), nil
-	}
-	bcs := cpuSet{"baseline": base.cmd.Process.Pid}
-	runB := func() (fanResult, map[string]cpuTime, error) {
-		for _, v := range bvs {
-			v.reset()
-		}
-		before := bcs.read()
-		q := url.Values{"words": {strconv.Itoa(o.words)}, "delay": {o.delay.String()}}
-		c, err := dial(ctx, "ws://"+base.addr+"/go?"+q.Encode(), 0)
-		if err != nil {
-			return fanResult{}, nil, err
-		}
-		// The helper closes the control socket when it has written the
-		// whole run to every viewer.
-		for {
-			if _, _, err := c.readMessage(); err != nil {
-				break
-			}
-		}
-		c.drop()
-		waitFan(bvs, o.words, wait)
-		after := bcs.read()
-		return fanTally(bvs, o.words), cpuDelta(before, after), nil
 	}
 
 	// One warm-up run of each, not measured.
-	if _, _, err := runT(-1); err != nil {
+	if _, _, err := fr.runT(-1); err != nil {
 		return err
 	}
-	if _, _, err := runB(); err != nil {
+	if _, _, err := fr.runB(); err != nil {
 		return err
 	}
 	var t50, t99, tmax, b50, b99, bmax, r50, r99 sample
@@ -295,11 +221,11 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 	completeAll, worstP99 := true, 0.0
 	var completes, bcompletes []string
 	for r := 0; r < cfg.n; r++ {
-		tr, tc, err := runT(r)
+		tr, tc, err := fr.runT(r)
 		if err != nil {
 			return err
 		}
-		br, bc, err := runB()
+		br, bc, err := fr.runB()
 		if err != nil {
 			return err
 		}
@@ -328,18 +254,7 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 	}
 	row := fmt.Sprintf("fan-out ×%d", n)
 	if cfg.perfDir != "" {
-		// One more run of each, profiled and not counted.
-		pp := startPerf(cfg, row+" tether", cs)
-		pp.on()
-		_, _, errT := runT(cfg.n)
-		pp.off()
-		stopPerf(cfg, rep, pp)
-		pp = startPerf(cfg, row+" baseline", bcs)
-		pp.on()
-		_, _, errB := runB()
-		pp.off()
-		stopPerf(cfg, rep, pp)
-		if err := errors.Join(errT, errB); err != nil {
+		if err := fr.profile(cfg, rep, row); err != nil {
 			return fmt.Errorf("profiled run: %w", err)
 		}
 	}
@@ -354,6 +269,130 @@ func fanout(cfg config, o fanoutOpts, n int, rep *report) error {
 	rep.note("%s: %d events delivered to viewers per run (tether), %d (baseline); harness client CPU per tether event %s",
 		row, tEvents/cfg.n, bEvents/cfg.n, cpuPerProc(tCPU, tEvents, "client"))
 	return nil
+}
+
+// fanRun is one measurement of the fanout row: n viewers of one tether
+// session, and n viewers of the baseline helper.
+type fanRun struct {
+	ctx      context.Context
+	o        fanoutOpts
+	n        int
+	ts, base *server
+	wait     time.Duration // for a run's last delta
+
+	ctl           *client.Conn // makes the session and submits the prompts
+	snap          wire.Snapshot
+	conns, bconns []*client.Conn
+	vs, bvs       []*fanViewer
+	cs, bcs       cpuSet
+}
+
+// setUp makes the session, has n viewers resume it, and dials n
+// baseline viewers.
+func (fr *fanRun) setUp() error {
+	ctx, ts, n := fr.ctx, fr.ts, fr.n
+	var err error
+	if fr.ctl, err = client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token}); err != nil {
+		return err
+	}
+	if fr.snap, err = fr.ctl.Create(ctx, wire.CreateParams{Title: "fanout"}); err != nil {
+		return err
+	}
+	if fr.conns, fr.vs, err = dialViewers(ctx, ts.baseURL(), ts.token, n); err != nil {
+		return fmt.Errorf("dialing %d viewers: %w", n, err)
+	}
+	for i, c := range fr.conns {
+		s, err := c.Resume(ctx, wire.ResumeParams{SessionID: fr.snap.SessionKey})
+		if err != nil {
+			return fmt.Errorf("viewer %d resume: %w", i, err)
+		}
+		if s.SessionID != fr.snap.SessionID {
+			return fmt.Errorf("viewer %d resumed session %s, not the live %s", i, s.SessionID, fr.snap.SessionID)
+		}
+	}
+	if fr.bconns, fr.bvs, err = dialViewers(ctx, "http://"+fr.base.addr, "", n); err != nil {
+		return fmt.Errorf("dialing %d baseline viewers: %w", n, err)
+	}
+	fr.cs = tetherCPUSet(ts)
+	if _, ok := fr.cs["ws-plugin"]; !ok {
+		return fmt.Errorf("no WS plugin under tether (pid %d)", ts.pid())
+	}
+	fr.bcs = cpuSet{"baseline": fr.base.cmd.Process.Pid}
+	return nil
+}
+
+// close closes every socket.
+func (fr *fanRun) close() {
+	abortConns(fr.bconns)
+	abortConns(fr.conns)
+	if fr.ctl != nil {
+		fr.ctl.Abort()
+	}
+}
+
+// runT is run r through tether: one prompt, its deltas to every viewer.
+func (fr *fanRun) runT(r int) (fanResult, map[string]cpuTime, error) {
+	ts, cs := fr.ts, fr.cs
+	for _, v := range fr.vs {
+		v.reset()
+	}
+	before := cs.read()
+	if _, err := fr.ctl.Submit(fr.ctx, fr.snap.SessionID, fanPrompt(r, fr.o.words)); err != nil {
+		return fanResult{}, nil, err
+	}
+	waitFan(fr.vs, fr.o.words, fr.wait)
+	after := cs.read()
+	// A host that died or a WS plugin that was restarted makes the
+	// run (and its CPU figures) meaningless: the row fails.
+	select {
+	case <-ts.exited:
+		return fanResult{}, nil, fmt.Errorf("run %d: tether exited (%v); stderr:\n%s", r, ts.waitErr, ts.stderr)
+	default:
+	}
+	if pid, err := pluginPID(ts.pid(), "ws"); err != nil || pid != cs["ws-plugin"] {
+		return fanResult{}, nil, fmt.Errorf("run %d: the WS plugin (pid %d) is gone (now %d, %v); tether stderr:\n%s", r, cs["ws-plugin"], pid, err, ts.stderr)
+	}
+	return fanTally(fr.vs, fr.o.words), cpuDelta(before, after), nil
+}
+
+// runB is a run of the baseline helper to its viewers.
+func (fr *fanRun) runB() (fanResult, map[string]cpuTime, error) {
+	for _, v := range fr.bvs {
+		v.reset()
+	}
+	before := fr.bcs.read()
+	q := url.Values{"words": {strconv.Itoa(fr.o.words)}, "delay": {fr.o.delay.String()}}
+	c, err := dial(fr.ctx, "ws://"+fr.base.addr+"/go?"+q.Encode(), 0)
+	if err != nil {
+		return fanResult{}, nil, err
+	}
+	// The helper closes the control socket when it has written the
+	// whole run to every viewer.
+	for {
+		if _, _, err := c.readMessage(); err != nil {
+			break
+		}
+	}
+	c.drop()
+	waitFan(fr.bvs, fr.o.words, fr.wait)
+	after := fr.bcs.read()
+	return fanTally(fr.bvs, fr.o.words), cpuDelta(before, after), nil
+}
+
+// profile is one more run of each, under perf record and not counted
+// (-perf).
+func (fr *fanRun) profile(cfg config, rep *report, row string) error {
+	pp := startPerf(cfg, row+" tether", fr.cs)
+	pp.on()
+	_, _, errT := fr.runT(cfg.n)
+	pp.off()
+	stopPerf(cfg, rep, pp)
+	pp = startPerf(cfg, row+" baseline", fr.bcs)
+	pp.on()
+	_, _, errB := fr.runB()
+	pp.off()
+	stopPerf(cfg, rep, pp)
+	return errors.Join(errT, errB)
 }
 
 func cpuDelta(before, after map[string]cpuTime) map[string]cpuTime {

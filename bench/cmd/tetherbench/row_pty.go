@@ -343,69 +343,97 @@ func ptyRows(cfg config, rep *report, direct *server, big, check *payload, ring,
 	if f := os.Getenv("TETHERBENCH_STDERR"); f != "" {
 		defer func() { _ = os.WriteFile(f, []byte(ts.stderr.all()), 0o644) }()
 	}
-	tetherURL := func() string { return ts.wsURL("/api/pty", "attach="+randToken()) }
-	directURL := func() string { return "ws://" + direct.addr + "/pty" }
-	tetherCPU := func() cpuSet { return tetherCPUSet(ts) }
-	directCPU := cpuSet{"direct": direct.pid()}
-
-	// stream runs one stream and says why it was not complete, if so.
-	stream := func(isTether bool, p *payload, acc *cpuAcc) (streamResult, string) {
-		u, cs := directURL(), directCPU
-		if isTether {
-			u, cs = tetherURL(), tetherCPU()
-		}
-		before := cs.read()
-		r, err := ptyStream(u, p)
-		if k := cfg.ptyStreams; k > 1 && acc != nil {
-			// k streams at once on k PTYs: the throughput is of all of
-			// them together, and every one must be complete.
-			rs := make([]streamResult, k)
-			errs := make([]error, k)
-			var wg sync.WaitGroup
-			for j := 1; j < k; j++ {
-				uj := directURL()
-				if isTether {
-					uj = tetherURL()
-				}
-				wg.Add(1)
-				go func() { defer wg.Done(); rs[j], errs[j] = ptyStream(uj, p) }()
-			}
-			wg.Wait()
-			rs[0], errs[0] = r, err
-			for j := range rs {
-				if errs[j] != nil && err == nil {
-					err = errs[j]
-				}
-				if !rs[j].ok && r.ok {
-					r = rs[j]
-				}
-				r.elapsed = max(r.elapsed, rs[j].elapsed)
-			}
-			r.elapsed /= time.Duration(k) // so that mibps reports the aggregate
-		}
-		after := cs.read()
-		// A child left writing (its socket was closed early) would steal
-		// CPU from the next run.
-		if pid, ok := cs["pty-plugin"]; ok {
-			waitNoChildren(pid, time.Minute)
-		}
-		waitNoChildren(direct.pid(), time.Minute)
-		switch {
-		case err != nil:
-			return r, err.Error()
-		case !r.ok:
-			return r, fmt.Sprintf("got %d of %d bytes, closed %d %q", r.got, p.size, r.code, r.reason)
-		}
-		if acc != nil {
-			acc.add(before, after, p.size*int64(max(cfg.ptyStreams, 1)))
-		}
-		return r, ""
-	}
-
+	pb := &ptyBench{cfg: cfg, ts: ts, direct: direct}
 	name := "pty-stream " + sizeName(cfg.ptySize) + label
 	if cfg.ptyStreams > 1 {
 		name = fmt.Sprintf("pty-stream %d×%s%s", cfg.ptyStreams, sizeName(cfg.ptySize), label)
 	}
+	pb.throughput(rep, name, big)
+	if cfg.perfDir != "" {
+		pb.profile(rep, name, big)
+	}
+	if check == nil || cfg.checkRuns == 0 {
+		return nil
+	}
+	pb.completeness(rep, label, check)
+	return nil
+}
+
+// ptyBench is a pty row's tether and its direct baseline.
+type ptyBench struct {
+	cfg    config
+	ts     *server
+	direct *server
+}
+
+// url is the URL of a stream through tether (a fresh PTY) or of the
+// direct baseline.
+func (pb *ptyBench) url(isTether bool) string {
+	if isTether {
+		return pb.ts.wsURL("/api/pty", "attach="+randToken())
+	}
+	return "ws://" + pb.direct.addr + "/pty"
+}
+
+// stream runs one stream (or -pty-streams at once, when acc is not nil)
+// of p through tether or directly and says why it was not complete, if
+// so; acc adds up its CPU.
+func (pb *ptyBench) stream(isTether bool, p *payload, acc *cpuAcc) (streamResult, string) {
+	cfg := pb.cfg
+	cs := cpuSet{"direct": pb.direct.pid()}
+	if isTether {
+		cs = tetherCPUSet(pb.ts)
+	}
+	u := pb.url(isTether)
+	before := cs.read()
+	r, err := ptyStream(u, p)
+	if k := cfg.ptyStreams; k > 1 && acc != nil {
+		// k streams at once on k PTYs: the throughput is of all of
+		// them together, and every one must be complete.
+		rs := make([]streamResult, k)
+		errs := make([]error, k)
+		var wg sync.WaitGroup
+		for j := 1; j < k; j++ {
+			uj := pb.url(isTether)
+			wg.Add(1)
+			go func() { defer wg.Done(); rs[j], errs[j] = ptyStream(uj, p) }()
+		}
+		wg.Wait()
+		rs[0], errs[0] = r, err
+		for j := range rs {
+			if errs[j] != nil && err == nil {
+				err = errs[j]
+			}
+			if !rs[j].ok && r.ok {
+				r = rs[j]
+			}
+			r.elapsed = max(r.elapsed, rs[j].elapsed)
+		}
+		r.elapsed /= time.Duration(k) // so that mibps reports the aggregate
+	}
+	after := cs.read()
+	// A child left writing (its socket was closed early) would steal
+	// CPU from the next run.
+	if pid, ok := cs["pty-plugin"]; ok {
+		waitNoChildren(pid, time.Minute)
+	}
+	waitNoChildren(pb.direct.pid(), time.Minute)
+	switch {
+	case err != nil:
+		return r, err.Error()
+	case !r.ok:
+		return r, fmt.Sprintf("got %d of %d bytes, closed %d %q", r.got, p.size, r.code, r.reason)
+	}
+	if acc != nil {
+		acc.add(before, after, p.size*int64(max(cfg.ptyStreams, 1)))
+	}
+	return r, ""
+}
+
+// throughput is the row name: cfg.n pairs of streams of big, tether and
+// direct, alternating which goes first.
+func (pb *ptyBench) throughput(rep *report, name string, big *payload) {
+	cfg := pb.cfg
 	var tput, dput, ratio sample
 	var tcpu, dcpu cpuAcc
 	var tframe, dframe sample // bytes per WebSocket frame
@@ -421,9 +449,9 @@ func ptyRows(cfg config, rep *report, direct *server, big, check *payload, ring,
 		var tf, df string
 		for _, isTether := range order {
 			if isTether {
-				tr, tf = stream(true, big, &tcpu)
+				tr, tf = pb.stream(true, big, &tcpu)
 			} else {
-				dr, df = stream(false, big, &dcpu)
+				dr, df = pb.stream(false, big, &dcpu)
 			}
 		}
 		if tf != "" {
@@ -477,30 +505,34 @@ func ptyRows(cfg config, rep *report, direct *server, big, check *payload, ring,
 	}
 	rep.note("%s CPU per GiB streamed, tether: %s; %s per WebSocket frame", name, &tcpu, tframe.cell("KiB"))
 	rep.note("%s CPU per GiB streamed, direct: %s; %s per WebSocket frame", name, &dcpu, dframe.cell("KiB"))
-	if cfg.perfDir != "" {
-		// One more stream each, profiled and not counted (perf's own
-		// sampling costs CPU the measured runs did not pay).
-		pp := startPerf(cfg, name+" tether", tetherCPUSet(ts))
-		pp.on()
-		_, tf := stream(true, big, nil)
-		stopPerf(cfg, rep, pp)
-		pp = startPerf(cfg, name+" direct", map[string]int{"direct": direct.pid()})
-		pp.on()
-		_, df := stream(false, big, nil)
-		stopPerf(cfg, rep, pp)
-		if tf != "" || df != "" {
-			rep.note("%s: profiled runs: tether %q, direct %q", name, tf, df)
-		}
-	}
+}
 
-	if check == nil || cfg.checkRuns == 0 {
-		return nil
+// profile is one more stream each, under perf record and not counted
+// (perf's own sampling costs CPU the measured runs did not pay).
+func (pb *ptyBench) profile(rep *report, name string, big *payload) {
+	cfg := pb.cfg
+	pp := startPerf(cfg, name+" tether", tetherCPUSet(pb.ts))
+	pp.on()
+	_, tf := pb.stream(true, big, nil)
+	stopPerf(cfg, rep, pp)
+	pp = startPerf(cfg, name+" direct", map[string]int{"direct": pb.direct.pid()})
+	pp.on()
+	_, df := pb.stream(false, big, nil)
+	stopPerf(cfg, rep, pp)
+	if tf != "" || df != "" {
+		rep.note("%s: profiled runs: tether %q, direct %q", name, tf, df)
 	}
-	// Completeness: the child exits right after its last byte.
+}
+
+// completeness is the pty-complete row: cfg.checkRuns streams of check
+// each way, the child exiting right after its last byte; each must be
+// byte-exact.
+func (pb *ptyBench) completeness(rep *report, label string, check *payload) {
+	cfg := pb.cfg
 	okT, okD := 0, 0
 	var failT []string
 	for i := 0; i < cfg.checkRuns; i++ {
-		if _, f := stream(true, check, nil); f == "" {
+		if _, f := pb.stream(true, check, nil); f == "" {
 			okT++
 		} else {
 			failT = append(failT, f)
@@ -508,7 +540,7 @@ func ptyRows(cfg config, rep *report, direct *server, big, check *payload, ring,
 				time.Sleep(500 * time.Millisecond)
 			}
 		}
-		if _, f := stream(false, check, nil); f == "" {
+		if _, f := pb.stream(false, check, nil); f == "" {
 			okD++
 		}
 	}
@@ -522,5 +554,4 @@ func ptyRows(cfg config, rep *report, direct *server, big, check *payload, ring,
 		}
 		rep.note("pty-complete failure: %s", f)
 	}
-	return nil
 }

@@ -128,163 +128,217 @@ func rowReattach(cfg config, rep *report) error {
 // reattachSize is rowReattach for one terminal size; raw adds the raw
 // ring replay and the bare socket.
 func reattachSize(ctx context.Context, cfg config, rep *report, ts *server, direct *server, fill *payload, size screenSize, raw bool) error {
-	ring := cfg.reattachRing
-	token := randToken()
-	url := ts.wsURL("/api/pty", "attach="+token)
-	// start sizes the PTY and types the line its shell waits for, and
-	// stays until output comes: input sent right before a close may be
-	// dropped by the host.
-	start := func() error {
-		p, err := client.AttachPTY(ctx, ts.baseURL(), token, client.PTYOptions{Options: client.Options{Token: ts.token}, ReadTimeout: 10 * time.Second})
-		if err != nil {
-			return err
-		}
-		defer p.Close()
-		if err := p.Resize(size.cols, size.rows); err != nil {
-			return err
-		}
-		if _, err = p.Write([]byte("\r")); err != nil {
-			return err
-		}
-		_, err = p.Read(make([]byte, 4096)) // the echo, or the lines
+	rp := &reattachPTY{ctx: ctx, ts: ts, token: randToken(), size: size}
+	rp.url = ts.wsURL("/api/pty", "attach="+rp.token)
+	starts, err := rp.fill(fill)
+	if err != nil {
 		return err
 	}
-	if err := start(); err != nil {
+	cs := tetherCPUSet(ts)
+	st, err := rp.measure(cfg, cs, direct, raw)
+	if err != nil {
 		return err
+	}
+	row := fmt.Sprintf("reattach %v, %s ring", size, sizeName(cfg.reattachRing))
+	if cfg.perfDir != "" {
+		if err := rp.profile(cfg, rep, row, cs); err != nil {
+			return err
+		}
+	}
+	st.report(cfg, rep, row, fill, starts, raw)
+	return nil
+}
+
+// reattachPTY is the reattach row's PTY of one terminal size.
+type reattachPTY struct {
+	ctx   context.Context
+	ts    *server
+	token string
+	url   string // its /api/pty URL, with the token
+	size  screenSize
+}
+
+// start sizes the PTY and types the line its shell waits for, and stays
+// until output comes: input sent right before a close may be dropped by
+// the host.
+func (rp *reattachPTY) start() error {
+	p, err := client.AttachPTY(rp.ctx, rp.ts.baseURL(), rp.token, client.PTYOptions{Options: client.Options{Token: rp.ts.token}, ReadTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if err := p.Resize(rp.size.cols, rp.size.rows); err != nil {
+		return err
+	}
+	if _, err = p.Write([]byte("\r")); err != nil {
+		return err
+	}
+	_, err = p.Read(make([]byte, 4096)) // the echo, or the lines
+	return err
+}
+
+// fill starts the PTY and waits until the whole payload went through
+// the ring; it returns how often the starting line was typed.
+func (rp *reattachPTY) fill(fill *payload) (starts int, err error) {
+	if err := rp.start(); err != nil {
+		return 0, err
 	}
 	started, starts := time.Now(), 1
-	// Fill: wait until the whole payload went through the ring.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var rf wire.Replay
-		p, err := client.AttachPTY(ctx, ts.baseURL(), token, client.PTYOptions{Options: client.Options{Token: ts.token}})
+		p, err := client.AttachPTY(rp.ctx, rp.ts.baseURL(), rp.token, client.PTYOptions{Options: client.Options{Token: rp.ts.token}})
 		if err == nil {
 			rf = p.Replay()
 			p.Abort()
 		}
 		if err == nil && rf.ReplayEndOffset >= fill.size {
-			break
+			return starts, nil
 		}
 		if err == nil && rf.ReplayEndOffset == 0 && time.Since(started) > 2*time.Second {
 			// The line typed did not reach the shell: type it again.
-			if err := start(); err != nil {
-				return err
+			if err := rp.start(); err != nil {
+				return starts, err
 			}
 			started = time.Now()
 			starts++
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the PTY has not printed %d bytes after 60s: %+v %v; tether stderr:\n%s", fill.size, rf, err, ts.stderr)
+			return starts, fmt.Errorf("the PTY has not printed %d bytes after 60s: %+v %v; tether stderr:\n%s", fill.size, rf, err, rp.ts.stderr)
 		}
 		time.Sleep(50 * time.Millisecond) // polling the PTY's output
 	}
+}
 
-	var s50, s99, h50, h99, sb, r50, r99, b50, b99 sample
-	reasons := map[string]int{}
-	cs := tetherCPUSet(ts)
-	var cpuBefore, cpuAfter map[string]cpuTime
-	attaches := 0
+// reattachStats are the reattach row's figures for one size.
+type reattachStats struct {
+	s50, s99, h50, h99, sb, r50, r99, b50, b99 sample
+	reasons                                    map[string]int
+	cpuBefore, cpuAfter                        map[string]cpuTime
+	attaches                                   int
+}
+
+// measure is cfg.n repetitions of cfg.reattachN snapshot attaches (and,
+// with raw, as many raw ring replays and bare-socket reads).
+func (rp *reattachPTY) measure(cfg config, cs cpuSet, direct *server, raw bool) (*reattachStats, error) {
+	ring := cfg.reattachRing
+	st := &reattachStats{reasons: map[string]int{}}
 	for r := 0; r < cfg.n; r++ {
 		waitQuiet(2 * time.Second)
 		var sl, hl, rl, bl []time.Duration
 		var bytes []float64
 		for i := 0; i < cfg.reattachN; i++ {
 			if r == 0 && i == 0 {
-				cpuBefore = cs.read()
+				st.cpuBefore = cs.read()
 			}
-			d, hd, rf, err := readReplayTimed(ctx, url, -1)
+			d, hd, rf, err := readReplayTimed(rp.ctx, rp.url, -1)
 			if r == cfg.n-1 && i == cfg.reattachN-1 {
-				cpuAfter = cs.read()
+				st.cpuAfter = cs.read()
 			}
-			attaches++
+			st.attaches++
 			if err != nil {
-				return fmt.Errorf("attach %d: %w", i, err)
+				return nil, fmt.Errorf("attach %d: %w", i, err)
 			}
-			if !rf.Snapshot || rf.Reason != wire.ReasonInitial || rf.Cols != size.cols || rf.Rows != size.rows {
-				return fmt.Errorf("attach %d: %+v, want a %v snapshot with reason initial", i, rf, size)
+			if !rf.Snapshot || rf.Reason != wire.ReasonInitial || rf.Cols != rp.size.cols || rf.Rows != rp.size.rows {
+				return nil, fmt.Errorf("attach %d: %+v, want a %v snapshot with reason initial", i, rf, rp.size)
 			}
-			reasons[rf.Reason]++
+			st.reasons[rf.Reason]++
 			sl = append(sl, d)
 			hl = append(hl, hd)
 			bytes = append(bytes, float64(rf.SnapshotBytes))
-			first, epoch := rf.ReplayEndOffset-ring, rf.Epoch
 			if !raw {
 				continue
 			}
-			// The raw ring: a resume from its first byte.
-			d, rf, err = readReplay(ctx, url+fmt.Sprintf("&epoch=%s&offset=%d", epoch, first), -1)
+			rd, bd, err := rp.rawAndBare(direct, ring, rf, i)
 			if err != nil {
-				return fmt.Errorf("raw replay %d: %w", i, err)
+				return nil, err
 			}
-			if rf.Reset || rf.StartOffset != first || rf.ReplayEndOffset-first != ring {
-				return fmt.Errorf("raw replay %d: %+v, want a resume of the whole %d-byte ring from %d", i, rf, ring, first)
-			}
-			rl = append(rl, d)
-			d, _, err = readReplay(ctx, "ws://"+direct.addr+fmt.Sprintf("/replay?n=%d", ring), ring)
-			if err != nil {
-				return fmt.Errorf("baseline %d: %w", i, err)
-			}
-			bl = append(bl, d)
+			rl = append(rl, rd)
+			bl = append(bl, bd)
 		}
 		sms, hms := durationsMS(sl), durationsMS(hl)
-		s50.add(percentile(sms, .5))
-		s99.add(percentile(sms, .99))
-		h50.add(percentile(hms, .5))
-		h99.add(percentile(hms, .99))
-		sb.add(median(bytes))
+		st.s50.add(percentile(sms, .5))
+		st.s99.add(percentile(sms, .99))
+		st.h50.add(percentile(hms, .5))
+		st.h99.add(percentile(hms, .99))
+		st.sb.add(median(bytes))
 		if raw {
 			rms, bms := durationsMS(rl), durationsMS(bl)
-			r50.add(percentile(rms, .5))
-			r99.add(percentile(rms, .99))
-			b50.add(percentile(bms, .5))
-			b99.add(percentile(bms, .99))
+			st.r50.add(percentile(rms, .5))
+			st.r99.add(percentile(rms, .99))
+			st.b50.add(percentile(bms, .5))
+			st.b99.add(percentile(bms, .99))
 			logf(cfg, "reattach %v rep %d: snapshot p50 %.2fms p99 %.2fms, %.0f bytes (raw %s ring p50 %.2fms p99 %.2fms; bare socket p50 %.2fms p99 %.2fms)",
-				size, r, percentile(sms, .5), percentile(sms, .99), median(bytes), sizeName(ring), percentile(rms, .5), percentile(rms, .99), percentile(bms, .5), percentile(bms, .99))
+				rp.size, r, percentile(sms, .5), percentile(sms, .99), median(bytes), sizeName(ring), percentile(rms, .5), percentile(rms, .99), percentile(bms, .5), percentile(bms, .99))
 		} else {
-			logf(cfg, "reattach %v rep %d: snapshot p50 %.2fms p99 %.2fms, %.0f bytes", size, r, percentile(sms, .5), percentile(sms, .99), median(bytes))
+			logf(cfg, "reattach %v rep %d: snapshot p50 %.2fms p99 %.2fms, %.0f bytes", rp.size, r, percentile(sms, .5), percentile(sms, .99), median(bytes))
 		}
 	}
-	row := fmt.Sprintf("reattach %v, %s ring", size, sizeName(ring))
-	if cfg.perfDir != "" {
-		// One more round of snapshot attaches, profiled and not counted.
-		pp := startPerf(cfg, row, cs)
-		for i := 0; i < cfg.reattachN; i++ {
-			pp.on()
-			_, _, _, err := readReplayTimed(ctx, url, -1)
-			pp.off()
-			if err != nil {
-				stopPerf(cfg, rep, pp)
-				return fmt.Errorf("profiled attach %d: %w", i, err)
-			}
-		}
-		stopPerf(cfg, rep, pp)
+	return st, nil
+}
+
+// rawAndBare times, after snapshot attach i (rf), the raw ring (a
+// resume from its first byte) and the ring's bytes over a bare socket.
+func (rp *reattachPTY) rawAndBare(direct *server, ring int64, rf wire.Replay, i int) (rawD, bareD time.Duration, err error) {
+	first, epoch := rf.ReplayEndOffset-ring, rf.Epoch
+	rawD, rf, err = readReplay(rp.ctx, rp.url+fmt.Sprintf("&epoch=%s&offset=%d", epoch, first), -1)
+	if err != nil {
+		return 0, 0, fmt.Errorf("raw replay %d: %w", i, err)
 	}
-	rep.add(result{row: row, metric: "snapshot bytes", tether: sb.cell("B"), n: cfg.n})
-	rep.add(result{row: row, metric: "snapshot p50 to pty.replay frame", tether: h50.cell("ms"), n: cfg.n})
-	rep.add(result{row: row, metric: "snapshot p99 to pty.replay frame", tether: h99.cell("ms"), n: cfg.n})
+	if rf.Reset || rf.StartOffset != first || rf.ReplayEndOffset-first != ring {
+		return 0, 0, fmt.Errorf("raw replay %d: %+v, want a resume of the whole %d-byte ring from %d", i, rf, ring, first)
+	}
+	bareD, _, err = readReplay(rp.ctx, "ws://"+direct.addr+fmt.Sprintf("/replay?n=%d", ring), ring)
+	if err != nil {
+		return 0, 0, fmt.Errorf("baseline %d: %w", i, err)
+	}
+	return rawD, bareD, nil
+}
+
+// profile is one more round of snapshot attaches, under perf record and
+// not counted (-perf).
+func (rp *reattachPTY) profile(cfg config, rep *report, row string, cs cpuSet) error {
+	pp := startPerf(cfg, row, cs)
+	defer stopPerf(cfg, rep, pp)
+	for i := 0; i < cfg.reattachN; i++ {
+		pp.on()
+		_, _, _, err := readReplayTimed(rp.ctx, rp.url, -1)
+		pp.off()
+		if err != nil {
+			return fmt.Errorf("profiled attach %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// report adds the size's rows and notes to rep.
+func (st *reattachStats) report(cfg config, rep *report, row string, fill *payload, starts int, raw bool) {
+	ring := cfg.reattachRing
+	rep.add(result{row: row, metric: "snapshot bytes", tether: st.sb.cell("B"), n: cfg.n})
+	rep.add(result{row: row, metric: "snapshot p50 to pty.replay frame", tether: st.h50.cell("ms"), n: cfg.n})
+	rep.add(result{row: row, metric: "snapshot p99 to pty.replay frame", tether: st.h99.cell("ms"), n: cfg.n})
 	if raw {
-		rep.add(result{row: row, metric: "snapshot p50 (baseline: raw ring)", tether: s50.cell("ms"), baseline: r50.cell("ms"), ratio: ratioCell(s50, r50), n: cfg.n})
-		rep.add(result{row: row, metric: "snapshot p99 (baseline: raw ring)", tether: s99.cell("ms"), baseline: r99.cell("ms"), ratio: ratioCell(s99, r99), target: "≤ 5 ms",
-			met: yesNo(median(s99.xs) <= 5), n: cfg.n})
-		rep.add(result{row: row, metric: "raw ring p50 (baseline: bare socket)", tether: r50.cell("ms"), baseline: b50.cell("ms"), ratio: ratioCell(r50, b50), n: cfg.n})
-		rep.add(result{row: row, metric: "raw ring p99 (baseline: bare socket)", tether: r99.cell("ms"), baseline: b99.cell("ms"), ratio: ratioCell(r99, b99), n: cfg.n})
+		rep.add(result{row: row, metric: "snapshot p50 (baseline: raw ring)", tether: st.s50.cell("ms"), baseline: st.r50.cell("ms"), ratio: ratioCell(st.s50, st.r50), n: cfg.n})
+		rep.add(result{row: row, metric: "snapshot p99 (baseline: raw ring)", tether: st.s99.cell("ms"), baseline: st.r99.cell("ms"), ratio: ratioCell(st.s99, st.r99), target: "≤ 5 ms",
+			met: yesNo(median(st.s99.xs) <= 5), n: cfg.n})
+		rep.add(result{row: row, metric: "raw ring p50 (baseline: bare socket)", tether: st.r50.cell("ms"), baseline: st.b50.cell("ms"), ratio: ratioCell(st.r50, st.b50), n: cfg.n})
+		rep.add(result{row: row, metric: "raw ring p99 (baseline: bare socket)", tether: st.r99.cell("ms"), baseline: st.b99.cell("ms"), ratio: ratioCell(st.r99, st.b99), n: cfg.n})
 	} else {
-		rep.add(result{row: row, metric: "snapshot p50", tether: s50.cell("ms"), n: cfg.n})
-		rep.add(result{row: row, metric: "snapshot p99", tether: s99.cell("ms"), target: "≤ 5 ms", met: yesNo(median(s99.xs) <= 5), n: cfg.n})
+		rep.add(result{row: row, metric: "snapshot p50", tether: st.s50.cell("ms"), n: cfg.n})
+		rep.add(result{row: row, metric: "snapshot p99", tether: st.s99.cell("ms"), target: "≤ 5 ms", met: yesNo(median(st.s99.xs) <= 5), n: cfg.n})
 	}
 	what := "fresh attaches"
 	if raw {
 		what = "fresh attaches, raw replays and bare-socket reads (the plugins took no part in the last)"
 	}
-	rep.note("%s: CPU per attach (host, plugins and client; %s): %s", row, what, cpuPer(cpuBefore, cpuAfter, attaches))
-	rep.note("%s: %d attaches per repetition to a PTY that printed %s of coloured shell-like lines (--pty-scrollback %d), dial to last snapshot byte; reasons %v", row, cfg.reattachN, sizeName(fill.size), cfg.reattachScrollback, reasons)
+	rep.note("%s: CPU per attach (host, plugins and client; %s): %s", row, what, cpuPer(st.cpuBefore, st.cpuAfter, st.attaches))
+	rep.note("%s: %d attaches per repetition to a PTY that printed %s of coloured shell-like lines (--pty-scrollback %d), dial to last snapshot byte; reasons %v", row, cfg.reattachN, sizeName(fill.size), cfg.reattachScrollback, st.reasons)
 	if starts > 1 {
 		rep.note("%s: the line that starts the PTY's output was typed %d times: the first was lost", row, starts)
 	}
 	if raw {
 		rep.note("%s: raw ring = the same PTY's whole %s ring as a resume (epoch and offset = its first byte), dial to last byte; bare socket = a gobwas/ws server writing %s on upgrade (the floor)", row, sizeName(ring), sizeName(ring))
 	}
-	return nil
 }
 
 // ratioCell is the median and spread of a/b per repetition.

@@ -103,7 +103,7 @@ func ptyAttached(ctx context.Context, base, token, attach string) (wire.Replay, 
 
 // coldStart starts tether on a known port and times exec to the URL line
 // and exec to the first /api/pty attach answered. When the PTY plugin
-// outlives the host (SPEC §6.3, pty.json in the state dir), it also times
+// outlives the host (docs/PROTOCOL.md 13.6, pty.json in the state dir), it also times
 // a restart to the same PTY answered again (same epoch).
 func coldStart(cfg config) (urlLine, ptyReady, reattach time.Duration, err error) {
 	addr, err := freePort()

@@ -47,6 +47,9 @@ func dialMany(ctx context.Context, ts *server, n int) ([]*client.Conn, error) {
 	return out, nil
 }
 
+// rowStorm: the resume storm on one host. Per repetition cfg.storm
+// sockets resume one stored key at once; latency per socket from the
+// release to its answer. Exactly one session must result.
 func rowStorm(cfg config, rep *report) error {
 	ts, err := startTether(cfg.bin, tetherOpts{})
 	if err != nil {
@@ -77,89 +80,28 @@ func rowStorm(cfg config, rep *report) error {
 	defer func() { stopPerf(cfg, rep, pp) }()
 	for r := 0; r < cfg.n+10*profiled(cfg); r++ {
 		profiling := r >= cfg.n
-		// A stored key: create a session and close it (persisted, not live).
-		snap := kept
-		if cfg.stormHistory == 0 {
-			if snap, err = ctl.Create(ctx, wire.CreateParams{Title: fmt.Sprintf("storm-%d", r)}); err != nil {
-				return err
-			}
-			if _, err := ctl.CloseSession(ctx, snap.SessionID); err != nil {
-				return err
-			}
-		}
-		// -storm-dial: the sockets are dialed in the storm itself (connect,
-		// upgrade, gateway.ready, then resume, all timed), as a client
-		// that opens its socket to resume does; else they are open first.
-		socks := make([]*client.Conn, cfg.storm)
-		if !cfg.stormDial {
-			if socks, err = dialMany(ctx, ts, cfg.storm); err != nil {
-				return fmt.Errorf("dialing %d sockets: %w", cfg.storm, err)
-			}
-		}
-		lat := make([]time.Duration, len(socks))
-		ids := make([]string, len(socks))
-		errs := make([]error, len(socks))
-		gate := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range socks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-gate
-				t0 := time.Now()
-				c := socks[i]
-				if c == nil {
-					var err error
-					if c, err = client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token}); err != nil {
-						errs[i] = err
-						return
-					}
-					socks[i] = c
+		onRelease, onDone := func() {}, func() {}
+		if profiling {
+			onRelease = func() {
+				if pp == nil {
+					pp = startPerf(cfg, fmt.Sprintf("resume storm ×%d", cfg.storm), tetherCPUSet(ts))
 				}
-				s, err := c.Resume(ctx, wire.ResumeParams{SessionID: snap.SessionKey})
-				errs[i] = err
-				lat[i] = time.Since(t0)
-				ids[i] = s.SessionID
-			}()
-		}
-		time.Sleep(20 * time.Millisecond) // every goroutine parked at the gate
-		if profiling {
-			if pp == nil {
-				pp = startPerf(cfg, fmt.Sprintf("resume storm ×%d", cfg.storm), tetherCPUSet(ts))
+				pp.on()
 			}
-			pp.on()
+			onDone = func() { pp.off() }
 		}
-		close(gate)
-		wg.Wait()
-		if profiling {
-			pp.off()
-		}
-		distinct := map[string]bool{}
-		for i := range socks {
-			if errs[i] != nil {
-				return fmt.Errorf("resume %d: %w", i, errs[i])
-			}
-			distinct[ids[i]] = true
-		}
-		active, err := ctl.ActiveList(ctx)
+		res, err := stormRound(ctx, cfg, ts, ctl, kept, r, onRelease, onDone)
 		if err != nil {
 			return err
 		}
-		live, liveID := 0, ""
-		for _, s := range active {
-			if s.SessionKey == snap.SessionKey {
-				live++
-				liveID = s.ID
-			}
-		}
 		switch {
 		case profiling:
-		case live == 1 && len(distinct) == 1 && distinct[liveID] && len(active) == 1:
+		case res.live == 1 && len(res.distinct) == 1 && res.distinct[res.liveID] && res.active == 1:
 			exact++
 		default:
-			bad = append(bad, fmt.Sprintf("rep %d: %d live sessions for the key, %d in all, %d distinct ids answered", r, live, len(active), len(distinct)))
+			bad = append(bad, fmt.Sprintf("rep %d: %d live sessions for the key, %d in all, %d distinct ids answered", r, res.live, res.active, len(res.distinct)))
 		}
-		lms := durationsMS(lat)
+		lms := durationsMS(res.lat)
 		if profiling {
 			logf(cfg, "storm profiled round: p99 %.2fms", percentile(lms, .99))
 		} else {
@@ -167,18 +109,7 @@ func rowStorm(cfg config, rep *report) error {
 			p99.add(percentile(lms, .99))
 			pmax.add(percentile(lms, 1))
 		}
-		logf(cfg, "storm rep %d: p50 %.2fms p99 %.2fms max %.2fms; live for key %d", r, percentile(lms, .5), percentile(lms, .99), percentile(lms, 1), live)
-		// Clean up: close it (so the next repetition starts from none).
-		if liveID != "" {
-			if _, err := ctl.CloseSession(ctx, liveID); err != nil {
-				return err
-			}
-		}
-		for _, c := range socks {
-			if c != nil {
-				c.Abort()
-			}
-		}
+		logf(cfg, "storm rep %d: p50 %.2fms p99 %.2fms max %.2fms; live for key %d", r, percentile(lms, .5), percentile(lms, .99), percentile(lms, 1), res.live)
 		// -storm-pause lets the host finish tearing down 256 viewers
 		// before the next storm; 0 (the default) starts the next storm
 		// while it does, as an outside client would.
@@ -197,6 +128,112 @@ func rowStorm(cfg config, rep *report) error {
 		rep.note("%s: %s", row, b)
 	}
 	return nil
+}
+
+// stormResult is one storm of the storm row.
+type stormResult struct {
+	lat      []time.Duration // per socket, release → answer
+	distinct map[string]bool // session ids answered
+	live     int             // live sessions for the key afterwards
+	liveID   string          // the (last) one of them
+	active   int             // live sessions in all
+}
+
+// stormRound is repetition r of the storm row: the key (kept's, or that
+// of a session created and closed now, stored and not live), cfg.storm
+// sockets resuming it at once, and what the host then has live. onRelease
+// runs right before the release, onDone once every socket is answered.
+// The live session and the sockets are closed before it returns.
+func stormRound(ctx context.Context, cfg config, ts *server, ctl *client.Conn, kept wire.Snapshot, r int, onRelease, onDone func()) (stormResult, error) {
+	snap := kept
+	if cfg.stormHistory == 0 {
+		var err error
+		if snap, err = ctl.Create(ctx, wire.CreateParams{Title: fmt.Sprintf("storm-%d", r)}); err != nil {
+			return stormResult{}, err
+		}
+		if _, err := ctl.CloseSession(ctx, snap.SessionID); err != nil {
+			return stormResult{}, err
+		}
+	}
+	// -storm-dial: the sockets are dialed in the storm itself (connect,
+	// upgrade, gateway.ready, then resume, all timed), as a client
+	// that opens its socket to resume does; else they are open first.
+	socks := make([]*client.Conn, cfg.storm)
+	if !cfg.stormDial {
+		var err error
+		if socks, err = dialMany(ctx, ts, cfg.storm); err != nil {
+			return stormResult{}, fmt.Errorf("dialing %d sockets: %w", cfg.storm, err)
+		}
+	}
+	defer func() {
+		for _, c := range socks {
+			if c != nil {
+				c.Abort()
+			}
+		}
+	}()
+	lat, ids, errs := resumeAtGate(ctx, ts, socks, snap.SessionKey, onRelease, onDone)
+	res := stormResult{lat: lat, distinct: map[string]bool{}}
+	for i := range socks {
+		if errs[i] != nil {
+			return stormResult{}, fmt.Errorf("resume %d: %w", i, errs[i])
+		}
+		res.distinct[ids[i]] = true
+	}
+	active, err := ctl.ActiveList(ctx)
+	if err != nil {
+		return stormResult{}, err
+	}
+	res.active = len(active)
+	for _, s := range active {
+		if s.SessionKey == snap.SessionKey {
+			res.live++
+			res.liveID = s.ID
+		}
+	}
+	// Clean up: close it (so the next repetition starts from none).
+	if res.liveID != "" {
+		if _, err := ctl.CloseSession(ctx, res.liveID); err != nil {
+			return stormResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// resumeAtGate has every socket resume key at the same moment (a nil
+// socket is dialed first, in the timed part, and stored in socks). Per
+// socket: release → answer, the session id answered, the error.
+func resumeAtGate(ctx context.Context, ts *server, socks []*client.Conn, key string, onRelease, onDone func()) (lat []time.Duration, ids []string, errs []error) {
+	lat = make([]time.Duration, len(socks))
+	ids = make([]string, len(socks))
+	errs = make([]error, len(socks))
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range socks {
+		wg.Go(func() {
+			<-gate
+			t0 := time.Now()
+			c := socks[i]
+			if c == nil {
+				var err error
+				if c, err = client.Dial(ctx, ts.baseURL(), client.Options{Token: ts.token}); err != nil {
+					errs[i] = err
+					return
+				}
+				socks[i] = c
+			}
+			s, err := c.Resume(ctx, wire.ResumeParams{SessionID: key})
+			errs[i] = err
+			lat[i] = time.Since(t0)
+			ids[i] = s.SessionID
+		})
+	}
+	time.Sleep(20 * time.Millisecond) // every goroutine parked at the gate
+	onRelease()
+	close(gate)
+	wg.Wait()
+	onDone()
+	return lat, ids, errs
 }
 
 // stormHistory creates the session the storms of -storm-history resume:

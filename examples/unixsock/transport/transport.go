@@ -70,6 +70,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/contract/transportkit"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Version is the version of this transport, reported by Start.
@@ -152,7 +153,7 @@ func (lines) Open(_ net.Conn, r *bufio.Reader) (contract.Event, error) {
 	}
 	rest, ok := bytes.CutPrefix(line, []byte("TETHER"))
 	if !ok || len(rest) > 0 && rest[0] != ' ' {
-		return contract.Event{}, &transportkit.CloseError{Code: contract.CloseProtocolError, Reason: `want "TETHER <query>"`}
+		return contract.Event{}, &transportkit.CloseError{Code: wire.CloseProtocolError, Reason: `want "TETHER <query>"`}
 	}
 	return contract.Event{Path: Path, Query: string(bytes.TrimSpace(rest)), Remote: "unix"}, nil
 }
@@ -162,7 +163,7 @@ func (lines) ReadMessage(r *bufio.Reader, max int64) (transportkit.Message, erro
 	line, err := readLine(r, max)
 	switch {
 	case errors.Is(err, errTooBig):
-		return transportkit.Message{}, &transportkit.CloseError{Code: contract.CloseTooBig, Reason: "message too big"}
+		return transportkit.Message{}, &transportkit.CloseError{Code: wire.CloseTooBig, Reason: "message too big"}
 	case err != nil:
 		return transportkit.Message{}, err
 	}
@@ -170,7 +171,7 @@ func (lines) ReadMessage(r *bufio.Reader, max int64) (transportkit.Message, erro
 		return transportkit.Message{}, &transportkit.CloseError{Code: code, Reason: reason, Peer: true}
 	}
 	if !utf8.Valid(line) {
-		return transportkit.Message{}, &transportkit.CloseError{Code: contract.CloseInvalidPayload, Reason: "invalid UTF-8"}
+		return transportkit.Message{}, &transportkit.CloseError{Code: wire.CloseInvalidPayload, Reason: "invalid UTF-8"}
 	}
 	return transportkit.Message{Data: line}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Access decides whether a new connection may talk to the host. Its
@@ -100,17 +101,17 @@ func (a *Access) Decide(ev contract.Event) Decision {
 		return d
 	}
 	if !a.HostOK(ev.Host) {
-		return Decision{Code: contract.CloseForbidden, Reason: "forbidden host or origin", Given: true}
+		return Decision{Code: wire.CloseForbidden, Reason: "forbidden host or origin", Given: true}
 	}
 	if origins, ok := header(ev.Header, "Origin"); ok {
 		for _, o := range origins {
 			if !a.originOK(o) {
-				return Decision{Code: contract.CloseForbidden, Reason: "forbidden host or origin", Given: true}
+				return Decision{Code: wire.CloseForbidden, Reason: "forbidden host or origin", Given: true}
 			}
 		}
 	}
 	if a.loopback() && !isLoopback(ev.Remote) {
-		return Decision{Code: contract.CloseNotLoopback, Reason: "loopback only", Given: true}
+		return Decision{Code: wire.CloseNotLoopback, Reason: "loopback only", Given: true}
 	}
 	return d
 }
@@ -172,9 +173,9 @@ func (a *Access) credential(ev contract.Event) Decision {
 		if errors.Is(err, ErrCredentialExpired) {
 			reason = "credential expired"
 		}
-		return Decision{Code: contract.CloseUnauthorized, Reason: reason, Via: Via(i + 1), Given: true}
+		return Decision{Code: wire.CloseUnauthorized, Reason: reason, Via: Via(i + 1), Given: true}
 	}
-	return Decision{Code: contract.CloseUnauthorized, Reason: "unauthorized"}
+	return Decision{Code: wire.CloseUnauthorized, Reason: "unauthorized"}
 }
 
 // splitHost splits "name", "name:port", "[v6]" or "[v6]:port" into a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 func TestAccessCheck(t *testing.T) {
@@ -37,20 +38,20 @@ func TestAccessCheck(t *testing.T) {
 		{"token beside a malformed pair", ok(func(e *contract.Event) { e.Query = "attach=%zz&token=s3cret" }), 0},
 		{"bearer token", ok(func(e *contract.Event) { e.Query = ""; e.Header["Authorization"] = []string{"Bearer s3cret"} }), 0},
 		{"cookie token", ok(func(e *contract.Event) { e.Query = ""; e.Header["Cookie"] = []string{"a=b; tether_7717=s3cret"} }), 0},
-		{"no token", ok(func(e *contract.Event) { e.Query = "" }), contract.CloseUnauthorized},
-		{"wrong token", ok(func(e *contract.Event) { e.Query = "token=nope" }), contract.CloseUnauthorized},
-		{"token prefix", ok(func(e *contract.Event) { e.Query = "token=s3cre" }), contract.CloseUnauthorized},
-		{"wrong bearer", ok(func(e *contract.Event) { e.Query = ""; e.Header["Authorization"] = []string{"Bearer x"} }), contract.CloseUnauthorized},
-		{"bad token and bad origin is 4401", ok(func(e *contract.Event) { e.Query = ""; e.Header["Origin"] = []string{"http://evil.example"} }), contract.CloseUnauthorized},
-		{"wrong host", ok(func(e *contract.Event) { e.Host = "evil.example:7717" }), contract.CloseForbidden},
-		{"wrong port", ok(func(e *contract.Event) { e.Host = "127.0.0.1:1" }), contract.CloseForbidden},
+		{"no token", ok(func(e *contract.Event) { e.Query = "" }), wire.CloseUnauthorized},
+		{"wrong token", ok(func(e *contract.Event) { e.Query = "token=nope" }), wire.CloseUnauthorized},
+		{"token prefix", ok(func(e *contract.Event) { e.Query = "token=s3cre" }), wire.CloseUnauthorized},
+		{"wrong bearer", ok(func(e *contract.Event) { e.Query = ""; e.Header["Authorization"] = []string{"Bearer x"} }), wire.CloseUnauthorized},
+		{"bad token and bad origin is 4401", ok(func(e *contract.Event) { e.Query = ""; e.Header["Origin"] = []string{"http://evil.example"} }), wire.CloseUnauthorized},
+		{"wrong host", ok(func(e *contract.Event) { e.Host = "evil.example:7717" }), wire.CloseForbidden},
+		{"wrong port", ok(func(e *contract.Event) { e.Host = "127.0.0.1:1" }), wire.CloseForbidden},
 		{"localhost alias", ok(func(e *contract.Event) { e.Host = "localhost:7717" }), 0},
 		{"same origin http", ok(func(e *contract.Event) { e.Header["Origin"] = []string{"http://127.0.0.1:7717"} }), 0},
 		{"same origin https", ok(func(e *contract.Event) { e.Header["Origin"] = []string{"https://127.0.0.1:7717"} }), 0},
 		{"allowed origin", ok(func(e *contract.Event) { e.Header["Origin"] = []string{"https://app.example"} }), 0},
-		{"foreign origin", ok(func(e *contract.Event) { e.Header["Origin"] = []string{"http://evil.example"} }), contract.CloseForbidden},
-		{"null origin", ok(func(e *contract.Event) { e.Header["Origin"] = []string{"null"} }), contract.CloseForbidden},
-		{"non-loopback peer", ok(func(e *contract.Event) { e.Remote = "192.0.2.7:4000" }), contract.CloseNotLoopback},
+		{"foreign origin", ok(func(e *contract.Event) { e.Header["Origin"] = []string{"http://evil.example"} }), wire.CloseForbidden},
+		{"null origin", ok(func(e *contract.Event) { e.Header["Origin"] = []string{"null"} }), wire.CloseForbidden},
+		{"non-loopback peer", ok(func(e *contract.Event) { e.Remote = "192.0.2.7:4000" }), wire.CloseNotLoopback},
 		{"ipv6 loopback peer", ok(func(e *contract.Event) { e.Remote = "[::1]:4000" }), 0},
 	}
 	for _, tt := range tests {
@@ -81,9 +82,9 @@ func TestAccessUnixSocket(t *testing.T) {
 		want int
 	}{
 		{"token and own address", contract.Event{Query: "token=t", Host: "unix:/run/tether/unix.sock", Remote: "unix"}, 0},
-		{"no token", contract.Event{Host: "unix:/run/tether/unix.sock", Remote: "unix"}, contract.CloseUnauthorized},
-		{"another host", contract.Event{Query: "token=t", Host: "127.0.0.1:7717", Remote: "unix"}, contract.CloseForbidden},
-		{"another socket", contract.Event{Query: "token=t", Host: "unix:/tmp/other.sock", Remote: "unix"}, contract.CloseForbidden},
+		{"no token", contract.Event{Host: "unix:/run/tether/unix.sock", Remote: "unix"}, wire.CloseUnauthorized},
+		{"another host", contract.Event{Query: "token=t", Host: "127.0.0.1:7717", Remote: "unix"}, wire.CloseForbidden},
+		{"another socket", contract.Event{Query: "token=t", Host: "unix:/tmp/other.sock", Remote: "unix"}, wire.CloseForbidden},
 		{"no peer address", contract.Event{Query: "token=t", Host: "unix:/run/tether/unix.sock"}, 0},
 	}
 	for _, tt := range tests {
@@ -118,26 +119,26 @@ func TestAccessHosts(t *testing.T) {
 		{loop, "127.0.0.1:7717", "", 0},
 		{loop, "localhost:7717", "http://localhost:7717", 0},
 		{loop, "[::1]:7717", "http://[::1]:7717", 0},
-		{loop, "127.0.0.1:7718", "", contract.CloseForbidden},
-		{loop, "rebind.attacker.example:7717", "", contract.CloseForbidden},
+		{loop, "127.0.0.1:7718", "", wire.CloseForbidden},
+		{loop, "rebind.attacker.example:7717", "", wire.CloseForbidden},
 		{wild, "127.0.0.1:7720", "http://127.0.0.1:7720", 0},
 		{wild, "localhost:7720", "http://localhost:7720/", 0},
 		{wild6, "[::1]:7720", "", 0},
-		{wild, "0.0.0.0:7720", "", contract.CloseForbidden},
-		{wild, "evil.example:7720", "", contract.CloseForbidden},
-		{wild, "127.0.0.1:7721", "", contract.CloseForbidden},
+		{wild, "0.0.0.0:7720", "", wire.CloseForbidden},
+		{wild, "evil.example:7720", "", wire.CloseForbidden},
+		{wild, "127.0.0.1:7721", "", wire.CloseForbidden},
 		{proxied, "tether.example", "https://tether.example", 0},
 		{proxied, "tether.example:443", "https://tether.example:443", 0},
 		{proxied, "exact.example:8443", "https://exact.example:8443", 0},
-		{proxied, "exact.example:9000", "", contract.CloseForbidden},
-		{proxied, "tether.example", "https://other.example", contract.CloseForbidden},
+		{proxied, "exact.example:9000", "", wire.CloseForbidden},
+		{proxied, "tether.example", "https://other.example", wire.CloseForbidden},
 		// Strict origins.
-		{loop, "127.0.0.1:7717", "http://evil.com@127.0.0.1:7717", contract.CloseForbidden},
-		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717?q=1", contract.CloseForbidden},
-		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717#f", contract.CloseForbidden},
-		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717/path", contract.CloseForbidden},
-		{loop, "127.0.0.1:7717", "ftp://127.0.0.1:7717", contract.CloseForbidden},
-		{loop, "127.0.0.1:7717", "null", contract.CloseForbidden},
+		{loop, "127.0.0.1:7717", "http://evil.com@127.0.0.1:7717", wire.CloseForbidden},
+		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717?q=1", wire.CloseForbidden},
+		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717#f", wire.CloseForbidden},
+		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717/path", wire.CloseForbidden},
+		{loop, "127.0.0.1:7717", "ftp://127.0.0.1:7717", wire.CloseForbidden},
+		{loop, "127.0.0.1:7717", "null", wire.CloseForbidden},
 		{loop, "127.0.0.1:7717", "http://127.0.0.1:7717/", 0},
 	}
 	if ifaceIP != "" {
@@ -151,7 +152,7 @@ func TestAccessHosts(t *testing.T) {
 				a            *Access
 				host, origin string
 				want         int
-			}{loop, net.JoinHostPort(ifaceIP, "7717"), "", contract.CloseForbidden})
+			}{loop, net.JoinHostPort(ifaceIP, "7717"), "", wire.CloseForbidden})
 	}
 	for _, tt := range tests {
 		t.Run(tt.a.Bound+"/"+tt.host+"/"+tt.origin, func(t *testing.T) {

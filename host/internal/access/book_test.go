@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 func newTestBook(t testing.TB, token string) (*Book, *memStore, *time.Time) {
@@ -211,17 +212,17 @@ func TestPageSignIn(t *testing.T) {
 		t.Errorf("?token= with its cookie: %+v; want no new sign-in", d)
 	}
 	// A wrong ?token= decides alone, whatever the cookie.
-	if d := a.Decide(page("token=nope", cookie)); d.Code != contract.CloseUnauthorized || !d.Given {
+	if d := a.Decide(page("token=nope", cookie)); d.Code != wire.CloseUnauthorized || !d.Given {
 		t.Errorf("wrong ?token= with a good cookie: %+v; want 4401", d)
 	}
 	// Another listener's cookie (same value) is not this one's.
-	if d := a.Decide(page("", "tether_7718="+c.Value)); d.Code != contract.CloseUnauthorized || d.Given {
+	if d := a.Decide(page("", "tether_7718="+c.Value)); d.Code != wire.CloseUnauthorized || d.Given {
 		t.Errorf("another port's cookie: %+v; want 4401 with no credential given", d)
 	}
 	// The token itself in this listener's cookie is a credential too
 	// (what a browser of an older tether may have), but a page cookie
 	// that is not a credential is refused.
-	if d := a.Decide(page("", "tether_7717=garbage")); d.Code != contract.CloseUnauthorized || !d.Given {
+	if d := a.Decide(page("", "tether_7717=garbage")); d.Code != wire.CloseUnauthorized || !d.Given {
 		t.Errorf("a bad page cookie: %+v; want 4401", d)
 	}
 	// The old cookie is accepted and replaced by the listener's.

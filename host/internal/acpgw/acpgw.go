@@ -275,7 +275,7 @@ func (c *conn) Send(frame []byte) {
 		c.evcut, c.evq, c.evbytes = true, nil, 0
 		c.evmu.Unlock()
 		c.log.Warn().Msg("acp client too slow for its sessions' events; closing it")
-		c.closeWith(contract.CloseTryAgainLater, "too slow")
+		c.closeWith(wire.CloseTryAgainLater, "too slow")
 		return
 	}
 	c.evq = append(c.evq, frame)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/coder/acp-go-sdk"
 
-	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/wire"
 )
@@ -38,7 +37,7 @@ func (c *conn) pumpEvents() {
 			default:
 			}
 			c.log.Warn().Msg("the acp library ended the connection; closing it")
-			c.closeWith(contract.CloseInternalError, "acp connection ended")
+			c.closeWith(wire.CloseInternalError, "acp connection ended")
 		case <-c.events:
 			for _, frame := range c.takeEvents() {
 				select {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/session"
+	"github.com/tether-agent/tether/wire"
 )
 
 // OnFrame implements link.Conn: one JSON-RPC message per text frame.
@@ -88,7 +89,7 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 	select {
 	case c.in <- l:
 	default:
-		c.closeWith(contract.CloseTryAgainLater, "too many messages waiting")
+		c.closeWith(wire.CloseTryAgainLater, "too many messages waiting")
 	}
 }
 

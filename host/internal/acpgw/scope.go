@@ -6,7 +6,6 @@ import (
 
 	"github.com/coder/acp-go-sdk"
 
-	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/wire"
 )
@@ -36,7 +35,7 @@ func (c *conn) canCreate() bool { return access.CanCreate(access.ScopesOf(c.g.bo
 // credential's scope; nothing was done) and returns the call's error.
 func (c *conn) forbid(method string) error {
 	c.log.Debug().Str("method", method).Str("credential", c.who.Name).Msg("acp call outside the credential's scope")
-	c.closeWith(contract.CloseForbidden, access.ErrForbidden.Error())
+	c.closeWith(wire.CloseForbidden, access.ErrForbidden.Error())
 	return &acp.RequestError{Code: wire.CodeForbidden, Message: access.ErrForbidden.Error()}
 }
 

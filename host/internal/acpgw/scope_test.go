@@ -10,9 +10,9 @@ import (
 	"github.com/coder/acp-go-sdk"
 	"github.com/rs/zerolog"
 
-	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/access"
+	"github.com/tether-agent/tether/wire"
 )
 
 // TestACPScopes: each kind of credential against the /acp calls that
@@ -108,7 +108,7 @@ func TestACPScopes(t *testing.T) {
 					}
 					return
 				}
-				if err == nil || !closed || code != contract.CloseForbidden {
+				if err == nil || !closed || code != wire.CloseForbidden {
 					t.Fatalf("refused call: err %v, closed %v code %d; want the connection closed 4403", err, closed, code)
 				}
 				if after := stored(); after != before {

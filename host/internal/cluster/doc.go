@@ -1,32 +1,22 @@
 // Package cluster shares tether's session table between hosts on NATS
 // JetStream (tether serve --cluster). Node is one host's membership: it
-// starts the embedded server if asked (Embedded: a NATS server with
-// JetStream inside the host process, alone or routed with others),
-// connects, and opens:
+// starts the embedded server if asked, connects, opens the cluster's
+// stores, and serves the relay. Its parts, each a package below:
 //
-//   - KVOwners, the ownership store (ownership.Store) on the KV bucket
-//     tether_sessions: one key per live stored session, its value the
-//     owner record (host and process instance, runtime session, binding
-//     generation, viewers) as JSON. HostOwners wraps it for the table:
-//     a create that finds the key owned takes it over, by a
-//     revision-checked update, only when the owner left the cluster, and
-//     otherwise answers *ownership.HeldError naming the owner;
-//   - JSStore, host/store's stored sessions, display rows, runs and event
-//     journal on JetStream, so that any host can rebuild any session;
-//   - Registry, the heartbeats in the KV bucket tether_hosts: each host
-//     rewrites its entry every TTL/3 and ages the others' on its own clock
-//     from when it saw them change (a watch; a host the watch says is gone
-//     is asked about once more from the bucket's leader, so a watch that
-//     fell behind never makes a live host look dead). A host that cannot
-//     write its heartbeat for TTL/2 is fenced: the host releases its live
-//     sessions before another may take them;
-//   - PTYPlaces, the KV bucket tether_ptys: the host of each attach token,
-//     claimed with a create by the host of its first attach;
-//   - Credentials, the KV bucket tether_credentials: every credential a
-//     host accepts (each host's access token, page sign-ins), keyed by
-//     its secret's SHA-256, watched by every host so that a client signed
-//     in on one host is accepted by all;
-//   - Relay, connections carried between hosts on the NATS subjects
+//   - embedded: a NATS server with JetStream inside the host process,
+//     alone or routed with others, and who may use the bus (the
+//     embedded server's passwords derived from the cluster's secret, its
+//     TLS, the credentials a host of an external cluster presents);
+//   - owners: the session ownership table on the KV bucket
+//     tether_sessions (owners.KV, wrapped by owners.Takeover for the
+//     table), the hosts' heartbeats (owners.Registry, bucket
+//     tether_hosts) and the PTYs' hosts (owners.PTYPlaces, bucket
+//     tether_ptys);
+//   - jsstore: host/store's stored sessions, display rows, runs and event
+//     journal on JetStream (jsstore.Store), so that any host can rebuild
+//     any session, and the credentials every host accepts
+//     (jsstore.ClientCredentials, bucket tether_credentials);
+//   - relay: connections carried between hosts on the NATS subjects
 //     tether.relay.<host>.in and .back: a client's /api/ws socket that
 //     binds a session live elsewhere, or its /api/pty socket of a PTY
 //     elsewhere, gets a leg to that host, which serves it through the same
@@ -34,183 +24,12 @@
 //     A leg's open carries the client's identity as its own host verified
 //     it (header Tether-Identity); the serving host applies it and checks
 //     no credential itself: whoever can publish on the cluster's subjects
-//     is a host.
+//     is a host;
+//   - bus: what the JetStream users share (a KV bucket read from its
+//     stream leader, busy writes asked again, the token rule);
+//   - clustertest: the servers the parts' tests start.
 //
-// # Who may use the bus
-//
-// Whoever can use the cluster's NATS is a host, so no one else can
-// connect (auth.go). An embedded server with routes needs the cluster's
-// shared secret (EmbeddedConfig.Secret): clients and routes present
-// passwords derived from it with HMAC-SHA256 (one for clients, one for
-// routes), and the host's own connection is in-process (Embedded.Connect).
-// An address off loopback needs TLS (EmbeddedConfig.TLS: TLS on the
-// client port, mutual TLS on routes). A host of an external cluster
-// presents NodeConfig.Credentials over NodeConfig.TLS. nats-server and
-// nats.go do all the checking (TestEmbeddedRefusesStrangers,
-// TestRoutesNeedTheSecret, TestRoutesMutualTLS, TestCredentialsOptions).
-//
-// # Compare-and-swap
-//
-// A bind claims a key with Create and records every later binding with
-// Update(key, value, revision); every teardown is an Update or a Delete
-// at the revision the last write returned. The server accepts such a
-// write only if the key's last message is at that revision (the
-// expected-last-subject-sequence check, decided by the stream leader
-// through the stream's Raft group on a replicated bucket), so of several
-// hosts writing from one revision exactly one wins; the others get
-// ownership.ErrConflict. The pitfalls of doing this on a KV bucket, and
-// what holds each:
-//
-//   - A revision is the stream's sequence, shared by every key and taken
-//     by delete markers too, not a per-key counter: a key's revisions
-//     jump, and one more than a key's revision is some other message's.
-//     Callers only ever present a revision a write returned.
-//     (TestRevisionsAreStreamSequences; ownershiptest RevisionOfAnotherKey,
-//     RevisionsGrow.)
-//   - Revision 0 means "no message yet" to an update, which would create
-//     the key, and "no check at all" to a delete, which would remove it
-//     unconditionally: Update and Delete refuse it as a conflict without
-//     asking the server. (ownershiptest RevisionZero.)
-//   - A delete leaves a delete marker as the key's one message. Create
-//     takes a key over its marker with an update at the marker's revision,
-//     so creators racing over a deleted key have one winner; revisions of
-//     the key's earlier life stay stale. (TestCreateOverDeleteMarker;
-//     ownershiptest CreateAfterDelete, ConcurrentCreatesAfterDelete.)
-//   - A direct get may be answered by any replica of the stream, or by a
-//     mirror, possibly with a stale value: the library creates every
-//     bucket with direct gets on and uses them whenever the stream allows
-//     them. NewKVOwners switches them off on the stream and reads the
-//     configuration back into its handle, so every Get is a message get
-//     answered by the stream leader; it refuses a bucket that is a mirror.
-//     A Get still only informs: what decides is the revision-checked
-//     write, so a stale read can cost a conflict, never a second owner.
-//     (TestGetNeverDirect, TestBucketConfig.)
-//   - On a replicated bucket the stream leader acknowledges a write
-//     before it forgets the write in process, and meanwhile refuses the
-//     key's next conditional write without comparing its revision (code
-//     10164, which the library counts as a mismatch; 10163 likewise while
-//     a new leader applies its log). Such a refusal wrote nothing: KVOwners
-//     asks again (1 ms, doubling up to 50 ms) until the server decides or
-//     the context ends (ErrUnavailable, never ErrConflict). Without it, a
-//     bind right after a teardown of the same session would be refused as
-//     owned elsewhere. (TestBusyIsAskedAgain, TestClusterBackToBackWrites.)
-//   - A watch sends a nil entry once it has delivered every key's last
-//     value (at once on an empty bucket); List stops there, and drains the
-//     watch when it stops it (its delivery blocks on a full channel).
-//     (TestList.)
-//
-// Errors: the server refusing the revision wraps ownership.ErrConflict, a
-// key with no value (never written, or deleted) ownership.ErrNoOwner, and
-// anything else — a timeout, no responders, a closed connection, JetStream
-// unavailable, a deleted bucket — ownership.ErrUnavailable, as the entry
-// may or may not have changed. The nats error stays wrapped as well.
-//
-// # The bucket
-//
-// History 1: only the last revision of a key decides a compare-and-swap;
-// older ones would only grow the stream. Each deleted key keeps one delete
-// marker. File storage: an ownership entry must survive a restart of the
-// NATS servers, or a host still serving a session would find its key free
-// for another. Replicas: KVConfig.Replicas, 3 on a three-server cluster —
-// the bucket then survives the loss of one server with every committed
-// entry, and keeps deciding races with the two left (TestClusterNodeLoss,
-// TestClusterOneWinner); with 1, the one server holding it is a single
-// point of failure. No TTL or maximum age: an entry lives as long as its
-// session's ownership. An existing bucket is used as it is, except for
-// its direct gets.
-//
-// KVOwners does not own its connection, and Embedded not its clients:
-// the caller closes connections, then shuts servers down.
-//
-// # Stored sessions
-//
-// JSStore has the method set, errors and orders of host/store's *Store,
-// and passes the same conformance suite (host/store/storetest). Its
-// layout, for prefix p (default "tether"):
-//
-//   - Bucket p_store (history 1, direct gets off as for the ownership
-//     bucket): one key s.<key> per stored session, its row as JSON —
-//     title, parent, fork count, times, end reason, epoch and last seq,
-//     agent state, and its runs. Every change is a compare-and-swap: read
-//     the row and its revision, change it, Update at that revision, and
-//     read again when another host won (CreateSession is a KV Create, so
-//     of two hosts creating one key one gets store.ErrExists).
-//   - Stream P_EVENTS, subjects p.journal.<key>: one message per event,
-//     its seq in a Tether-Seq header, its params as the body. An append
-//     is published with the expected last sequence of the subject, the
-//     stream sequence of the session's last event, so the journal's seqs
-//     are exactly the session's: a seq already journaled is skipped (as
-//     host/store ignores it), one that would leave a gap is refused with
-//     store.ErrInvalid (unless the journal is empty), and of two hosts
-//     appending the same seq one writes it and the other finds it there.
-//     Retention is host/store's: a purge of the subject keeping PerSession
-//     once its top passes that, and a purge of the stream keeping Total
-//     once the stream's sequence passes that. For PerSessionBytes each
-//     message also carries, in a Tether-Bytes-Before header, the bytes
-//     of the session's events before it (pruned ones included), so a
-//     journal's bytes are its last message's end less its first's
-//     header: past the bound, the subject is purged before the first
-//     message whose header is at least the end less the bound (found
-//     from the first message's next, then by halving stream sequences),
-//     never its last. EventsSince reads the
-//     subject's first and last messages for the bounds, seeks the first
-//     wanted event by interpolating between stream sequences, and reads
-//     from there through a consumer of that read only, deleted after it.
-//   - Stream P_MESSAGES, subjects p.messages.<key>: one message per
-//     append (a JSON array of display rows, with the index of its first
-//     row, its row count and its own index in headers), published with
-//     the subject's expected last sequence: an append's rows are stored
-//     together or not at all and stay adjacent, and the last message
-//     gives the session's message count in one read.
-//
-// Tests: the suite on one server (TestJSStoreConformance) and on three
-// routed ones with 3 replicas, each store on another node
-// (TestJSStoreConformanceCluster: there a read's new consumer may not be
-// known yet to the connection's server, and the fetch is asked again);
-// two hosts racing on one session (TestJSStoreTwoHosts); a session
-// continued by another host (TestJSStoreRebuildOnAnotherHost); journals
-// interleaved in the stream (TestJSStoreInterleavedJournals).
-//
-// One stream with a subject per session rather than a stream per
-// session: a stream per session would make the stream sequence the
-// session seq and each append a plain expected-last-sequence publish,
-// but every stream is an object the servers keep (a Raft group of its
-// own on a replicated cluster), created before a session's first event,
-// and the total retention would have to be enforced across streams. The
-// figures are in BENCHMARKS.md ("JetStream store").
-//
-// What JSStore does not do as the SQLite store does:
-//
-//   - A write of several parts is not one transaction. Commit writes, per
-//     session, its events, then its display rows, then its row; StartTurn
-//     the prompt row, then the run. A fault stops it with
-//     store.ErrUnavailable and leaves the parts already written. A
-//     Commit tried again as the table's journal does (the same entries
-//     first) journals no event twice, and does not store a session's
-//     display rows twice when the session has events in it (each
-//     Commit's rows carry the lowest seq of the session's events in it;
-//     TestJSStoreCommitRetried). A StartTurn that failed after its prompt
-//     row leaves that row. (JetStream's atomic batch publish,
-//     AllowAtomicPublish, spans one stream and has no client API in
-//     nats.go's jetstream package yet.)
-//   - FindByTitle and List read every row (the bucket has no index), and
-//     List reads each listed session's last display message for its
-//     count.
-//   - Every error that is not the caller's (not found, exists, invalid)
-//     wraps store.ErrUnavailable, reads included: to the table, the
-//     cluster's storage is unavailable, 5003. One that says the servers
-//     did not answer or cannot decide now (a timeout, no responders, no
-//     meta or stream leader: noAnswer) wraps store.ErrUnreachable too.
-//     Reachable asks the meta leader and the leaders of the bucket and
-//     both streams at once; the table asks it, within its ownership
-//     bound, before a resume rebuilds a session, and answers a resume
-//     that meets ErrUnreachable 5002 (retry) at once: after a server
-//     went away, its streams have no leader until the others elect one
-//     (nats-server's election timeout, 4 to 9 s), and every read would
-//     otherwise wait out its own timeout (5 s) and answer 5003.
-//     (TestNoAnswer, TestJSStoreReachable.)
-//   - QuickCheck checks that the bucket and streams answer and keep their
-//     configuration (no limits that would drop messages behind the
-//     store's back): ErrDamaged when one is gone or changed.
-//   - Close only stops the store's use; the connection is the caller's.
+// The parts never import this package (internal/deptest). A part does
+// not own the connection it is given, and embedded.Server not its
+// clients: the node closes connections, then shuts the server down.
 package cluster

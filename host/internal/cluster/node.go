@@ -13,6 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/tether-agent/tether/host/internal/cluster/embedded"
+	"github.com/tether-agent/tether/host/internal/cluster/jsstore"
+	"github.com/tether-agent/tether/host/internal/cluster/owners"
+	"github.com/tether-agent/tether/host/internal/cluster/relay"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 )
@@ -24,11 +28,11 @@ type NodeConfig struct {
 	URLs []string
 	// Credentials and TLS are what the host presents to the servers of
 	// URLs (with Embedded, the embedded server's secret is used instead).
-	Credentials Credentials
-	TLS         *TLSFiles
+	Credentials embedded.Credentials
+	TLS         *embedded.TLSFiles
 	// Embedded, when set, runs a NATS server with JetStream in this
 	// process first (--cluster embedded).
-	Embedded *EmbeddedConfig
+	Embedded *embedded.Config
 	// HostID and Instance name this host and its process.
 	HostID, Instance string
 	// TTL: a host whose heartbeat is older is gone (--cluster-ttl).
@@ -48,7 +52,7 @@ type NodeConfig struct {
 type Hooks struct {
 	// Stats gives the live session and PTY counts for the heartbeat.
 	Stats func() (sessions, ptys int)
-	// OnFenced and OnRestored: see RegistryConfig.
+	// OnFenced and OnRestored: see owners.RegistryConfig.
 	OnFenced, OnRestored func()
 	// Active answers another host asking for this host's live sessions
 	// (JSON).
@@ -60,22 +64,22 @@ type Hooks struct {
 // host registry with its heartbeat, and the relay.
 type Node struct {
 	cfg NodeConfig
-	emb *Embedded
+	emb *embedded.Server
 	// NC is the node's NATS connection.
 	NC *nats.Conn
 	js jetstream.JetStream
 	// Owners is the table's ownership store.
-	Owners *HostOwners
+	Owners *owners.Takeover
 	// Store keeps the stored sessions, messages and journal.
-	Store *JSStore
+	Store *jsstore.Store
 	// Registry is the heartbeat and the view of the other hosts.
-	Registry *Registry
+	Registry *owners.Registry
 	// PTYs places the cluster's PTYs on hosts.
-	PTYs *PTYPlaces
+	PTYs *owners.PTYPlaces
 	// ClientCredentials are the credentials every host of the cluster
 	// accepts from clients.
-	ClientCredentials *ClientCredentials
-	relay             *Relay
+	ClientCredentials *jsstore.ClientCredentials
+	relay             *relay.Relay
 
 	// waited is how long StartNode waited for the other servers.
 	waited time.Duration
@@ -105,7 +109,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		nats.Timeout(5 * time.Second),
 	}
 	if cfg.Embedded != nil {
-		n.emb, err = StartEmbedded(ctx, *cfg.Embedded)
+		n.emb, err = embedded.Start(ctx, *cfg.Embedded)
 		if err != nil {
 			return nil, err
 		}
@@ -124,9 +128,9 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		n.NC, err = nats.Connect(joinURLs(cfg.URLs), append(opts, auth...)...)
 		switch {
 		case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
-			return nil, fmt.Errorf("cluster: connect to %s: the NATS server refused this host's credentials: %w", RedactURLs(cfg.URLs), err)
+			return nil, fmt.Errorf("cluster: connect to %s: the NATS server refused this host's credentials: %w", embedded.RedactURLs(cfg.URLs), err)
 		case err != nil:
-			return nil, fmt.Errorf("cluster: connect to %s: %w", RedactURLs(cfg.URLs), err)
+			return nil, fmt.Errorf("cluster: connect to %s: %w", embedded.RedactURLs(cfg.URLs), err)
 		}
 		if !n.NC.AuthRequired() {
 			cfg.Log.Warn().Str("nats", n.NC.ConnectedUrlRedacted()).Msg("the cluster's NATS server let this host in with no credential: whoever can reach it can read every session and reach every PTY of the cluster")
@@ -138,7 +142,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	wait := &joinWait{log: cfg.Log}
 	if n.emb != nil {
-		if !n.emb.srv.JetStreamIsCurrent() {
+		if !n.emb.Server().JetStreamIsCurrent() {
 			wait.waiting("jetstream", nil)
 		}
 		if err := n.emb.WaitJetStream(ctx); err != nil {
@@ -160,22 +164,22 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	// while, and a request racing another host's creation of the same
 	// stream may go unanswered: each step is tried again, each try
 	// bounded, until ctx ends.
-	var kv *KVOwners
+	var kv *owners.KV
 	steps := []struct {
 		what string
 		do   func(context.Context) error
 	}{
 		{"ownership bucket", func(ctx context.Context) (err error) {
-			kv, err = NewKVOwners(ctx, n.js, KVConfig{Replicas: replicas})
+			kv, err = owners.NewKV(ctx, n.js, owners.KVConfig{Replicas: replicas})
 			return err
 		}},
 		{"session store", func(ctx context.Context) (err error) {
-			n.Store, err = OpenJSStore(ctx, n.js, StoreConfig{Replicas: replicas})
+			n.Store, err = jsstore.Open(ctx, n.js, jsstore.Config{Replicas: replicas})
 			return err
 		}},
 		{"hosts registry", func(ctx context.Context) (err error) {
-			n.Registry, err = OpenRegistry(ctx, n.js, RegistryConfig{
-				Self:       HostInfo{ID: cfg.HostID, Instance: cfg.Instance, Listen: cfg.Listen, Started: time.Now()},
+			n.Registry, err = owners.OpenRegistry(ctx, n.js, owners.RegistryConfig{
+				Self:       owners.HostInfo{ID: cfg.HostID, Instance: cfg.Instance, Listen: cfg.Listen, Started: time.Now()},
 				TTL:        cfg.TTL,
 				Replicas:   replicas,
 				Stats:      n.stats,
@@ -186,11 +190,11 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return err
 		}},
 		{"pty places", func(ctx context.Context) (err error) {
-			n.PTYs, err = OpenPTYPlaces(ctx, n.js, n.Registry, replicas)
+			n.PTYs, err = owners.OpenPTYPlaces(ctx, n.js, n.Registry, replicas)
 			return err
 		}},
 		{"credentials", func(ctx context.Context) (err error) {
-			n.ClientCredentials, err = OpenClientCredentials(ctx, n.js, replicas, cfg.Log)
+			n.ClientCredentials, err = jsstore.OpenClientCredentials(ctx, n.js, replicas, cfg.Log)
 			return err
 		}},
 	}
@@ -199,7 +203,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
-	n.Owners = NewHostOwners(kv, n.Registry, cfg.Log)
+	n.Owners = owners.NewTakeover(kv, n.Registry, cfg.Log)
 	n.waited = wait.waited()
 	return n, nil
 }
@@ -290,7 +294,7 @@ func (n *Node) SetHooks(h Hooks) { n.hooks.Store(&h) }
 // Serve starts serving the other hosts: legs relayed to this host reach
 // endpoints, and asks for this host's live sessions are answered.
 func (n *Node) Serve(endpoints map[string]link.Endpoint) error {
-	r, err := NewRelay(n.NC, n.Registry, endpoints, n.cfg.TTL, n.cfg.Log)
+	r, err := relay.New(n.NC, n.Registry, endpoints, n.cfg.TTL, n.cfg.Log)
 	if err != nil {
 		return err
 	}
@@ -327,7 +331,7 @@ func (n *Node) Stats() metrics.ClusterStats {
 }
 
 // Relay is the node's relay (nil before Serve).
-func (n *Node) Relay() *Relay { return n.relay }
+func (n *Node) Relay() *relay.Relay { return n.relay }
 
 // SetListen records the public listener's address for the registry.
 func (n *Node) SetListen(addr string) { n.Registry.SetListen(addr) }
@@ -357,7 +361,7 @@ func (n *Node) Active(ctx context.Context) [][]byte {
 	return out
 }
 
-// Hosts lists the cluster's hosts (see Registry.Hosts), as JSON-ready
+// Hosts lists the cluster's hosts (see owners.Registry.Hosts), as JSON-ready
 // rows.
 func (n *Node) Hosts() []HostRow {
 	var rows []HostRow

@@ -18,6 +18,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/wire"
 )
 
 // RelayTransport is the transport name of connections another host of a
@@ -180,7 +181,7 @@ func (l *Link) Run(ctx context.Context) error {
 func (l *Link) Send(cmd contract.Command) {
 	if cmd.Kind == contract.CommandSend && len(cmd.Data) > contract.MaxFrameData {
 		l.log.Warn().Uint64("conn", cmd.Conn).Int("bytes", len(cmd.Data)).Msg("frame too large for the transport; closing its connection")
-		cmd = contract.Command{Kind: contract.CommandClose, Conn: cmd.Conn, Code: contract.CloseTryAgainLater, Reason: "message too large"}
+		cmd = contract.Command{Kind: contract.CommandClose, Conn: cmd.Conn, Code: wire.CloseTryAgainLater, Reason: "message too large"}
 	}
 	l.mu.Lock()
 	if l.ended {
@@ -390,7 +391,7 @@ func (l *Link) opened(ev *contract.Event) {
 	d := l.access.Decide(*ev)
 	ep := l.endpoints[ev.Path]
 	if d.Code == 0 && ep == nil {
-		d.Code, d.Reason = contract.CloseNotFound, refuseReason(contract.CloseNotFound)
+		d.Code, d.Reason = wire.CloseNotFound, refuseReason(wire.CloseNotFound)
 	}
 	if d.Code != 0 {
 		l.metrics.Refused.WithLabelValues(strconv.Itoa(d.Code)).Inc()
@@ -470,7 +471,7 @@ func (l *Link) cut(book *access.Book) {
 	l.mu.Unlock()
 	for _, g := range cut {
 		l.log.Info().Uint64("conn", g.conn).Str("reason", g.reason).Msg("closing a connection whose credential is no longer valid")
-		l.Send(contract.Command{Kind: contract.CommandClose, Conn: g.conn, Code: contract.CloseUnauthorized, Reason: g.reason})
+		l.Send(contract.Command{Kind: contract.CommandClose, Conn: g.conn, Code: wire.CloseUnauthorized, Reason: g.reason})
 	}
 }
 
@@ -486,7 +487,7 @@ func (l *Link) page(ev *contract.Event) {
 	if d.Code != 0 {
 		l.metrics.Refused.WithLabelValues(strconv.Itoa(d.Code)).Inc()
 		reason := d.Reason
-		if d.Code == contract.CloseUnauthorized && !d.Given {
+		if d.Code == wire.CloseUnauthorized && !d.Given {
 			reason = access.ReasonNoCredential
 		}
 		l.log.Debug().Str("remote", ev.Remote).Int("code", d.Code).Str("reason", reason).Msg("page refused")
@@ -505,7 +506,7 @@ func (l *Link) page(ev *contract.Event) {
 		hdr, err := l.access.PageCookies(ctx, evCopy, d)
 		if err != nil {
 			l.log.Warn().Err(err).Msg("a page sign-in could not be stored; the page is refused (503)")
-			l.Send(contract.Command{Kind: contract.CommandClose, Conn: conn, Code: contract.CloseTryAgainLater, Reason: "sign-in unavailable"})
+			l.Send(contract.Command{Kind: contract.CommandClose, Conn: conn, Code: wire.CloseTryAgainLater, Reason: "sign-in unavailable"})
 			return
 		}
 		l.Send(contract.Command{Kind: contract.CommandAdmit, Conn: conn, Header: hdr})
@@ -557,13 +558,13 @@ func (l *Link) checkDrainedLocked() {
 
 func refuseReason(code int) string {
 	switch code {
-	case contract.CloseUnauthorized:
+	case wire.CloseUnauthorized:
 		return "unauthorized"
-	case contract.CloseForbidden:
+	case wire.CloseForbidden:
 		return "forbidden host or origin"
-	case contract.CloseNotLoopback:
+	case wire.CloseNotLoopback:
 		return "loopback only"
-	case contract.CloseNotFound:
+	case wire.CloseNotFound:
 		return "endpoint switched off"
 	}
 	return ""

@@ -11,6 +11,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 // openingTransport opens one connection per secret on Link, then waits;
@@ -99,7 +100,7 @@ func TestSweepCutsRevokedAndExpired(t *testing.T) {
 	}
 	start := time.Now()
 	c := waitClose("the short credential's expiry", 3*time.Second)
-	if c.Conn != 3 || c.Code != contract.CloseUnauthorized || c.Reason != access.ReasonExpired {
+	if c.Conn != 3 || c.Code != wire.CloseUnauthorized || c.Reason != access.ReasonExpired {
 		t.Fatalf("at expiry: close %+v, want conn 3 4401 %q", c, access.ReasonExpired)
 	}
 	if took := time.Since(start); took > 1400*time.Millisecond {
@@ -111,7 +112,7 @@ func TestSweepCutsRevokedAndExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = waitClose("the revoked credential", time.Second)
-	if c.Conn != 2 || c.Code != contract.CloseUnauthorized || c.Reason != access.ReasonRevoked {
+	if c.Conn != 2 || c.Code != wire.CloseUnauthorized || c.Reason != access.ReasonRevoked {
 		t.Fatalf("after revoke: close %+v, want conn 2 4401 %q", c, access.ReasonRevoked)
 	}
 	t.Logf("revoked → closed in %v", time.Since(revoked))

@@ -40,7 +40,7 @@ func ParsePTYQuery(raw string) (PTYQuery, error) {
 	}
 	var p PTYQuery
 	if vs, ok := q["attach"]; ok {
-		if len(vs) != 1 || !ValidAttachToken(vs[0]) {
+		if len(vs) != 1 || !wire.ValidAttachToken(vs[0]) {
 			return PTYQuery{}, fmt.Errorf("attach must be 16-128 of [A-Za-z0-9_-]: %w", contract.ErrInvalidArgument)
 		}
 		p.Attach = vs[0]
@@ -103,14 +103,6 @@ func (q PTYQuery) Encode() string {
 	}
 	return v.Encode()
 }
-
-// ValidAttachToken reports whether t is 16–128 characters of
-// [A-Za-z0-9_-].
-func ValidAttachToken(t string) bool { return wire.ValidAttachToken(t) }
-
-// IsResize reports whether frame starts with the resize escape's prefix:
-// it is then a resize, or dropped, and never input.
-func IsResize(frame []byte) bool { return wire.IsResize(frame) }
 
 // Why a frame that starts with the resize escape is dropped.
 var (

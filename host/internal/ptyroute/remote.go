@@ -8,6 +8,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Remote places the PTYs of a cluster: a PTY stays on the host that got
@@ -102,7 +103,7 @@ func (r *Router) openClustered(rem Remote, id contract.TransportID, who access.I
 		host, inst, err := rem.Locate(ctx, q.Attach)
 		if err != nil {
 			r.log.Warn().Err(err).Msg("locating a PTY in the cluster")
-			out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseTryAgainLater, Reason: "pty host unreachable; retry"})
+			out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: wire.CloseTryAgainLater, Reason: "pty host unreachable; retry"})
 			return
 		}
 		if host == "" {
@@ -122,7 +123,7 @@ func (r *Router) openClustered(rem Remote, id contract.TransportID, who access.I
 		})
 		if err != nil {
 			r.log.Warn().Err(err).Str("host", host).Msg("reaching a PTY's host")
-			out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseTryAgainLater, Reason: "pty host unreachable; retry"})
+			out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: wire.CloseTryAgainLater, Reason: "pty host unreachable; retry"})
 			return
 		}
 		if !cc.become(legConn{leg}) {

@@ -22,6 +22,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/wire"
 )
 
 // ptyChunk bounds one binary frame of replay output.
@@ -120,7 +121,7 @@ func (r *Router) cutStalled(out link.Sender) {
 	}
 	r.mu.Unlock()
 	for _, c := range cut {
-		c.closeWith(contract.CloseTryAgainLater, "output stalled")
+		c.closeWith(wire.CloseTryAgainLater, "output stalled")
 	}
 	r.log.Warn().Int("sockets", len(cut)).Str("waited", ptyStallTimeout.String()).Msg("transport stalled: pty sockets closed with 1013")
 }
@@ -177,7 +178,7 @@ func (c *ptyConn) OnFrame(data []byte, _ bool) {
 	if c.q.View {
 		return
 	}
-	if IsResize(data) {
+	if wire.IsResize(data) {
 		cols, rows, err := ParseResize(data, c.r.maxCols, c.r.maxRows)
 		if err != nil {
 			// Never typed into the shell, and never sent to the

@@ -16,6 +16,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/wire"
 )
 
 // TestParseResize: a resize is exactly the escape with both numbers from
@@ -165,7 +166,7 @@ func FuzzParsePTYQuery(f *testing.F) {
 			}
 			return
 		}
-		if q.Attach != "" && !ValidAttachToken(q.Attach) {
+		if q.Attach != "" && !wire.ValidAttachToken(q.Attach) {
 			t.Fatalf("accepted invalid attach %q", q.Attach)
 		}
 		if q.Offset < 0 || (!q.HasOffset && q.Offset != 0) {
@@ -412,7 +413,7 @@ func (b *attachRecorder) Attach(_ context.Context, req contract.AttachRequest) (
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reqs = append(b.reqs, req)
-	return contract.AttachResponse{Epoch: "e", Reset: true, Reason: contract.ReasonInitial, Snapshot: true}, nil
+	return contract.AttachResponse{Epoch: "e", Reset: true, Reason: wire.ReasonInitial, Snapshot: true}, nil
 }
 
 func (b *attachRecorder) Detach(context.Context, string, contract.TransportID) error { return nil }

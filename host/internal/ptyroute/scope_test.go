@@ -14,6 +14,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 // adminWho is the access token's identity.
@@ -112,7 +113,7 @@ func TestPTYScopes(t *testing.T) {
 						first = <-out.cmds
 						c.OnClosed()
 					}
-					if first.Kind != contract.CommandClose || first.Code != contract.CloseForbidden || first.Reason != "forbidden: outside this credential's scope" {
+					if first.Kind != contract.CommandClose || first.Code != wire.CloseForbidden || first.Reason != "forbidden: outside this credential's scope" {
 						t.Fatalf("got %+v, want close 4403 forbidden", first)
 					}
 					r.Wait()

@@ -53,7 +53,7 @@ func (r *Router) Open(o link.Opening) link.Conn {
 	id, out := o.ID, o.Out
 	q, err := ParsePTYQuery(o.Event.Query)
 	if err != nil {
-		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseBadRequest, Reason: "bad attach token or offset"})
+		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: wire.CloseBadRequest, Reason: "bad attach token or offset"})
 		return nil
 	}
 	q.boundSize(r.maxCols, r.maxRows)
@@ -65,7 +65,7 @@ func (r *Router) Open(o link.Opening) link.Conn {
 	create, ok := r.authorize(o.Who, q)
 	if !ok {
 		r.log.Debug().Str("transport_id", id.String()).Str("credential", o.Who.Name).Msg("pty socket outside the credential's scope")
-		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: contract.CloseForbidden, Reason: access.ErrForbidden.Error()})
+		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: wire.CloseForbidden, Reason: access.ErrForbidden.Error()})
 		return nil
 	}
 	r.mu.Lock()
@@ -175,7 +175,7 @@ func (c *ptyConn) attach() {
 	backend := r.backend
 	if backend == nil {
 		r.mu.Unlock()
-		c.closeWith(contract.CloseInternalError, "pty backend unavailable")
+		c.closeWith(wire.CloseInternalError, "pty backend unavailable")
 		return
 	}
 	r.mu.Unlock()
@@ -187,12 +187,12 @@ func (c *ptyConn) attach() {
 		cancel()
 		if err != nil {
 			c.log.Warn().Err(err).Msg("pty list failed")
-			c.closeWith(contract.CloseInternalError, "pty attach failed")
+			c.closeWith(wire.CloseInternalError, "pty attach failed")
 			return
 		}
 		for _, p := range ptys {
 			if p.Token == c.token {
-				c.closeWith(contract.CloseForbidden, access.ErrForbidden.Error())
+				c.closeWith(wire.CloseForbidden, access.ErrForbidden.Error())
 				return
 			}
 		}
@@ -244,14 +244,14 @@ func (c *ptyConn) attach() {
 		r.mu.Unlock()
 		switch {
 		case errors.Is(err, contract.ErrNoSuchTerminal):
-			c.closeWith(contract.CloseNoSuchTerminal, "no such terminal")
+			c.closeWith(wire.CloseNoSuchTerminal, "no such terminal")
 		case errors.Is(err, contract.ErrRegistryFull):
-			c.closeWith(contract.CloseInternalError, "registry full")
+			c.closeWith(wire.CloseInternalError, "registry full")
 		case errors.Is(err, contract.ErrInvalidArgument):
-			c.closeWith(contract.CloseBadRequest, "bad attach token")
+			c.closeWith(wire.CloseBadRequest, "bad attach token")
 		default:
 			c.log.Warn().Err(err).Msg("pty attach failed")
-			c.closeWith(contract.CloseInternalError, "pty attach failed")
+			c.closeWith(wire.CloseInternalError, "pty attach failed")
 		}
 		return
 	}
@@ -292,7 +292,7 @@ func (c *ptyConn) attach() {
 	r.mu.Unlock()
 	if superseded != nil {
 		r.metrics.Supersedes.Inc()
-		superseded.closeWith(contract.CloseSuperseded, "opened elsewhere")
+		superseded.closeWith(wire.CloseSuperseded, "opened elsewhere")
 	}
 	if c.create && r.book != nil && c.who.Credential != "" {
 		gctx, cancel := rpcCtx()
@@ -344,7 +344,7 @@ func (c *ptyConn) deliverLocked(o contract.Output) (sent bool) {
 			// Bytes between c.from and o.Offset never reached this
 			// socket (the stream fell behind the ring): drop it so it
 			// reattaches with its offset.
-			c.closeWith(contract.CloseTryAgainLater, "output gap")
+			c.closeWith(wire.CloseTryAgainLater, "output gap")
 			c.from, c.cut = end, true
 			return false
 		}
@@ -353,7 +353,7 @@ func (c *ptyConn) deliverLocked(o contract.Output) (sent bool) {
 		sent = true
 	}
 	if o.Exited {
-		c.closeWith(contract.CloseProcessExited, "process exited")
+		c.closeWith(wire.CloseProcessExited, "process exited")
 	}
 	return sent
 }

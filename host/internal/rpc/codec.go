@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/tether-agent/tether/wire"
 )
 
 // rpcError is a JSON-RPC error object.
@@ -44,17 +46,17 @@ func decodeRequest(data []byte) (*request, *rpcError) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		if !json.Valid(trimmed) {
-			return nil, errorf(CodeParseError, "parse error")
+			return nil, errorf(wire.CodeParseError, "parse error")
 		}
-		return nil, errorf(CodeInvalidRequest, "a request must be one JSON object")
+		return nil, errorf(wire.CodeInvalidRequest, "a request must be one JSON object")
 	}
 	req := &request{arrived: time.Now()}
 	if err := json.Unmarshal(trimmed, req); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return nil, errorf(CodeParseError, "parse error")
+			return nil, errorf(wire.CodeParseError, "parse error")
 		}
-		return nil, errorf(CodeInvalidRequest, "invalid request: %v", err)
+		return nil, errorf(wire.CodeInvalidRequest, "invalid request: %v", err)
 	}
 	return req, nil
 }
@@ -81,11 +83,11 @@ func parseParams(raw json.RawMessage) (params, *rpcError) {
 		return params{}, nil
 	}
 	if raw[0] != '{' {
-		return nil, errorf(CodeInvalidParams, "params must be an object")
+		return nil, errorf(wire.CodeInvalidParams, "params must be an object")
 	}
 	var p params
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, errorf(CodeInvalidParams, "params must be an object")
+		return nil, errorf(wire.CodeInvalidParams, "params must be an object")
 	}
 	return p, nil
 }
@@ -101,7 +103,7 @@ func (p params) str(name string) (string, *rpcError) {
 	}
 	var s string
 	if err := json.Unmarshal(p[name], &s); err != nil {
-		return "", errorf(CodeInvalidParams, "%s must be a string", name)
+		return "", errorf(wire.CodeInvalidParams, "%s must be a string", name)
 	}
 	return s, nil
 }
@@ -112,7 +114,7 @@ func (p params) boolean(name string) (bool, *rpcError) {
 	}
 	var b bool
 	if err := json.Unmarshal(p[name], &b); err != nil {
-		return false, errorf(CodeInvalidParams, "%s must be a boolean", name)
+		return false, errorf(wire.CodeInvalidParams, "%s must be a boolean", name)
 	}
 	return b, nil
 }
@@ -125,13 +127,13 @@ func (p params) integer(name string) (int64, bool, *rpcError) {
 	// A JSON string holding a number would decode into a json.Number too:
 	// only a number token is an integer.
 	if c := p[name][0]; c != '-' && (c < '0' || c > '9') {
-		return 0, false, errorf(CodeInvalidParams, "%s must be a non-negative integer", name)
+		return 0, false, errorf(wire.CodeInvalidParams, "%s must be a non-negative integer", name)
 	}
 	// The value is one JSON number token (params decoded it): an integer
 	// is digits with an optional minus, which is what ParseInt takes.
 	v, err := strconv.ParseInt(string(p[name]), 10, 64)
 	if err != nil || v < 0 {
-		return 0, false, errorf(CodeInvalidParams, "%s must be a non-negative integer", name)
+		return 0, false, errorf(wire.CodeInvalidParams, "%s must be a non-negative integer", name)
 	}
 	return v, true, nil
 }
@@ -143,7 +145,7 @@ func (p params) sessionID() (string, *rpcError) {
 		return "", err
 	}
 	if s == "" {
-		return "", errorf(CodeSessionRequired, "session_id required")
+		return "", errorf(wire.CodeSessionRequired, "session_id required")
 	}
 	return s, nil
 }

@@ -3,6 +3,8 @@ package rpc
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/tether-agent/tether/wire"
 )
 
 func TestParseParams(t *testing.T) {
@@ -18,12 +20,12 @@ func TestParseParams(t *testing.T) {
 		{name: "empty object", raw: "{}"},
 		{name: "object", raw: `{"a":1,"b":"x"}`, wantKeys: []string{"a", "b"}},
 		{name: "object with spaces", raw: ` { "a" : null } `, wantKeys: []string{"a"}},
-		{name: "array", raw: "[1]", wantCode: CodeInvalidParams},
-		{name: "empty array", raw: "[]", wantCode: CodeInvalidParams},
-		{name: "string", raw: `"x"`, wantCode: CodeInvalidParams},
-		{name: "number", raw: "1", wantCode: CodeInvalidParams},
-		{name: "true", raw: "true", wantCode: CodeInvalidParams},
-		{name: "malformed object", raw: `{"a":}`, wantCode: CodeInvalidParams},
+		{name: "array", raw: "[1]", wantCode: wire.CodeInvalidParams},
+		{name: "empty array", raw: "[]", wantCode: wire.CodeInvalidParams},
+		{name: "string", raw: `"x"`, wantCode: wire.CodeInvalidParams},
+		{name: "number", raw: "1", wantCode: wire.CodeInvalidParams},
+		{name: "true", raw: "true", wantCode: wire.CodeInvalidParams},
+		{name: "malformed object", raw: `{"a":}`, wantCode: wire.CodeInvalidParams},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,16 +81,16 @@ func TestParamsInteger(t *testing.T) {
 		{name: "zero", raw: `{"n":0}`, want: 0, wantSet: true},
 		{name: "positive", raw: `{"n":42}`, want: 42, wantSet: true},
 		{name: "max int64", raw: `{"n":9223372036854775807}`, want: 1<<63 - 1, wantSet: true},
-		{name: "above int64", raw: `{"n":9223372036854775808}`, wantCode: CodeInvalidParams},
-		{name: "huge", raw: `{"n":123456789012345678901234567890}`, wantCode: CodeInvalidParams},
-		{name: "huge exponent", raw: `{"n":1e400}`, wantCode: CodeInvalidParams},
-		{name: "negative", raw: `{"n":-1}`, wantCode: CodeInvalidParams},
-		{name: "min int64", raw: `{"n":-9223372036854775808}`, wantCode: CodeInvalidParams},
-		{name: "fraction", raw: `{"n":1.5}`, wantCode: CodeInvalidParams},
-		{name: "string", raw: `{"n":"1"}`, wantCode: CodeInvalidParams},
-		{name: "bool", raw: `{"n":true}`, wantCode: CodeInvalidParams},
-		{name: "object", raw: `{"n":{}}`, wantCode: CodeInvalidParams},
-		{name: "array", raw: `{"n":[1]}`, wantCode: CodeInvalidParams},
+		{name: "above int64", raw: `{"n":9223372036854775808}`, wantCode: wire.CodeInvalidParams},
+		{name: "huge", raw: `{"n":123456789012345678901234567890}`, wantCode: wire.CodeInvalidParams},
+		{name: "huge exponent", raw: `{"n":1e400}`, wantCode: wire.CodeInvalidParams},
+		{name: "negative", raw: `{"n":-1}`, wantCode: wire.CodeInvalidParams},
+		{name: "min int64", raw: `{"n":-9223372036854775808}`, wantCode: wire.CodeInvalidParams},
+		{name: "fraction", raw: `{"n":1.5}`, wantCode: wire.CodeInvalidParams},
+		{name: "string", raw: `{"n":"1"}`, wantCode: wire.CodeInvalidParams},
+		{name: "bool", raw: `{"n":true}`, wantCode: wire.CodeInvalidParams},
+		{name: "object", raw: `{"n":{}}`, wantCode: wire.CodeInvalidParams},
+		{name: "array", raw: `{"n":[1]}`, wantCode: wire.CodeInvalidParams},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,10 +118,10 @@ func TestParamsStrBoolean(t *testing.T) {
 		{raw: `{"s":null}`, want: ""},
 		{raw: `{"s":""}`, want: ""},
 		{raw: `{"s":"x\u00e9"}`, want: "xé"},
-		{raw: `{"s":5}`, wantCode: CodeInvalidParams},
-		{raw: `{"s":false}`, wantCode: CodeInvalidParams},
-		{raw: `{"s":["x"]}`, wantCode: CodeInvalidParams},
-		{raw: `{"s":{"x":1}}`, wantCode: CodeInvalidParams},
+		{raw: `{"s":5}`, wantCode: wire.CodeInvalidParams},
+		{raw: `{"s":false}`, wantCode: wire.CodeInvalidParams},
+		{raw: `{"s":["x"]}`, wantCode: wire.CodeInvalidParams},
+		{raw: `{"s":{"x":1}}`, wantCode: wire.CodeInvalidParams},
 	}
 	for _, tt := range strTests {
 		got, err := mustParams(t, tt.raw).str("s")
@@ -139,8 +141,8 @@ func TestParamsStrBoolean(t *testing.T) {
 		{raw: `{"b":null}`, want: false},
 		{raw: `{"b":true}`, want: true},
 		{raw: `{"b":false}`, want: false},
-		{raw: `{"b":1}`, wantCode: CodeInvalidParams},
-		{raw: `{"b":"true"}`, wantCode: CodeInvalidParams},
+		{raw: `{"b":1}`, wantCode: wire.CodeInvalidParams},
+		{raw: `{"b":"true"}`, wantCode: wire.CodeInvalidParams},
 	}
 	for _, tt := range boolTests {
 		got, err := mustParams(t, tt.raw).boolean("b")
@@ -160,12 +162,12 @@ func TestParamsSessionID(t *testing.T) {
 		want     string
 		wantCode int
 	}{
-		{name: "missing", raw: `{}`, wantCode: CodeSessionRequired},
-		{name: "null", raw: `{"session_id":null}`, wantCode: CodeSessionRequired},
-		{name: "empty", raw: `{"session_id":""}`, wantCode: CodeSessionRequired},
-		{name: "number", raw: `{"session_id":5}`, wantCode: CodeInvalidParams},
-		{name: "bool", raw: `{"session_id":true}`, wantCode: CodeInvalidParams},
-		{name: "array", raw: `{"session_id":["deadbeef"]}`, wantCode: CodeInvalidParams},
+		{name: "missing", raw: `{}`, wantCode: wire.CodeSessionRequired},
+		{name: "null", raw: `{"session_id":null}`, wantCode: wire.CodeSessionRequired},
+		{name: "empty", raw: `{"session_id":""}`, wantCode: wire.CodeSessionRequired},
+		{name: "number", raw: `{"session_id":5}`, wantCode: wire.CodeInvalidParams},
+		{name: "bool", raw: `{"session_id":true}`, wantCode: wire.CodeInvalidParams},
+		{name: "array", raw: `{"session_id":["deadbeef"]}`, wantCode: wire.CodeInvalidParams},
 		{name: "runtime id", raw: `{"session_id":"deadbeef"}`, want: "deadbeef"},
 		{name: "stored key", raw: `{"session_id":"20250102_030405_abcdef"}`, want: "20250102_030405_abcdef"},
 		{name: "title", raw: `{"session_id":"my title"}`, want: "my title"},

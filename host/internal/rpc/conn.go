@@ -139,7 +139,7 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 	c.gw.metrics.FramesIn.Inc()
 	c.gw.metrics.BytesIn.Add(float64(len(data)))
 	if binary {
-		c.respond(nullID, nil, errorf(CodeInvalidRequest, "binary frames are not JSON-RPC requests"))
+		c.respond(nullID, nil, errorf(wire.CodeInvalidRequest, "binary frames are not JSON-RPC requests"))
 		return
 	}
 	req, rerr := decodeRequest(data)
@@ -164,11 +164,11 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 	}
 	if len(c.queue) >= maxPending {
 		c.mu.Unlock()
-		c.respond(validID(req.ID), nil, errorf(CodeBusy, "busy"))
+		c.respond(validID(req.ID), nil, errorf(wire.CodeBusy, "busy"))
 		return
 	}
 	c.queue = append(c.queue, req)
-	c.startWorkerLocked()
+	c.startWorkerAndUnlock()
 }
 
 // work drains the request queue in order, then exits; an idle socket has
@@ -198,18 +198,18 @@ func (c *conn) dispatch(req *request, inline bool) {
 	id := req.ID
 	if len(id) > 0 {
 		if v := validID(id); !bytes.Equal(v, id) {
-			c.respond(nullID, nil, errorf(CodeInvalidRequest, "id must be a string, a number or null"))
+			c.respond(nullID, nil, errorf(wire.CodeInvalidRequest, "id must be a string, a number or null"))
 			return
 		}
 	}
 	if len(req.JSONRPC) > 0 && string(req.JSONRPC) != `"2.0"` {
-		c.respond(validID(id), nil, errorf(CodeInvalidRequest, `jsonrpc must be "2.0"`))
+		c.respond(validID(id), nil, errorf(wire.CodeInvalidRequest, `jsonrpc must be "2.0"`))
 		return
 	}
 	var name string
 	// A null method would unmarshal as "": only a JSON string is a method.
 	if len(req.Method) == 0 || req.Method[0] != '"' || json.Unmarshal(req.Method, &name) != nil {
-		c.respond(validID(id), nil, errorf(CodeInvalidRequest, "method must be a string"))
+		c.respond(validID(id), nil, errorf(wire.CodeInvalidRequest, "method must be a string"))
 		return
 	}
 	p, perr := parseParams(req.Params)
@@ -219,14 +219,14 @@ func (c *conn) dispatch(req *request, inline bool) {
 	}
 	m, ok := methods[name]
 	if !ok {
-		c.respond(id, nil, errorf(CodeMethodNotFound, "method not found: %s", name))
+		c.respond(id, nil, errorf(wire.CodeMethodNotFound, "method not found: %s", name))
 		return
 	}
 	if c.gw.remote != nil && relaysMethod(name) {
 		if sid, err := p.sessionID(); err == nil {
 			if l := c.relayed(sid); l != nil {
 				if err := l.l.Send(req.raw, false); err != nil {
-					c.respond(id, nil, errorf(CodeOwnerUnreachable, "owner unreachable; retry: %v", err))
+					c.respond(id, nil, errorf(wire.CodeOwnerUnreachable, "owner unreachable; retry: %v", err))
 				}
 				return
 			}
@@ -269,12 +269,12 @@ func (c *conn) enqueue(req *request) {
 		return
 	}
 	c.queue = append([]*request{req}, c.queue...)
-	c.startWorkerLocked()
+	c.startWorkerAndUnlock()
 }
 
-// startWorkerLocked starts the connection's worker unless it runs, and
+// startWorkerAndUnlock starts the connection's worker unless it runs, and
 // unlocks c.mu.
-func (c *conn) startWorkerLocked() {
+func (c *conn) startWorkerAndUnlock() {
 	start := !c.working
 	c.working = true
 	c.mu.Unlock()

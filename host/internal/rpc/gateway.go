@@ -14,6 +14,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 // Gateway is the JSON-RPC 2.0 dispatcher of /api/ws: the link endpoint
@@ -98,27 +99,27 @@ func toRPCError(err error) *rpcError {
 	case errors.As(err, &re):
 		return re
 	case errors.Is(err, session.ErrUnknownSession):
-		return errorf(CodeUnknownSession, "unknown session_id; resume by stored key")
+		return errorf(wire.CodeUnknownSession, "unknown session_id; resume by stored key")
 	case errors.Is(err, session.ErrNoLongerLive):
-		return errorf(CodeStoredNotFound, "session no longer live; retry resume")
+		return errorf(wire.CodeStoredNotFound, "session no longer live; retry resume")
 	case errors.Is(err, session.ErrStoredNotFound):
-		return errorf(CodeStoredNotFound, "stored session not found")
+		return errorf(wire.CodeStoredNotFound, "stored session not found")
 	case errors.Is(err, session.ErrSessionBusy):
-		return errorf(CodeSessionBusy, "session busy: a run is in flight")
+		return errorf(wire.CodeSessionBusy, "session busy: a run is in flight")
 	case errors.Is(err, session.ErrAlreadyResolved):
-		return errorf(CodeAlreadyResolved, "already resolved")
+		return errorf(wire.CodeAlreadyResolved, "already resolved")
 	case errors.Is(err, session.ErrUnknownPermission), errors.Is(err, session.ErrUnknownOption):
-		return errorf(CodeInvalidParams, "%v", err)
+		return errorf(wire.CodeInvalidParams, "%v", err)
 	case errors.Is(err, session.ErrStoreUnreachable):
 		// A cluster electing leaders: retried like an unreachable owner.
-		return errorf(CodeOwnerUnreachable, "owner unreachable; retry: %s", strings.ReplaceAll(err.Error(), ": storage unreachable", ""))
+		return errorf(wire.CodeOwnerUnreachable, "owner unreachable; retry: %s", strings.ReplaceAll(err.Error(), ": storage unreachable", ""))
 	case errors.Is(err, session.ErrStorageUnavailable):
-		return errorf(CodeStorageUnavailable, "storage unavailable: %s", strings.ReplaceAll(err.Error(), ": storage unavailable", ""))
+		return errorf(wire.CodeStorageUnavailable, "storage unavailable: %s", strings.ReplaceAll(err.Error(), ": storage unavailable", ""))
 	case errors.Is(err, session.ErrOwnersUnavailable):
-		return errorf(CodeOwnerUnreachable, "owner unreachable; retry: %v", err)
+		return errorf(wire.CodeOwnerUnreachable, "owner unreachable; retry: %v", err)
 	case errors.Is(err, session.ErrBuildFailed), errors.Is(err, session.ErrTableClosed),
 		errors.Is(err, session.ErrOwnedElsewhere):
-		return errorf(CodeResumeFailed, "%v", err)
+		return errorf(wire.CodeResumeFailed, "%v", err)
 	}
-	return errorf(CodeInternalError, "internal error: %v", err)
+	return errorf(wire.CodeInternalError, "internal error: %v", err)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 func TestToRPCError(t *testing.T) {
@@ -28,30 +29,30 @@ func TestToRPCError(t *testing.T) {
 		err  error
 		want int
 	}{
-		{"unknown session", session.ErrUnknownSession, CodeUnknownSession},
-		{"unknown session wrapped", fmt.Errorf("deadbeef: %w", session.ErrUnknownSession), CodeUnknownSession},
-		{"stored not found", session.ErrStoredNotFound, CodeStoredNotFound},
-		{"stored not found wrapped", fmt.Errorf("%q: %w", "title", session.ErrStoredNotFound), CodeStoredNotFound},
-		{"no longer live", session.ErrNoLongerLive, CodeStoredNotFound},
-		{"no longer live wrapped", fmt.Errorf("k: %v: %w", context.Canceled, session.ErrNoLongerLive), CodeStoredNotFound},
-		{"session busy", session.ErrSessionBusy, CodeSessionBusy},
-		{"session busy wrapped", fmt.Errorf("abcd1234: %w", session.ErrSessionBusy), CodeSessionBusy},
-		{"build failed", session.ErrBuildFailed, CodeResumeFailed},
-		{"build failed wrapped", fmt.Errorf("agent for k: %v: %w", errors.New("exec: not found"), session.ErrBuildFailed), CodeResumeFailed},
-		{"table closed", session.ErrTableClosed, CodeResumeFailed},
+		{"unknown session", session.ErrUnknownSession, wire.CodeUnknownSession},
+		{"unknown session wrapped", fmt.Errorf("deadbeef: %w", session.ErrUnknownSession), wire.CodeUnknownSession},
+		{"stored not found", session.ErrStoredNotFound, wire.CodeStoredNotFound},
+		{"stored not found wrapped", fmt.Errorf("%q: %w", "title", session.ErrStoredNotFound), wire.CodeStoredNotFound},
+		{"no longer live", session.ErrNoLongerLive, wire.CodeStoredNotFound},
+		{"no longer live wrapped", fmt.Errorf("k: %v: %w", context.Canceled, session.ErrNoLongerLive), wire.CodeStoredNotFound},
+		{"session busy", session.ErrSessionBusy, wire.CodeSessionBusy},
+		{"session busy wrapped", fmt.Errorf("abcd1234: %w", session.ErrSessionBusy), wire.CodeSessionBusy},
+		{"build failed", session.ErrBuildFailed, wire.CodeResumeFailed},
+		{"build failed wrapped", fmt.Errorf("agent for k: %v: %w", errors.New("exec: not found"), session.ErrBuildFailed), wire.CodeResumeFailed},
+		{"table closed", session.ErrTableClosed, wire.CodeResumeFailed},
 		// As the table wraps an ownership store's refusal (ownersError).
-		{"owners unavailable", fmt.Errorf("claim k: %v: %w", ownership.ErrUnavailable, session.ErrOwnersUnavailable), CodeOwnerUnreachable},
-		{"owned elsewhere", fmt.Errorf("bind k: %v: %w", ownership.ErrConflict, session.ErrOwnedElsewhere), CodeResumeFailed},
+		{"owners unavailable", fmt.Errorf("claim k: %v: %w", ownership.ErrUnavailable, session.ErrOwnersUnavailable), wire.CodeOwnerUnreachable},
+		{"owned elsewhere", fmt.Errorf("bind k: %v: %w", ownership.ErrConflict, session.ErrOwnedElsewhere), wire.CodeResumeFailed},
 		// As the table wraps a shared store that did not answer a resume
 		// (a cluster electing leaders): retry, not a storage fault.
-		{"cluster store unreachable", fmt.Errorf("load k: %v: %w", fmt.Errorf("%w: %w: %w", context.DeadlineExceeded, store.ErrUnreachable, store.ErrUnavailable), session.ErrStoreUnreachable), CodeOwnerUnreachable},
-		{"storage fault", fmt.Errorf("load k: %v: %w", store.ErrUnavailable, session.ErrStorageUnavailable), CodeStorageUnavailable},
-		{"rpc error kept", errorf(CodeInvalidParams, "x must be a string"), CodeInvalidParams},
-		{"rpc error wrapped", fmt.Errorf("outer: %w", errorf(CodeSessionRequired, "session_id required")), CodeSessionRequired},
+		{"cluster store unreachable", fmt.Errorf("load k: %v: %w", fmt.Errorf("%w: %w: %w", context.DeadlineExceeded, store.ErrUnreachable, store.ErrUnavailable), session.ErrStoreUnreachable), wire.CodeOwnerUnreachable},
+		{"storage fault", fmt.Errorf("load k: %v: %w", store.ErrUnavailable, session.ErrStorageUnavailable), wire.CodeStorageUnavailable},
+		{"rpc error kept", errorf(wire.CodeInvalidParams, "x must be a string"), wire.CodeInvalidParams},
+		{"rpc error wrapped", fmt.Errorf("outer: %w", errorf(wire.CodeSessionRequired, "session_id required")), wire.CodeSessionRequired},
 		// Anything else is a bug or an unexpected failure: -32603.
-		{"unexpected", errors.New("disk on fire"), CodeInternalError},
-		{"unexpected wrapped", fmt.Errorf("list stored sessions: %w", errors.New("database is locked")), CodeInternalError},
-		{"context error", context.DeadlineExceeded, CodeInternalError},
+		{"unexpected", errors.New("disk on fire"), wire.CodeInternalError},
+		{"unexpected wrapped", fmt.Errorf("list stored sessions: %w", errors.New("database is locked")), wire.CodeInternalError},
+		{"context error", context.DeadlineExceeded, wire.CodeInternalError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,22 +104,22 @@ func (s *recordingSender) frames() [][]byte {
 	return out
 }
 
-// specCodes are the JSON-RPC error codes of SPEC §4 and §9.
+// specCodes are the JSON-RPC error codes of docs/PROTOCOL.md, section 11.
 var specCodes = map[int]bool{
-	CodeParseError:         true,
-	CodeInvalidRequest:     true,
-	CodeMethodNotFound:     true,
-	CodeInvalidParams:      true,
-	CodeInternalError:      true,
-	CodeBusy:               true,
-	CodeUnknownSession:     true,
-	CodeSessionRequired:    true,
-	CodeStoredNotFound:     true,
-	CodeSessionBusy:        true,
-	CodeResumeFailed:       true,
-	CodeStorageUnavailable: true,
-	CodeAlreadyResolved:    true,
-	codeForbidden:          true,
+	wire.CodeParseError:         true,
+	wire.CodeInvalidRequest:     true,
+	wire.CodeMethodNotFound:     true,
+	wire.CodeInvalidParams:      true,
+	wire.CodeInternalError:      true,
+	wire.CodeBusy:               true,
+	wire.CodeUnknownSession:     true,
+	wire.CodeSessionRequired:    true,
+	wire.CodeStoredNotFound:     true,
+	wire.CodeSessionBusy:        true,
+	wire.CodeResumeFailed:       true,
+	wire.CodeStorageUnavailable: true,
+	wire.CodeAlreadyResolved:    true,
+	wire.CodeForbidden:          true,
 }
 
 // outFrame is a frame the gateway sends, decoded: a response or an event.
@@ -130,7 +131,7 @@ type outFrame struct {
 // checkOutFrame checks one frame the gateway sent: valid JSON, an object
 // with "jsonrpc":"2.0", and either an event (method "event", no id) or a
 // response with an id and exactly one of result and error, whose code is
-// one of the SPEC's.
+// one of docs/PROTOCOL.md's (section 11).
 func checkOutFrame(tb testing.TB, frame []byte) outFrame {
 	tb.Helper()
 	if !json.Valid(frame) {
@@ -172,18 +173,18 @@ func checkOutFrame(tb testing.TB, frame []byte) outFrame {
 		tb.Fatalf("gateway sent %s: error without code or message", frame)
 	}
 	if !specCodes[*e.Code] {
-		tb.Fatalf("gateway sent %s: code %d is not in the SPEC", frame, *e.Code)
+		tb.Fatalf("gateway sent %s: code %d is not in docs/PROTOCOL.md", frame, *e.Code)
 	}
 	// -32603 is the bug code: no input reaches it on a healthy table and
 	// database.
-	if *e.Code == CodeInternalError {
+	if *e.Code == wire.CodeInternalError {
 		tb.Fatalf("gateway sent %s: internal error for client input", frame)
 	}
 	return outFrame{ID: id, Error: &rpcError{Code: *e.Code, Message: *e.Message}}
 }
 
 // TestGatewayOneResponsePerFrame checks what the fuzz target cannot: each
-// malformed frame gets exactly one response with the SPEC's code and id.
+// malformed frame gets exactly one response with docs/PROTOCOL.md's code and id.
 func TestGatewayOneResponsePerFrame(t *testing.T) {
 	tbl, st, m := newTestTable(t)
 	gw := New(tbl, st, "test", zerolog.Nop(), m)
@@ -195,21 +196,21 @@ func TestGatewayOneResponsePerFrame(t *testing.T) {
 		wantID string
 		code   int // 0: a result
 	}{
-		{name: "not json", frame: "not json", wantID: "null", code: CodeParseError},
-		{name: "empty", frame: "", wantID: "null", code: CodeParseError},
-		{name: "truncated", frame: `{"jsonrpc":"2.0","id":1,`, wantID: "null", code: CodeParseError},
-		{name: "batch", frame: `[{"jsonrpc":"2.0","id":1,"method":"session.list"}]`, wantID: "null", code: CodeInvalidRequest},
-		{name: "array", frame: `[1]`, wantID: "null", code: CodeInvalidRequest},
-		{name: "number", frame: `7`, wantID: "null", code: CodeInvalidRequest},
-		{name: "binary", frame: `{"jsonrpc":"2.0","id":1,"method":"session.list"}`, binary: true, wantID: "null", code: CodeInvalidRequest},
-		{name: "no method", frame: `{"id":1}`, wantID: "1", code: CodeInvalidRequest},
-		{name: "numeric method", frame: `{"jsonrpc":"2.0","id":2,"method":5}`, wantID: "2", code: CodeInvalidRequest},
-		{name: "null method", frame: `{"jsonrpc":"2.0","id":2,"method":null}`, wantID: "2", code: CodeInvalidRequest},
-		{name: "wrong version", frame: `{"jsonrpc":"1.0","id":3,"method":"session.list"}`, wantID: "3", code: CodeInvalidRequest},
-		{name: "object id", frame: `{"jsonrpc":"2.0","id":{},"method":"session.list"}`, wantID: "null", code: CodeInvalidRequest},
-		{name: "unknown method", frame: `{"jsonrpc":"2.0","id":"s","method":"nope"}`, wantID: `"s"`, code: CodeMethodNotFound},
-		{name: "params array", frame: `{"jsonrpc":"2.0","id":4,"method":"session.list","params":[1]}`, wantID: "4", code: CodeInvalidParams},
-		{name: "params checked before the method", frame: `{"jsonrpc":"2.0","id":4,"method":"nope","params":[1]}`, wantID: "4", code: CodeInvalidParams},
+		{name: "not json", frame: "not json", wantID: "null", code: wire.CodeParseError},
+		{name: "empty", frame: "", wantID: "null", code: wire.CodeParseError},
+		{name: "truncated", frame: `{"jsonrpc":"2.0","id":1,`, wantID: "null", code: wire.CodeParseError},
+		{name: "batch", frame: `[{"jsonrpc":"2.0","id":1,"method":"session.list"}]`, wantID: "null", code: wire.CodeInvalidRequest},
+		{name: "array", frame: `[1]`, wantID: "null", code: wire.CodeInvalidRequest},
+		{name: "number", frame: `7`, wantID: "null", code: wire.CodeInvalidRequest},
+		{name: "binary", frame: `{"jsonrpc":"2.0","id":1,"method":"session.list"}`, binary: true, wantID: "null", code: wire.CodeInvalidRequest},
+		{name: "no method", frame: `{"id":1}`, wantID: "1", code: wire.CodeInvalidRequest},
+		{name: "numeric method", frame: `{"jsonrpc":"2.0","id":2,"method":5}`, wantID: "2", code: wire.CodeInvalidRequest},
+		{name: "null method", frame: `{"jsonrpc":"2.0","id":2,"method":null}`, wantID: "2", code: wire.CodeInvalidRequest},
+		{name: "wrong version", frame: `{"jsonrpc":"1.0","id":3,"method":"session.list"}`, wantID: "3", code: wire.CodeInvalidRequest},
+		{name: "object id", frame: `{"jsonrpc":"2.0","id":{},"method":"session.list"}`, wantID: "null", code: wire.CodeInvalidRequest},
+		{name: "unknown method", frame: `{"jsonrpc":"2.0","id":"s","method":"nope"}`, wantID: `"s"`, code: wire.CodeMethodNotFound},
+		{name: "params array", frame: `{"jsonrpc":"2.0","id":4,"method":"session.list","params":[1]}`, wantID: "4", code: wire.CodeInvalidParams},
+		{name: "params checked before the method", frame: `{"jsonrpc":"2.0","id":4,"method":"nope","params":[1]}`, wantID: "4", code: wire.CodeInvalidParams},
 		{name: "ok", frame: `{"jsonrpc":"2.0","id":5,"method":"session.active_list"}`, wantID: "5"},
 		{name: "ok with spaces", frame: " \n{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"session.list\"}\n", wantID: "6"},
 	}
@@ -276,7 +277,7 @@ func TestGatewayBusy(t *testing.T) {
 		t.Fatalf("over the bound: got %d frames, want 1", len(sent))
 	}
 	f := checkOutFrame(t, sent[0])
-	if f.Error == nil || f.Error.Code != CodeBusy || string(f.ID) != `"over"` {
+	if f.Error == nil || f.Error.Code != wire.CodeBusy || string(f.ID) != `"over"` {
 		t.Errorf("over the bound: got %s, want -32000 with id \"over\"", sent[0])
 	}
 	// Let the queued requests run and check they are all answered.

@@ -236,7 +236,7 @@ func (c *conn) eventsSince(cl call, p params) (any, error) {
 		return nil, err
 	}
 	if !p.has("last_seen") {
-		return nil, errorf(CodeInvalidParams, "last_seen must be a non-negative integer")
+		return nil, errorf(wire.CodeInvalidParams, "last_seen must be a non-negative integer")
 	}
 	last, _, err := p.integer("last_seen")
 	if err != nil {
@@ -267,7 +267,7 @@ func (c *conn) submit(cl call, p params) (any, error) {
 		return nil, err
 	}
 	if !p.has("text") {
-		return nil, errorf(CodeInvalidParams, "text must be a string")
+		return nil, errorf(wire.CodeInvalidParams, "text must be a string")
 	}
 	text, err := p.str("text")
 	if err != nil {
@@ -309,7 +309,7 @@ func (c *conn) permissionRespond(cl call, p params) (any, error) {
 		return nil, err
 	}
 	if !p.has("request_id") {
-		return nil, errorf(CodeInvalidParams, "request_id must be a string")
+		return nil, errorf(wire.CodeInvalidParams, "request_id must be a string")
 	}
 	reqID, perr := p.str("request_id")
 	if perr != nil {
@@ -317,7 +317,7 @@ func (c *conn) permissionRespond(cl call, p params) (any, error) {
 	}
 	raw, given := p["option_id"]
 	if !given {
-		return nil, errorf(CodeInvalidParams, "option_id must be a string, or null to cancel")
+		return nil, errorf(wire.CodeInvalidParams, "option_id must be a string, or null to cancel")
 	}
 	var option *string
 	if !bytes.Equal(bytes.TrimSpace(raw), nullID) {

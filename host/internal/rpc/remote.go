@@ -75,7 +75,7 @@ func (c *conn) relayBind(cl call, held *ownership.HeldError) error {
 		rl, err := c.gw.remote.Dial(ctx, held.Host, held.Instance, c.who, func(cmd contract.Command) { c.fromLeg(l, cmd) })
 		cancel()
 		if err != nil {
-			return errorf(CodeOwnerUnreachable, "owner unreachable; retry: session live on host %s: %v", held.Host, err)
+			return errorf(wire.CodeOwnerUnreachable, "owner unreachable; retry: session live on host %s: %v", held.Host, err)
 		}
 		l.l = rl
 		c.mu.Lock()
@@ -96,7 +96,7 @@ func (c *conn) relayBind(cl call, held *ownership.HeldError) error {
 	l.pending[string(cl.id)] = true
 	c.mu.Unlock()
 	if err := l.l.Send(cl.raw, false); err != nil {
-		return errorf(CodeOwnerUnreachable, "owner unreachable; retry: %v", err)
+		return errorf(wire.CodeOwnerUnreachable, "owner unreachable; retry: %v", err)
 	}
 	c.gw.metrics.FramesOut.Inc() // relayed on the client's behalf
 	return errReplied
@@ -152,7 +152,7 @@ func (c *conn) fromLeg(l *leg, cmd contract.Command) {
 		if !closed {
 			code, reason := cmd.Code, cmd.Reason
 			if code == 0 {
-				code, reason = 1001, "owner host gone; resume"
+				code, reason = wire.CloseGoingAway, "owner host gone; resume"
 			}
 			c.out.Send(contract.Command{Kind: contract.CommandClose, Conn: c.id.Conn, Code: code, Reason: reason})
 		}

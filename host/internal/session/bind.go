@@ -77,16 +77,16 @@ func (t *Table) Create(ctx context.Context, v Viewer, opt CreateOptions, reply R
 			t.discard(s.agent)
 			return ErrTableClosed
 		}
-		ok, err := t.makeRoomLocked()
-		if err != nil {
+		if !t.fullLocked() {
+			break
+		}
+		t.mu.Unlock()
+		if err := t.evictOne(); err != nil {
 			t.discard(s.agent)
 			return fmt.Errorf("create: %v: %w", err, ErrBuildFailed)
 		}
-		if ok {
-			break
-		}
 	}
-	return t.claimLocked(ctx, s, v, "", reply)
+	return t.claimAndUnlock(ctx, s, v, "", reply)
 }
 
 // newAgent builds the agent of a live session, outside every lock.
@@ -165,14 +165,14 @@ func (t *Table) discard(ag agent.Agent) {
 	}
 }
 
-// claimLocked registers the new session s with v as its first viewer:
+// claimAndUnlock registers the new session s with v as its first viewer:
 // it marks the key claimed, records the owner in the ownership store
 // (outside the lock), then adds s to the table and answers reply. t.mu is
 // held on entry and released on return. A store that refuses the claim
 // (another owner, or unreachable) makes it fail; s's agent is closed. A
 // table that closed meanwhile gets the claim given back (again outside
 // the lock) and ErrTableClosed.
-func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed string, reply Reply) error {
+func (t *Table) claimAndUnlock(ctx context.Context, s *Session, v Viewer, resumed string, reply Reply) error {
 	c := &claim{done: make(chan struct{})}
 	t.claims[s.key] = c
 	t.mu.Unlock()
@@ -196,13 +196,13 @@ func (t *Table) claimLocked(ctx context.Context, s *Session, v Viewer, resumed s
 		t.unclaim(s.key, c)
 		return ErrTableClosed
 	}
-	return t.registerLocked(ctx, s, v, resumed, rev, c, reply)
+	return t.registerAndUnlock(ctx, s, v, resumed, rev, c, reply)
 }
 
-// registerLocked adds s, whose key the ownership store recorded at rev
+// registerAndUnlock adds s, whose key the ownership store recorded at rev
 // with v as its one viewer, to the table, ends the table claim c and
 // answers reply. t.mu is held on entry and released on return.
-func (t *Table) registerLocked(_ context.Context, s *Session, v Viewer, resumed string, rev uint64, c *claim, reply Reply) error {
+func (t *Table) registerAndUnlock(_ context.Context, s *Session, v Viewer, resumed string, rev uint64, c *claim, reply Reply) error {
 	s.gen = 1
 	s.viewers[v.ID()] = v
 	s.rev = rev
@@ -229,7 +229,7 @@ func ownersError(op string, err error) error {
 	switch {
 	case errors.Is(err, ErrTableClosed):
 		return err
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, ownership.ErrConflict):
 		return fmt.Errorf("%s: %w: %w", op, err, ErrOwnedElsewhere)
 	default:
 		return fmt.Errorf("%s: %w: %w", op, err, ErrOwnersUnavailable)
@@ -380,15 +380,11 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 			t.mu.Unlock()
 			continue // another resume or a teardown came first
 		}
-		ok, err := t.makeRoomLocked()
-		if err != nil {
-			return fmt.Errorf("resume: %v: %w", err, ErrBuildFailed)
-		}
-		if !ok {
-			continue
-		}
-		if t.byKey[key] != nil || t.claims[key] != nil || t.releasing[key] != nil {
+		if t.fullLocked() {
 			t.mu.Unlock()
+			if err := t.evictOne(); err != nil {
+				return fmt.Errorf("resume: %v: %w", err, ErrBuildFailed)
+			}
 			continue
 		}
 		c := &claim{done: make(chan struct{})}
@@ -406,7 +402,7 @@ func (t *Table) Resume(ctx context.Context, v Viewer, target string, reply Reply
 func (t *Table) rebuild(ctx context.Context, sess store.Session, v Viewer, c *claim, reply Reply) error {
 	key := sess.Key
 	id := contract.RandomHex(4)
-	first := Owner{Host: t.host, Instance: t.instance, SessionID: id, Gen: 1, Viewers: []contract.TransportID{v.ID()}}
+	first := ownership.Owner{Host: t.host, Instance: t.instance, SessionID: id, Gen: 1, Viewers: []contract.TransportID{v.ID()}}
 	octx, cancel := context.WithTimeout(ctx, t.ownersTimeout)
 	rev, err := t.owners.Create(octx, key, first)
 	cancel()
@@ -437,7 +433,7 @@ func (t *Table) rebuild(ctx context.Context, sess store.Session, v Viewer, c *cl
 	if err == nil {
 		t.mu.Lock()
 		if !t.closed {
-			return t.registerLocked(ctx, s, v, key, rev, c, reply)
+			return t.registerAndUnlock(ctx, s, v, key, rev, c, reply)
 		}
 		t.mu.Unlock()
 		t.discard(s.agent)

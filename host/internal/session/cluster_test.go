@@ -13,7 +13,9 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
-	"github.com/tether-agent/tether/host/internal/cluster"
+	"github.com/tether-agent/tether/host/internal/cluster/embedded"
+	"github.com/tether-agent/tether/host/internal/cluster/owners"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -25,11 +27,11 @@ const kvModelChecks = "25"
 
 // startNATS starts an embedded JetStream server for tb, shut down at its
 // end.
-func startNATS(tb testing.TB) *cluster.Embedded {
+func startNATS(tb testing.TB) *embedded.Server {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := cluster.StartEmbedded(ctx, cluster.EmbeddedConfig{StoreDir: tb.TempDir(), Log: zerolog.Nop()})
+	e, err := embedded.Start(ctx, embedded.Config{StoreDir: tb.TempDir(), Log: zerolog.Nop()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func startNATS(tb testing.TB) *cluster.Embedded {
 
 // kvOwners opens the ownership bucket on srv over a connection of its
 // own, as a host does, closed at tb's end.
-func kvOwners(tb testing.TB, srv *cluster.Embedded) *cluster.KVOwners {
+func kvOwners(tb testing.TB, srv *embedded.Server) *owners.KV {
 	tb.Helper()
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
@@ -53,7 +55,7 @@ func kvOwners(tb testing.TB, srv *cluster.Embedded) *cluster.KVOwners {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	k, err := cluster.NewKVOwners(context.Background(), js, cluster.KVConfig{})
+	k, err := owners.NewKV(context.Background(), js, owners.KVConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func TestTableCASMatchesModelKV(t *testing.T) {
 				switch {
 				case err == nil:
 					n++
-				case !errors.Is(err, ErrNoOwner):
+				case !errors.Is(err, ownership.ErrNoOwner):
 					return 0, err
 				}
 			}
@@ -96,10 +98,10 @@ func TestTableCASMatchesModelKV(t *testing.T) {
 // its own connection to the bucket, over the shared database file.
 type host struct {
 	tbl *Table
-	kv  *cluster.KVOwners
+	kv  *owners.KV
 }
 
-func newHost(tb testing.TB, srv *cluster.Embedded, db, name string) host {
+func newHost(tb testing.TB, srv *embedded.Server, db, name string) host {
 	tb.Helper()
 	st, err := store.Open(context.Background(), db)
 	if err != nil {
@@ -218,7 +220,7 @@ func TestTwoHostsOneBucket(t *testing.T) {
 		t.Fatalf("close on b = %v, %v", closed, err)
 	}
 	<-sb.released
-	if _, _, err := a.kv.Get(ctx, key); !errors.Is(err, ErrNoOwner) {
+	if _, _, err := a.kv.Get(ctx, key); !errors.Is(err, ownership.ErrNoOwner) {
 		t.Fatalf("after b's close: owner lookup %v, want ErrNoOwner", err)
 	}
 }

@@ -12,7 +12,7 @@
 // swaps the binding. A stale caller (another transport bound since it
 // looked) can drop its own viewer, never close or reap the session.
 //
-// Ownership of a stored key is recorded in an Owners store (in memory on
+// Ownership of a stored key is recorded in an ownership.Store (in memory on
 // a single host) with revision-checked updates made outside the table
 // lock: a bind is refused when the store refuses it, so a store shared by
 // several hosts keeps one live session per key across all of them.

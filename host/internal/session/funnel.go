@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -274,7 +275,7 @@ func (t *Table) release(ref releaseRef, why Reason) bool {
 // The teardown has happened locally whatever the store says; a failure
 // is logged and counted, and the next write starts from the revision the
 // store last confirmed.
-func (t *Table) recordOwner(s *Session, o Owner, rev uint64) {
+func (t *Table) recordOwner(s *Session, o ownership.Owner, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.ownersTimeout)
 	defer cancel()
 	newRev, err := t.owners.Update(ctx, s.key, o, rev)

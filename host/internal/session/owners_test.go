@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/ownership"
 )
 
 // testOwners is an in-memory ownership store the test can break: while
@@ -16,7 +17,7 @@ import (
 // before a Create or Delete reaches the store (a hook that blocks holds
 // the call).
 type testOwners struct {
-	*MemOwners
+	*ownership.Mem
 
 	mu       sync.Mutex // guards the fields below
 	fault    error
@@ -24,7 +25,7 @@ type testOwners struct {
 	onDelete func()
 }
 
-var _ Owners = (*testOwners)(nil)
+var _ ownership.Store = (*testOwners)(nil)
 
 // setFault makes every call fail with err (nil: the store works again).
 func (o *testOwners) setFault(err error) {
@@ -40,7 +41,7 @@ func (o *testOwners) now() (onCreate, onDelete func(), fault error) {
 	return o.onCreate, o.onDelete, o.fault
 }
 
-func (o *testOwners) Create(ctx context.Context, key string, ow Owner) (uint64, error) {
+func (o *testOwners) Create(ctx context.Context, key string, ow ownership.Owner) (uint64, error) {
 	hook, _, fault := o.now()
 	if hook != nil {
 		hook()
@@ -48,21 +49,21 @@ func (o *testOwners) Create(ctx context.Context, key string, ow Owner) (uint64, 
 	if fault != nil {
 		return 0, fmt.Errorf("create %s: %w", key, fault)
 	}
-	return o.MemOwners.Create(ctx, key, ow)
+	return o.Mem.Create(ctx, key, ow)
 }
 
-func (o *testOwners) Get(ctx context.Context, key string) (Owner, uint64, error) {
+func (o *testOwners) Get(ctx context.Context, key string) (ownership.Owner, uint64, error) {
 	if _, _, fault := o.now(); fault != nil {
-		return Owner{}, 0, fmt.Errorf("get %s: %w", key, fault)
+		return ownership.Owner{}, 0, fmt.Errorf("get %s: %w", key, fault)
 	}
-	return o.MemOwners.Get(ctx, key)
+	return o.Mem.Get(ctx, key)
 }
 
-func (o *testOwners) Update(ctx context.Context, key string, ow Owner, rev uint64) (uint64, error) {
+func (o *testOwners) Update(ctx context.Context, key string, ow ownership.Owner, rev uint64) (uint64, error) {
 	if _, _, fault := o.now(); fault != nil {
 		return 0, fmt.Errorf("update %s: %w", key, fault)
 	}
-	return o.MemOwners.Update(ctx, key, ow, rev)
+	return o.Mem.Update(ctx, key, ow, rev)
 }
 
 func (o *testOwners) Delete(ctx context.Context, key string, rev uint64) error {
@@ -73,7 +74,7 @@ func (o *testOwners) Delete(ctx context.Context, key string, rev uint64) error {
 	if fault != nil {
 		return fmt.Errorf("delete %s: %w", key, fault)
 	}
-	return o.MemOwners.Delete(ctx, key, rev)
+	return o.Mem.Delete(ctx, key, rev)
 }
 
 // TestClaimGivenBackOutsideTheLock: a create whose claim the store
@@ -87,9 +88,9 @@ func TestClaimGivenBackOutsideTheLock(t *testing.T) {
 	createEntered := sync.OnceFunc(func() { close(createIn) })
 	deleteEntered := sync.OnceFunc(func() { close(deleteIn) })
 	owners := &testOwners{
-		MemOwners: NewMemOwners(),
-		onCreate:  func() { createEntered(); <-createGo },
-		onDelete:  func() { deleteEntered(); <-deleteGo },
+		Mem:      ownership.NewMem(),
+		onCreate: func() { createEntered(); <-createGo },
+		onDelete: func() { deleteEntered(); <-deleteGo },
 	}
 	tbl, _, f := newTestTableOwners(t, 0, owners)
 	ctx := context.Background()
@@ -150,7 +151,7 @@ func TestClaimGivenBackOutsideTheLock(t *testing.T) {
 //   - once the store answers again, the next bind succeeds from the
 //     revision the store last confirmed, and so do create and resume.
 func TestOwnersUnavailable(t *testing.T) {
-	owners := &testOwners{MemOwners: NewMemOwners()}
+	owners := &testOwners{Mem: ownership.NewMem()}
 	tbl, _, f := newTestTableOwners(t, 0, owners)
 	ctx := context.Background()
 	viewer := func(conn uint64) *fakeViewer {
@@ -180,7 +181,7 @@ func TestOwnersUnavailable(t *testing.T) {
 	baseErrors := testCounter(t, tbl.metrics.OwnerErrors)
 	baseAgents := alive()
 
-	owners.setFault(ErrUnavailable)
+	owners.setFault(ownership.ErrUnavailable)
 	late := viewer(3)
 	for name, call := range map[string]func() error{
 		"create": func() error {

@@ -16,7 +16,8 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
-	"github.com/tether-agent/tether/host/internal/cluster"
+	"github.com/tether-agent/tether/host/internal/cluster/jsstore"
+	"github.com/tether-agent/tether/host/internal/cluster/owners"
 )
 
 // cutProxy forwards TCP connections to a NATS server until cut: then it
@@ -77,7 +78,7 @@ func (p *cutProxy) cut() {
 // JetStream (ownership with takeover, sessions) and a registry.
 type clusterTable struct {
 	tbl *Table
-	reg *cluster.Registry
+	reg *owners.Registry
 }
 
 func newClusterTable(tb testing.TB, url, id string, ttl time.Duration, fenced chan<- struct{}) clusterTable {
@@ -94,7 +95,7 @@ func newClusterTable(tb testing.TB, url, id string, ttl time.Duration, fenced ch
 		tb.Fatal(err)
 	}
 	var ct clusterTable
-	ct.reg, err = cluster.OpenRegistry(ctx, js, cluster.RegistryConfig{Bucket: "part_hosts", Self: cluster.HostInfo{ID: id, Instance: id + "-1"}, TTL: ttl,
+	ct.reg, err = owners.OpenRegistry(ctx, js, owners.RegistryConfig{Bucket: "part_hosts", Self: owners.HostInfo{ID: id, Instance: id + "-1"}, TTL: ttl,
 		OnFenced: func() {
 			go func() { // as the host does: off the heartbeat
 				ct.tbl.Fence()
@@ -104,15 +105,15 @@ func newClusterTable(tb testing.TB, url, id string, ttl time.Duration, fenced ch
 	if err != nil {
 		tb.Fatal(err)
 	}
-	kv, err := cluster.NewKVOwners(ctx, js, cluster.KVConfig{Bucket: "part_owners"})
+	kv, err := owners.NewKV(ctx, js, owners.KVConfig{Bucket: "part_owners"})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	st, err := cluster.OpenJSStore(ctx, js, cluster.StoreConfig{Prefix: "part"})
+	st, err := jsstore.Open(ctx, js, jsstore.Config{Prefix: "part"})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ct.tbl = NewTable(Config{Store: st, Agents: agent.NewEchoFactory(0), Owners: cluster.NewHostOwners(kv, ct.reg, zerolog.Nop()),
+	ct.tbl = NewTable(Config{Store: st, Agents: agent.NewEchoFactory(0), Owners: owners.NewTakeover(kv, ct.reg, zerolog.Nop()),
 		Host: id, Instance: id + "-1", OwnersTimeout: ttl / 4, Log: zerolog.Nop()})
 	tb.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/ownership"
 )
 
 // Run statuses (session.runs, message.complete).
@@ -133,8 +134,8 @@ func (s *Session) releaseOp() { <-s.op }
 // viewers are in no particular order: every bind builds one, and sorting
 // them made a storm of n binds cost n² log n (a fifth of the host's CPU
 // in a 256-socket resume storm).
-func (s *Session) ownerLocked() Owner {
-	o := Owner{Host: s.t.host, Instance: s.t.instance, SessionID: s.id, Gen: s.gen, Viewers: make([]contract.TransportID, 0, len(s.viewers)+1)}
+func (s *Session) ownerLocked() ownership.Owner {
+	o := ownership.Owner{Host: s.t.host, Instance: s.t.instance, SessionID: s.id, Gen: s.gen, Viewers: make([]contract.TransportID, 0, len(s.viewers)+1)}
 	for id := range s.viewers {
 		o.Viewers = append(o.Viewers, id)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/wire"
 )
@@ -35,8 +36,8 @@ const maxKeyDraws = 4
 type Config struct {
 	Store  store.Backend
 	Agents agent.Factory
-	// Owners records key ownership; nil means a new MemOwners.
-	Owners Owners
+	// Owners records key ownership; nil means a new ownership.Mem.
+	Owners ownership.Store
 	// OwnersTimeout bounds one call to Owners (default 5s). A cluster
 	// host keeps it well under its TTL: a bind waiting on an unreachable
 	// store holds its session's slot, and the host must let go of its
@@ -74,7 +75,7 @@ type Config struct {
 type Table struct {
 	store  store.Backend
 	agents agent.Factory
-	owners Owners
+	owners ownership.Store
 	host   string
 	// instance is Config.Instance.
 	instance string
@@ -125,7 +126,7 @@ type claim struct {
 // in cfg.Metrics, whoever makes it: one table per store.
 func NewTable(cfg Config) *Table {
 	if cfg.Owners == nil {
-		cfg.Owners = NewMemOwners()
+		cfg.Owners = ownership.NewMem()
 	}
 	if cfg.RingSize <= 0 {
 		cfg.RingSize = 4096
@@ -228,7 +229,7 @@ func resumeStorageErr(op string, err error, other error) error {
 }
 
 // reachable is a store shared by a cluster's hosts (the cluster's
-// JSStore), which can say whether its servers answer now.
+// jsstore.Store), which can say whether its servers answer now.
 type reachable interface {
 	Reachable(ctx context.Context) error
 }
@@ -315,22 +316,23 @@ func (t *Table) candidates(pick func(*Session) bool) []releaseRef {
 	return out
 }
 
-// makeRoomLocked reports whether one more live session fits under the
-// cap. When it does not, it releases t.mu, evicts the oldest parked idle
-// session and reports false (the caller retries); with nothing to evict it
-// returns ErrLiveCap. t.mu is held on entry, and on return only when it
-// reports true.
-func (t *Table) makeRoomLocked() (bool, error) {
-	if t.maxLive <= 0 || len(t.byID)+len(t.claims) < t.maxLive {
-		return true, nil
-	}
-	t.mu.Unlock()
+// fullLocked reports whether the table is at its cap of live sessions
+// (claims included), so that one more does not fit. t.mu is held.
+func (t *Table) fullLocked() bool {
+	return t.maxLive > 0 && len(t.byID)+len(t.claims) >= t.maxLive
+}
+
+// evictOne makes room under the cap of live sessions: it evicts the
+// oldest parked idle session, or returns ErrLiveCap when there is none.
+// It is called with no lock held; the caller looks again (another
+// session may have taken the room meanwhile).
+func (t *Table) evictOne() error {
 	for _, ref := range t.candidates(func(*Session) bool { return true }) {
 		if t.release(ref, Evicted) {
-			return false, nil
+			return nil
 		}
 	}
-	return false, fmt.Errorf("%d live sessions, none parked and idle: %w", t.maxLive, ErrLiveCap)
+	return fmt.Errorf("%d live sessions, none parked and idle: %w", t.maxLive, ErrLiveCap)
 }
 
 // CreateOptions are the parameters of session.create.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -102,8 +103,8 @@ func newTestTable(tb testing.TB, grace time.Duration) (*Table, *store.Store, *co
 }
 
 // newTestTableOwners is newTestTable with the ownership store owners
-// (nil: a new MemOwners).
-func newTestTableOwners(tb testing.TB, grace time.Duration, owners Owners) (*Table, *store.Store, *countingFactory) {
+// (nil: a new ownership.Mem).
+func newTestTableOwners(tb testing.TB, grace time.Duration, owners ownership.Store) (*Table, *store.Store, *countingFactory) {
 	tb.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(tb.TempDir(), "state.db"))
 	if err != nil {
@@ -196,7 +197,7 @@ func (m *model) bind(r *modelRec, v contract.TransportID) {
 // too.
 func TestTableCASMatchesModel(t *testing.T) {
 	tbl, _, _ := newTestTable(t, 0)
-	mem := tbl.owners.(*MemOwners)
+	mem := tbl.owners.(*ownership.Mem)
 	all := func() (int, error) { return mem.Len(), nil }
 	checkTableCAS(t, tbl, ownerCount{of: func([]string) (int, error) { return all() }, all: all})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
+	"github.com/tether-agent/tether/wire"
 )
 
 var (
@@ -105,7 +106,7 @@ func NewBackend(opts Options, spec PluginSpec, cfg contract.BackendConfig, route
 			// Its PTYs are gone: their sockets reattach to fresh ones.
 			bg := g.(*bgen)
 			b.router.SetBackend(nil)
-			b.router.CloseAll(contract.CloseServiceRestart, "pty backend restarting")
+			b.router.CloseAll(wire.CloseServiceRestart, "pty backend restarting")
 			bg.cancel()
 			b.kill(bg)
 		},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/wire"
 )
 
 // current is the serving process, or nil.
@@ -52,7 +53,7 @@ func (b *Backend) StopPTYs(ctx context.Context) (PluginStatus, error) {
 	g.cancel()
 	<-g.done
 	b.kill(g)
-	b.router.CloseAll(contract.CloseProcessExited, "pty plugin stopped")
+	b.router.CloseAll(wire.CloseProcessExited, "pty plugin stopped")
 	b.log.Info().Str("plugin", b.name).Int("pid", g.proc.pid).Int("ptys", n).Msg("pty plugin stopped on request")
 	return b.Status(), nil
 }

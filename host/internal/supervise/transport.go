@@ -17,6 +17,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/wire"
 )
 
 // retireTimeout bounds stopping a swapped-out transport: its Stop (close
@@ -42,12 +43,11 @@ type Options struct {
 	// <state-dir>/plugins, or a private directory when that path is too
 	// long for a socket.
 	SocketDir string
-	// Credentials, AllowOrigins and AllowHosts configure each transport
-	// link's access checks: the credentials it accepts, and the Origins
-	// and Hosts beside its own.
-	Credentials  *access.Book
-	AllowOrigins []string
-	AllowHosts   []string
+	// Credentials are the credentials each transport link's access
+	// checks accept.
+	Credentials *access.Book
+	// TransportSettings are what every transport is started with.
+	TransportSettings
 	// Endpoints serve the transports' connections, by path.
 	Endpoints map[string]link.Endpoint
 	// RestartLimit is how many times in a row a transport may fail before
@@ -55,24 +55,52 @@ type Options struct {
 	RestartLimit int
 	// StartTimeout bounds a plugin's go-plugin handshake (0: 15s).
 	StartTimeout time.Duration
-	// PingInterval and PeerTimeout tune a transport's liveness checks of
-	// its clients (0 = the transport's defaults).
-	PingInterval, PeerTimeout time.Duration
 	// HealthInterval and HealthTimeout: every plugin is pinged this often;
 	// one that does not answer in time is killed and restarted (0: never).
 	HealthInterval, HealthTimeout time.Duration
-	// MaxConnections bounds each transport's open connections (0: the
-	// transport's default); past it a new connection gets HTTP 503.
-	MaxConnections int
-	// TLSCert and TLSKey are PEM files the primary transport serves
-	// HTTPS/WSS with ("": plain HTTP).
-	TLSCert, TLSKey string
 	// PrimaryFailed, if set, is called when the primary transport is
 	// marked failed (it failed RestartLimit times in a row): the host
 	// must not go on running without it.
 	PrimaryFailed func(lastErr string)
 	Metrics       *metrics.Metrics
 	Log           zerolog.Logger
+}
+
+// TransportSettings are the transports' settings in the host's
+// configuration, passed along whole (host.Config, Options) to each
+// transport process's StartRequest and its link's access checks.
+type TransportSettings struct {
+	// MaxConnections bounds each transport's open connections (0: the
+	// transport's default, 20000); past it a new connection gets HTTP 503.
+	MaxConnections int
+	// TLSCert and TLSKey are PEM files: with them the primary transport
+	// (the public listener) serves HTTPS/WSS ("": plain HTTP).
+	TLSCert, TLSKey string
+	// PingInterval and PeerTimeout tune a transport's liveness checks of
+	// its clients (0 = the transport's defaults, 20s and 60s).
+	PingInterval, PeerTimeout time.Duration
+	// AllowOrigins are extra accepted Origins.
+	AllowOrigins []string
+	// AllowHosts are extra accepted Host names ("NAME" with any port or
+	// none, "NAME:PORT" exactly), e.g. behind a reverse proxy.
+	AllowHosts []string
+}
+
+// startRequest is the StartRequest of a process of the transport named
+// name: only the primary transport serves TLS.
+func (s TransportSettings) startRequest(name, instance, listen string) contract.StartRequest {
+	req := contract.StartRequest{
+		Instance:       instance,
+		Listen:         listen,
+		PingInterval:   s.PingInterval,
+		PeerTimeout:    s.PeerTimeout,
+		MaxConnections: s.MaxConnections,
+		PageAuth:       true,
+	}
+	if name == PrimaryTransport {
+		req.TLSCertFile, req.TLSKeyFile = s.TLSCert, s.TLSKey
+	}
+	return req
 }
 
 // HostListens reports whether the host binds a transport's address
@@ -236,18 +264,7 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 	instance := t.ids.next(spec.Name)
 	sctx, cancel := context.WithTimeout(t.ctx, startRPCTimeout)
 	defer cancel()
-	req := contract.StartRequest{
-		Instance:       instance,
-		Listen:         listen,
-		PingInterval:   t.opts.PingInterval,
-		PeerTimeout:    t.opts.PeerTimeout,
-		MaxConnections: t.opts.MaxConnections,
-		PageAuth:       true,
-	}
-	if t.name == PrimaryTransport {
-		req.TLSCertFile, req.TLSKeyFile = t.opts.TLSCert, t.opts.TLSKey
-	}
-	resp, err := proc.tr.Start(sctx, req)
+	resp, err := proc.tr.Start(sctx, t.opts.startRequest(t.name, instance, listen))
 	if err != nil {
 		proc.client.Kill()
 		if t.ln != nil {
@@ -323,7 +340,7 @@ func (t *Transport) Reload(ctx context.Context, spec *PluginSpec) (PluginStatus,
 		t.mu.Unlock()
 		if old != nil {
 			t.log.Info().Err(err).Str("plugin", t.name).Msg("the new transport process cannot bind beside the old one; stopping the old one first")
-			t.retire(old, contract.CloseServiceRestart, reasonSwapped)
+			t.retire(old, wire.CloseServiceRestart, reasonSwapped)
 			t.mu.Lock()
 			if t.cur == gen(old) {
 				t.cur, t.core.state = nil, stateRestarting
@@ -356,7 +373,7 @@ func (t *Transport) Reload(ctx context.Context, spec *PluginSpec) (PluginStatus,
 	}
 	t.metrics.PluginReloads.WithLabelValues(t.name).Inc()
 	if old != nil {
-		t.retire(old, contract.CloseServiceRestart, reasonSwapped)
+		t.retire(old, wire.CloseServiceRestart, reasonSwapped)
 	}
 	t.log.Info().Str("plugin", t.name).Int("pid", g.proc.pid).Str("path", next.Path).Msg("transport plugin swapped")
 	return t.Status(), nil
@@ -383,7 +400,7 @@ func (t *Transport) retire(g *tgen, code int, reason string) {
 // drain makes the serving link refuse new connections (with 1001).
 func (t *Transport) drain() {
 	if g, _ := t.current().(*tgen); g != nil {
-		g.link.Drain(contract.CloseGoingAway, ReasonShutdown)
+		g.link.Drain(wire.CloseGoingAway, ReasonShutdown)
 	}
 }
 

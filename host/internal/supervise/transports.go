@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/wire"
 )
 
 // PrimaryTransport is the name of the transport that serves --listen: the
@@ -157,7 +158,7 @@ func (ts *Transports) Load(ctx context.Context, spec TransportSpec, ln *net.TCPL
 	ts.mu.Lock()
 	if ts.stopping {
 		ts.mu.Unlock()
-		sup.stop(context.WithoutCancel(ctx), contract.CloseGoingAway, ReasonShutdown)
+		sup.stop(context.WithoutCancel(ctx), wire.CloseGoingAway, ReasonShutdown)
 		return nil, ErrStopping
 	}
 	ts.sups[spec.Name] = sup
@@ -186,7 +187,7 @@ func (ts *Transports) Unload(ctx context.Context, name string) error {
 	}
 	ts.pending[name] = true
 	ts.mu.Unlock()
-	sup.stop(ctx, contract.CloseServiceRestart, reasonUnloaded)
+	sup.stop(ctx, wire.CloseServiceRestart, reasonUnloaded)
 	ts.mu.Lock()
 	delete(ts.sups, name)
 	delete(ts.pending, name)
@@ -251,7 +252,7 @@ func (ts *Transports) Stop(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sup.stop(ctx, contract.CloseGoingAway, ReasonShutdown)
+			sup.stop(ctx, wire.CloseGoingAway, ReasonShutdown)
 		}()
 	}
 	wg.Wait()
