@@ -297,6 +297,11 @@ func PrepareSocketDir(dir string, log zerolog.Logger) error {
 	return prepare(dir, "socket dir", log)
 }
 
+// afterCheck, when a test sets it, is called by prepare between its walk
+// and its mending: a test changes the state dir there as another host
+// started at the same instant could.
+var afterCheck func()
+
 // prepare is Prepare of the directory dir in role.
 func prepare(dir, role string, log zerolog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -312,6 +317,9 @@ func prepare(dir, role string, log zerolog.Logger) error {
 	problems, err := check(dir, role)
 	if err != nil {
 		return err
+	}
+	if afterCheck != nil {
+		afterCheck()
 	}
 	for _, p := range problems {
 		if !p.Mendable() {
@@ -356,9 +364,23 @@ func describe(rel string, p *Problem) string {
 // makePrivate takes the group and other bits off a Readable path,
 // through a descriptor opened without following a link and checked to be
 // the file that was judged.
+//
+// Another tether host started on the same state dir at the same instant
+// judges and mends it too, so the path may have been made private (or
+// removed: a running host's file) between the walk and the open. A path
+// gone is nothing to mend, and a change that only took permission bits
+// away is what making it private does: neither is taken for an attack.
+// Anything else is refused: a link in its place, another owner, another
+// type of file, or a permission bit added.
 func makePrivate(p *Problem) error {
 	f, err := os.OpenFile(p.Path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
+		if fi, lerr := os.Lstat(p.Path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("making %s private: it changed while tether looked at it: %w", p.Path, problemOf(p.Path, fi, p.Top))
+		}
 		return fmt.Errorf("making %s private: %w", p.Path, err)
 	}
 	defer f.Close()
@@ -366,13 +388,26 @@ func makePrivate(p *Problem) error {
 	if err != nil {
 		return fmt.Errorf("making %s private: %w", p.Path, err)
 	}
-	if fi.Mode() != p.Mode || ownerOf(fi) != p.UID {
+	if !onlyNarrowed(p, fi) {
 		return fmt.Errorf("making %s private: it changed while tether looked at it: %w", p.Path, ErrNotTrusted)
 	}
-	if err := f.Chmod(p.Private()); err != nil {
+	perm := fi.Mode().Perm()
+	if perm&0o077 == 0 {
+		return nil // made private meanwhile (another host on this state dir)
+	}
+	if err := f.Chmod(perm &^ 0o077); err != nil {
 		return fmt.Errorf("making %s private: %w", p.Path, err)
 	}
 	return nil
+}
+
+// onlyNarrowed reports whether fi, what the judged path p is now, is
+// the same type of file with the same owner, and has no permission bit
+// that it did not have when judged: at most some were taken away.
+func onlyNarrowed(p *Problem, fi fs.FileInfo) bool {
+	now := fi.Mode()
+	return now.Type() == p.Mode.Type() && ownerOf(fi) == p.UID &&
+		now&^fs.ModeType&^p.Mode == 0
 }
 
 // Verify is Prepare for a command that uses a state dir a host made and

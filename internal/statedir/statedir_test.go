@@ -521,3 +521,85 @@ func link(t *testing.T, dir, rel, target string) string {
 	}
 	return path
 }
+
+// TestPrepareRacesAnotherHost: between Prepare's walk and its mending,
+// another host started on the same state dir at the same instant may
+// make the same paths private, or remove one: Prepare goes on, and the
+// state dir ends private. A change that is not only bits taken away (a
+// link in the path's place, another owner, another type of file, a bit
+// added) is still refused.
+func TestPrepareRacesAnotherHost(t *testing.T) {
+	t.Cleanup(func() { afterCheck = nil })
+	readable := func(t *testing.T) string {
+		t.Helper()
+		dir := stateDir(t)
+		chmod(t, dir, 0o755)
+		chmod(t, p(dir, "token"), 0o644)
+		chmod(t, p(dir, "state.db-wal"), 0o644)
+		return dir
+	}
+	t.Run("made private meanwhile", func(t *testing.T) {
+		dir := readable(t)
+		afterCheck = func() {
+			chmod(t, dir, 0o700)
+			chmod(t, p(dir, "token"), 0o600)
+			chmod(t, p(dir, "state.db-wal"), 0o640) // halfway: still to mend
+		}
+		if err := Prepare(dir, zerolog.Nop()); err != nil {
+			t.Fatalf("Prepare: %v, want the other host's mending taken for what it is", err)
+		}
+		for path, mode := range map[string]fs.FileMode{dir: 0o700, p(dir, "token"): 0o600, p(dir, "state.db-wal"): 0o600} {
+			if fi, err := os.Lstat(path); err != nil || fi.Mode().Perm() != mode {
+				t.Errorf("%s: %v (%v), want %04o", path, fi.Mode(), err, mode)
+			}
+		}
+	})
+	t.Run("removed meanwhile", func(t *testing.T) {
+		dir := readable(t)
+		afterCheck = func() {
+			if err := os.Remove(p(dir, "state.db-wal")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := Prepare(dir, zerolog.Nop()); err != nil {
+			t.Fatalf("Prepare: %v, want a path gone meanwhile skipped", err)
+		}
+	})
+	for _, tt := range []struct {
+		name string
+		swap func(t *testing.T, dir string)
+		root bool
+	}{
+		{"a link put in its place", func(t *testing.T, dir string) {
+			link(t, dir, "token", p(filepath.Dir(dir), "elsewhere"))
+		}, false},
+		{"a bit added", func(t *testing.T, dir string) { chmod(t, p(dir, "token"), 0o664) }, false},
+		{"made a directory", func(t *testing.T, dir string) {
+			if err := os.Remove(p(dir, "token")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(p(dir, "token"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"given to another user", func(t *testing.T, dir string) { chown(t, p(dir, "token")) }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.root {
+				mustRoot(t)
+			}
+			dir := readable(t)
+			if err := os.WriteFile(p(filepath.Dir(dir), "elsewhere"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			afterCheck = func() { tt.swap(t, dir) }
+			err := Prepare(dir, zerolog.Nop())
+			if !errors.Is(err, ErrNotTrusted) || !strings.Contains(err.Error(), "changed while tether looked at it") {
+				t.Errorf("Prepare: %v, want it refused as changed", err)
+			}
+			if fi, err := os.Stat(p(filepath.Dir(dir), "elsewhere")); err != nil || fi.Mode().Perm() != 0o644 {
+				t.Errorf("the file a link points to: %v (%v), want it left 0644", fi.Mode(), err)
+			}
+		})
+	}
+}

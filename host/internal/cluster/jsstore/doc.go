@@ -77,7 +77,10 @@
 //     nats.go's jetstream package yet.)
 //   - FindByTitle and List read every row (the bucket has no index), and
 //     List reads each listed session's last display message for its
-//     count.
+//     count. They read the rows through a watch, whose consumer may be on
+//     a replica that has not applied the latest writes yet, so they first
+//     ask the stream leader for the last row's stream sequence and read
+//     the watch until it delivered that one (TestCollectRows).
 //   - Every error that is not the caller's (not found, exists, invalid)
 //     wraps store.ErrUnavailable, reads included: to the table, the
 //     cluster's storage is unavailable, 5003. One that says the servers

@@ -193,35 +193,93 @@ func (s *Store) GetSession(ctx context.Context, key string) (store.Session, erro
 	return sess, nil
 }
 
-// allSessions reads every row, by a watch of the rows that stops at the
-// end of its initial values, with LastActive filled.
+// allSessions reads every row, with LastActive filled, seeing every
+// write acknowledged before it was called.
+//
+// It reads them by a watch of the rows, whose consumer the servers
+// place on any server of the bucket's stream: one that has not applied
+// the latest acknowledged writes yet (a replica of a replicated bucket
+// lags the leader, which acknowledges once a quorum stored a write)
+// ends the watch's initial values without them. So it first asks the
+// stream leader for the stream sequence of the last row written, and
+// reads the watch past its initial values, as the lagging server
+// catches up, until it has delivered that sequence (collectRows).
 func (s *Store) allSessions(ctx context.Context) ([]store.Session, error) {
-	w, err := s.kv.Watch(ctx, "s.*", jetstream.IgnoreDeletes())
+	m, err := s.rows.GetLastMsgForSubject(ctx, s.rowsSubj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return []store.Session{}, nil // no row was ever written
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the last row: %w", err)
+	}
+	w, err := s.kv.Watch(ctx, rowKey("*"))
 	if err != nil {
 		return nil, err
 	}
 	defer bus.StopWatch(w)
-	out := []store.Session{}
-	for {
+	rows, err := collectRows(ctx, w.Updates(), m.Sequence, catchUpBudget)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Session, 0, len(rows))
+	for key, r := range rows {
+		sess := r.session(key)
+		sess.LastActive = r.lastActive()
+		out = append(out, sess)
+	}
+	return out, nil
+}
+
+// catchUpBudget bounds how long collectRows waits, after the initial
+// values, for a lagging server to deliver the last row written.
+const catchUpBudget = 5 * time.Second
+
+// collectRows reads the updates of a watch of the rows (puts, and the
+// delete markers of rows deleted: the watch does not ignore them, their
+// sequence may be the one awaited) into every current row by session
+// key. It returns once it has read the end of the initial values (the
+// nil entry) and an entry at stream sequence last or later: then it has
+// every write up to last, whatever the watch's server had applied when
+// the watch began. Waiting for last past the initial values is bounded
+// by budget (an error that noAnswer recognises).
+func collectRows(ctx context.Context, updates <-chan jetstream.KeyValueEntry, last uint64, budget time.Duration) (map[string]row, error) {
+	rows := map[string]row{}
+	var seen uint64 // the highest stream sequence read
+	initDone := false
+	var late <-chan time.Time
+	for !initDone || seen < last {
 		select {
-		case e, ok := <-w.Updates():
+		case e, ok := <-updates:
 			if !ok {
 				return nil, errors.New("the watch of the rows ended")
 			}
 			if e == nil {
-				return out, nil
+				initDone = true
+				if seen < last {
+					t := time.NewTimer(budget)
+					defer t.Stop()
+					late = t.C
+				}
+				continue
+			}
+			seen = max(seen, e.Revision())
+			key := e.Key()[len(rowKey("")):]
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(rows, key)
+				continue
 			}
 			var r row
 			if err := json.Unmarshal(e.Value(), &r); err != nil {
 				return nil, fmt.Errorf("%s at revision %d is not a session row: %v: %w", e.Key(), e.Revision(), err, store.ErrDamaged)
 			}
-			sess := r.session(e.Key()[len("s."):])
-			sess.LastActive = r.lastActive()
-			out = append(out, sess)
+			rows[key] = r
+		case <-late:
+			return nil, fmt.Errorf("the watch of the rows reached stream sequence %d, not the last row's %d, within %v: %w", seen, last, budget, context.DeadlineExceeded)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
+	return rows, nil
 }
 
 // newestFirst orders sessions as host/store lists them: by StartedAt,

@@ -58,6 +58,8 @@ const (
 type Store struct {
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
+	rows     jetstream.Stream // the bucket's stream, direct gets off
+	rowsSubj string           // the rows' subjects in it, "$KV.<bucket>.s.*"
 	events   jetstream.Stream
 	messages jetstream.Stream
 	evName   string // the events stream's name
@@ -115,12 +117,23 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("open store: %v: %w", err, store.ErrUnavailable)
 	}
+	// The bucket's stream, for the last row's sequence (allSessions):
+	// read, as every read of a row, from the stream leader.
+	rows, err := js.Stream(ctx, kvStream(kv.Bucket()))
+	if err != nil {
+		return nil, fmt.Errorf("open store: bucket %s: %v: %w", kv.Bucket(), err, store.ErrUnavailable)
+	}
+	if rows.CachedInfo().Config.AllowDirect {
+		return nil, fmt.Errorf("open store: bucket %s: direct gets were switched on again: %w", kv.Bucket(), store.ErrUnavailable)
+	}
 	s := &Store{
-		js:      js,
-		kv:      kv,
-		evName:  upper(cfg.Prefix) + "_EVENTS",
-		evSubj:  cfg.Prefix + ".journal.",
-		msgSubj: cfg.Prefix + ".messages.",
+		js:       js,
+		kv:       kv,
+		rows:     rows,
+		rowsSubj: "$KV." + kv.Bucket() + "." + rowKey("*"),
+		evName:   upper(cfg.Prefix) + "_EVENTS",
+		evSubj:   cfg.Prefix + ".journal.",
+		msgSubj:  cfg.Prefix + ".messages.",
 	}
 	for _, st := range []struct {
 		dst  *jetstream.Stream
@@ -157,6 +170,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}
 	return s, nil
 }
+
+// kvStream is the name of the stream that holds the KV bucket bucket.
+func kvStream(bucket string) string { return "KV_" + bucket }
 
 // upper is s in upper case (ASCII).
 func upper(s string) string {
