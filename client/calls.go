@@ -100,3 +100,27 @@ func (c *Conn) ClusterHosts(ctx context.Context) (wire.ClusterHosts, error) {
 	err := c.Call(ctx, wire.MethodClusterHosts, struct{}{}, &r)
 	return r, err
 }
+
+// CredentialCreate makes a scoped credential (credential.create; the
+// access token only). The answer holds its secret, shown this once.
+func (c *Conn) CredentialCreate(ctx context.Context, p wire.CredentialCreateParams) (wire.CredentialCreated, error) {
+	var r wire.CredentialCreated
+	err := c.Call(ctx, wire.MethodCredentialCreate, p, &r)
+	return r, err
+}
+
+// CredentialList lists the host's credentials, never their secrets
+// (credential.list).
+func (c *Conn) CredentialList(ctx context.Context) ([]wire.CredentialInfo, error) {
+	var r wire.CredentialList
+	err := c.Call(ctx, wire.MethodCredentialList, struct{}{}, &r)
+	return r.Credentials, err
+}
+
+// CredentialRevoke revokes the credentials of an ID or a name
+// (credential.revoke): every socket opened with them is closed.
+func (c *Conn) CredentialRevoke(ctx context.Context, idOrName string) ([]wire.CredentialInfo, error) {
+	var r wire.CredentialRevoked
+	err := c.Call(ctx, wire.MethodCredentialRevoke, wire.CredentialRevokeParams{Credential: idOrName}, &r)
+	return r.Revoked, err
+}

@@ -146,6 +146,10 @@ type Config struct {
 	// process, like `tether plugins reload NAME` (tether serve sends
 	// SIGHUP's here).
 	Reload <-chan struct{}
+	// PublicURL is the host's URL as its users reach it (behind a
+	// reverse proxy, say): the base of the URLs tether token create and
+	// tether share print. Empty: the listener's own.
+	PublicURL string
 	// AdminListen, if set, serves /metrics, /healthz and (with Pprof)
 	// /debug/pprof, behind the access token and the Host check.
 	AdminListen string

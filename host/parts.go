@@ -31,25 +31,27 @@ type hostParts struct {
 	m             *metrics.Metrics
 	primaryFailed chan string // the primary transport failed for good (Options.PrimaryFailed)
 
-	sockDir   string
-	lock      *stateLock
-	ctlLn     *net.UnixListener
-	st        store.Backend
-	node      *cluster.Node // nil on a single host
-	creds     *access.Book
-	agents    agent.Factory
-	table     *session.Table
-	endpoints map[string]link.Endpoint
-	gw        *rpc.Gateway
-	acpGW     *acpgw.Gateway
-	ln        *net.TCPListener // the public listener when the host binds it
-	opts      supervise.Options
-	router    *ptyroute.Router
-	backend   *supervise.Backend
-	ts        *supervise.Transports
-	sup       *supervise.Transport // the primary transport
-	ctl       *controlServer
-	acp       *acpagent.Factory // --agent acp's agent
+	sockDir string
+	lock    *stateLock
+	ctlLn   *net.UnixListener
+	st      store.Backend
+	node    *cluster.Node // nil on a single host
+	creds   *access.Book
+	// stopUpkeep ends the credentials' upkeep (keepCredentials).
+	stopUpkeep func(context.Context)
+	agents     agent.Factory
+	table      *session.Table
+	endpoints  map[string]link.Endpoint
+	gw         *rpc.Gateway
+	acpGW      *acpgw.Gateway
+	ln         *net.TCPListener // the public listener when the host binds it
+	opts       supervise.Options
+	router     *ptyroute.Router
+	backend    *supervise.Backend
+	ts         *supervise.Transports
+	sup        *supervise.Transport // the primary transport
+	ctl        *controlServer
+	acp        *acpagent.Factory // --agent acp's agent
 	// stopReloads ends the reloads on SIGHUP.
 	stopReloads func()
 	publicURL   string
@@ -73,7 +75,7 @@ func (h *hostParts) parts() []part {
 		{name: "state dir", start: h.startStateDir, stop: h.stopStateDir},            // judged, locked (one host per state dir), socket dir
 		{name: "control socket", start: h.listenControl, stop: h.closeControlSocket}, // bound now, served by "control server"
 		{name: "store", start: h.openStore, stop: h.closeStore},                      // state.db, or the cluster joined and its store
-		{name: "credentials", start: h.openCredentials},                              // the access token and the page sign-ins
+		{name: "credentials", start: h.openCredentials, stop: h.stopCredentials},     // the access token, scoped credentials, page sign-ins; their upkeep
 		{name: "acp agent", start: h.startACPAgent, stop: h.closeACPAgent},           // --agent acp only
 		{name: "gateway", start: h.startGateway, stop: h.closeGateway},               // the session table, /api/ws, /acp
 		{name: "public listener", start: h.listenPublic, stop: h.closePublic},        // a TCP --listen, lent to every transport process
@@ -167,8 +169,18 @@ func (h *hostParts) closeStore(ctx context.Context) error {
 }
 
 func (h *hostParts) openCredentials(ctx context.Context) (err error) {
-	h.creds, err = openCredentials(ctx, h.cfg, h.st, h.node)
-	return err
+	if h.creds, err = openCredentials(ctx, h.cfg, h.st, h.node); err != nil {
+		return err
+	}
+	h.stopUpkeep = keepCredentials(h.creds, h.cfg.Log)
+	return nil
+}
+
+// stopCredentials ends the credentials' upkeep, storing their last use
+// once more within ctx.
+func (h *hostParts) stopCredentials(ctx context.Context) error {
+	h.stopUpkeep(ctx)
+	return nil
 }
 
 // startACPAgent starts --agent acp's agent: every session is a session
@@ -215,10 +227,12 @@ func (h *hostParts) startGateway(context.Context) error {
 		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal, PerSessionBytes: cfg.JournalBytes},
 	})
 	h.gw = rpc.New(h.table, h.st, cfg.Version, cfg.Log, h.m)
+	h.gw.SetCredentials(h.creds)
 	if node != nil {
 		h.gw.SetRemote(clusterRemote{node}) // before any connection
 	}
 	h.acpGW = acpgw.New(acpgw.Config{Table: h.table, Store: h.st, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: h.m})
+	h.acpGW.SetCredentials(h.creds)
 	h.endpoints = map[string]link.Endpoint{wire.PathRPC: h.gw, wire.PathACP: h.acpGW}
 	return nil
 }
@@ -261,6 +275,7 @@ func (h *hostParts) startBackend(ctx context.Context) error {
 	}
 	bc := h.cfg.PTY.BackendConfig
 	h.router = ptyroute.New(h.cfg.Log, h.m, bc.MaxCols, bc.MaxRows)
+	h.router.SetCredentials(h.creds)
 	if h.node != nil {
 		h.router.SetRemote(clusterPTYs{h.node})
 	}
@@ -411,6 +426,7 @@ func (h *hostParts) writeURL(context.Context) error {
 		scheme = "https"
 	}
 	h.publicURL = scheme + "://" + access.BrowserAddr(h.sup.Addr())
+	h.gw.SetPageURL(cmp.Or(h.cfg.PublicURL, h.publicURL))
 	if !supervise.HostListens(h.cfg.Listen) {
 		return nil
 	}

@@ -50,6 +50,7 @@ const (
 	CodeSessionRequired    = 4006 // session_id missing or empty
 	CodeStoredNotFound     = 4007 // stored session not found, or no longer live: retry resume
 	CodeSessionBusy        = 4009 // a run is in flight and the call needs the session idle
+	CodeForbidden          = 4030 // the call is outside the credential's scope: nothing was changed
 	CodeAlreadyResolved    = 4090 // a permission request was already answered
 	CodeResumeFailed       = 5000 // create or resume failed (the agent or the database)
 	CodeTurnFailed         = 5001 // an agent's turn failed (data.reason says why)

@@ -31,6 +31,12 @@ const (
 	// MethodClusterHosts lists the hosts of a cluster (tether cluster);
 	// a single host answers with itself alone.
 	MethodClusterHosts = "cluster.hosts"
+	// MethodCredentialCreate, MethodCredentialList and
+	// MethodCredentialRevoke make, list and revoke the host's scoped
+	// credentials (tether token, tether share); admin only.
+	MethodCredentialCreate = "credential.create"
+	MethodCredentialList   = "credential.list"
+	MethodCredentialRevoke = "credential.revoke"
 )
 
 // Server event types.
@@ -42,6 +48,9 @@ const (
 	EventACPUpdate          = "acp.update"
 	EventPermissionRequest  = "permission.request"
 	EventPermissionResolved = "permission.resolved"
+	// EventSessionClosed is a session's last event: session.close, by
+	// whom.
+	EventSessionClosed = "session.closed"
 )
 
 // Message roles.

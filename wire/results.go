@@ -167,6 +167,15 @@ type InterruptResult struct {
 // Ready is the payload of gateway.ready.
 type Ready struct {
 	Version string `json:"version"`
+	// Identity is who the connection's credential names and what it
+	// may do (a page under a view credential shows itself read-only).
+	Identity *Identity `json:"identity,omitempty"`
+}
+
+// Identity is a credential's name and scopes.
+type Identity struct {
+	Name   string   `json:"name"`
+	Scopes []string `json:"scopes"`
 }
 
 // MessageStart is the payload of message.start.
@@ -212,4 +221,62 @@ type ClusterHosts struct {
 	// Cluster is false on a single host (not in a cluster).
 	Cluster bool          `json:"cluster"`
 	Hosts   []ClusterHost `json:"hosts"`
+}
+
+// Credential kinds (CredentialInfo.Kind).
+const (
+	CredentialToken = "token"      // a host's access token ("admin")
+	CredentialMade  = "credential" // made with tether token create
+	CredentialShare = "share"      // made with tether share
+	CredentialPage  = "page"       // a browser's sign-in, made from another
+)
+
+// CredentialCreateParams are the params of credential.create.
+type CredentialCreateParams struct {
+	Name   string   `json:"name,omitempty"`
+	Scopes []string `json:"scopes,omitempty"`
+	// TTLSeconds is how long it lasts; 0: until revoked.
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// Share makes a share link's credential: exactly one session or
+	// PTY scope, and the answer's URL opens the page on it.
+	Share bool `json:"share,omitempty"`
+}
+
+// CredentialInfo is a credential as credential.list shows it: never
+// its secret.
+type CredentialInfo struct {
+	ID      string   `json:"id"`
+	Name    string   `json:"name"`
+	Kind    string   `json:"kind"`
+	Scopes  []string `json:"scopes"`
+	Created int64    `json:"created_at"`
+	// Expires and LastUsed are Unix seconds; 0: never.
+	Expires  int64 `json:"expires_at"`
+	LastUsed int64 `json:"last_used"`
+}
+
+// CredentialCreated is the result of credential.create: the secret is
+// shown this once.
+type CredentialCreated struct {
+	Credential CredentialInfo `json:"credential"`
+	Secret     string         `json:"secret"`
+	// URL opens the page with the credential (on the shared terminal or
+	// chat for a share); empty when the host does not know its URL.
+	URL string `json:"url,omitempty"`
+}
+
+// CredentialList is the result of credential.list.
+type CredentialList struct {
+	Credentials []CredentialInfo `json:"credentials"`
+}
+
+// CredentialRevokeParams are the params of credential.revoke.
+type CredentialRevokeParams struct {
+	// Credential is an ID or a name (a name revokes all of that name).
+	Credential string `json:"credential"`
+}
+
+// CredentialRevoked is the result of credential.revoke.
+type CredentialRevoked struct {
+	Revoked []CredentialInfo `json:"revoked"`
 }

@@ -61,6 +61,10 @@ func run(args []string) int {
 		return umask.Main(args[1:])
 	case "plugins":
 		return pluginsCmd(args[1:])
+	case "token":
+		return tokenCmd(args[1:])
+	case "share":
+		return shareCmd(args[1:])
 	case "doctor":
 		return doctor(args[1:])
 	case "version", "--version", "-version":
@@ -89,6 +93,8 @@ commands:
   cluster    list the hosts of a running host's cluster ("cluster secret": make a cluster's secret)
   acp        the host's /acp endpoint on stdin/stdout: an editor's ACP agent command
   plugins    list, reload or stop the plugins of a running host (control socket)
+  token      create, list or revoke scoped credentials (create --name N --scope S --ttl D)
+  share      print a link to one terminal or chat, read-only with --view (share pty TOKEN | session KEY)
   doctor     check the state dir, database, plugins, disk, port and token file
   version    print the version
 

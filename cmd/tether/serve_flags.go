@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,7 @@ type serveFlags struct {
 	agentKind, agentCommand, agentCwd  string
 	echoDelay                          time.Duration
 	adminListen, logLevel, logFormat   string
+	publicURL                          string
 	pprof                              bool
 	ptyCommand                         string
 	ptyTTL, ptyIdleExit                time.Duration
@@ -75,6 +77,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.agentCommand, "agent-command", "", "for --agent exec: command run per prompt (prompt on stdin, stdout streamed); for --agent acp: the ACP agent, started once and spoken to on stdio")
 	fs.StringVar(&f.agentCwd, "agent-cwd", "", "for --agent acp: the agent's working directory, and that of sessions made without one (default: the current directory)")
 	fs.DurationVar(&f.echoDelay, "echo-delay", 0, "for --agent echo: pause before each streamed word")
+	fs.StringVar(&f.publicURL, "public-url", "", "the host's URL as its users reach it, e.g. https://tether.example.com behind a reverse proxy: the base of the URLs tether token create and tether share print (default: the listener's)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "address of the admin listener: Prometheus /metrics and /healthz, and /debug/pprof with --pprof, all behind the access token (off when empty)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "", "log format: json or console (default: console on a terminal)")
@@ -116,6 +119,9 @@ func (f *serveFlags) validate(self string) (err error) {
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if u, err := url.Parse(f.publicURL); f.publicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "") {
+		return fmt.Errorf("--public-url %q: want http(s)://HOST[:PORT][/PATH], no userinfo, query or fragment", f.publicURL)
 	}
 	if f.agents, f.acpArgv, err = agentFactory(f.agentKind, f.agentCommand, f.echoDelay); err != nil {
 		return err
@@ -249,6 +255,7 @@ func (f *serveFlags) hostConfig() host.Config {
 		}},
 		StopPTYs:    f.stopPTYs,
 		AdminListen: f.adminListen,
+		PublicURL:   strings.TrimRight(f.publicURL, "/"),
 		Version:     version,
 		Log:         f.log,
 	}

@@ -1381,7 +1381,7 @@ test("chat: a permission request shows in two clients; the first answer wins", {
 
           await b.click(`${pending} button[data-option-id="allow"]`);
           for (const [page, says] of [
-            [a, "Allow — answered by another client (ws)"],
+            [a, "Allow — answered by another client (admin via ws)"],
             [b, "Allow — answered here"],
           ]) {
             await page.waitForFunction(
@@ -1406,7 +1406,7 @@ test("chat: a permission request shows in two clients; the first answer wins", {
           await a.waitForSelector(pending, { timeout: wait });
           await a.click(`${pending} button.cancel`);
           await b.waitForFunction(
-            (sel) => [...document.querySelectorAll(sel)].pop().querySelector(".perm-outcome").textContent === "Cancelled — answered by another client (ws)",
+            (sel) => [...document.querySelectorAll(sel)].pop().querySelector(".perm-outcome").textContent === "Cancelled — answered by another client (admin via ws)",
             card,
             { timeout: wait },
           );

@@ -751,24 +751,32 @@ func TestBadInputBattery(t *testing.T) {
 		c := s.Dial(t)
 		var resumed snapshot
 		call(t, c, "session.resume", map[string]any{"session_id": stored.SessionKey}, &resumed)
-		if fmt.Sprint(resumed.Messages) != fmt.Sprint(wantStored) || resumed.Epoch != storedSince.Epoch || resumed.LatestSeq != storedSince.LatestSeq {
+		// What was read before the battery, and the close's own
+		// session.closed after it.
+		wantSeq := storedSince.LatestSeq + 1
+		if fmt.Sprint(resumed.Messages) != fmt.Sprint(wantStored) || resumed.Epoch != storedSince.Epoch || resumed.LatestSeq != wantSeq {
 			t.Errorf("stored session after the battery: messages %v epoch %q latest_seq %d; want %v, %q, %d",
-				resumed.Messages, resumed.Epoch, resumed.LatestSeq, wantStored, storedSince.Epoch, storedSince.LatestSeq)
+				resumed.Messages, resumed.Epoch, resumed.LatestSeq, wantStored, storedSince.Epoch, wantSeq)
 		}
 		var since struct {
 			Events    []json.RawMessage `json:"events"`
 			Truncated bool              `json:"truncated"`
 		}
 		call(t, c, "session.events.since", map[string]any{"session_id": resumed.SessionID, "last_seen": 0}, &since)
+		var lastType string
 		for i, raw := range since.Events {
-			var ev struct{ Seq uint64 }
+			var ev struct {
+				Seq  uint64
+				Type string
+			}
 			if err := json.Unmarshal(raw, &ev); err != nil || ev.Seq != uint64(i+1) {
 				t.Errorf("journal of the stored session: event %d has seq %d (%v), want %d", i, ev.Seq, err, i+1)
 				break
 			}
+			lastType = ev.Type
 		}
-		if since.Truncated || uint64(len(since.Events)) != storedSince.LatestSeq {
-			t.Errorf("journal: %d events, truncated %v; want %d, false", len(since.Events), since.Truncated, storedSince.LatestSeq)
+		if since.Truncated || uint64(len(since.Events)) != wantSeq || lastType != "session.closed" {
+			t.Errorf("journal: %d events ending with %q, truncated %v; want %d ending with session.closed, false", len(since.Events), lastType, since.Truncated, wantSeq)
 		}
 		call(t, c, "session.close", map[string]any{"session_id": resumed.SessionID}, nil)
 		var again snapshot

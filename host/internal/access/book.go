@@ -30,6 +30,10 @@ const (
 	// KindPage is a browser's sign-in: the page cookie's value, made
 	// from the credential the browser signed in with.
 	KindPage = "page"
+	// KindMade is a credential an operator made (tether token create).
+	KindMade = "credential"
+	// KindShare is a share link's credential (tether share).
+	KindShare = "share"
 )
 
 // AdminName is the name of the access token's credential: who did
@@ -88,15 +92,20 @@ type Book struct {
 	log   zerolog.Logger
 	now   func() time.Time
 
-	mu     sync.Mutex // guards the fields below
-	byHash map[string]store.Credential
-	byID   map[string]string // ID → Hash
+	grants sync.Mutex // serialises Grant's read-modify-write of a credential
+
+	mu      sync.Mutex // guards the fields below
+	byHash  map[string]store.Credential
+	byID    map[string]string    // ID → Hash
+	used    map[string]time.Time // ID → when Verify last accepted it, not yet stored
+	changed chan struct{}        // closed (and replaced) when a credential changes
 }
 
 // NewBook returns a book of the credentials in st (see Load).
 func NewBook(st store.CredentialStore, log zerolog.Logger) *Book {
 	return &Book{store: st, log: log, now: time.Now,
-		byHash: make(map[string]store.Credential), byID: make(map[string]string)}
+		byHash: make(map[string]store.Credential), byID: make(map[string]string),
+		used: make(map[string]time.Time), changed: make(chan struct{})}
 }
 
 // Load reads every stored credential into the book.
@@ -141,6 +150,8 @@ func (b *Book) Prune(ctx context.Context) error {
 func (b *Book) Apply(c store.Credential, deleted bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	close(b.changed)
+	b.changed = make(chan struct{})
 	if deleted {
 		b.removeLocked(c.Hash)
 		return
@@ -202,20 +213,34 @@ func (b *Book) Verify(secret string) (Identity, error) {
 	if !ok {
 		return Identity{}, ErrUnknownCredential
 	}
-	for p, depth := c, 0; ; depth++ {
+	root, err := b.rootLocked(c, now)
+	if err != nil {
+		return Identity{}, err
+	}
+	b.used[root.ID] = now
+	return Identity{Name: c.Name, Scopes: slices.Clone(root.Scopes), Credential: c.ID}, nil
+}
+
+// rootLocked returns the credential c was made from at the top of its
+// chain (c itself when it was made from none), checking that each link
+// is valid at now: ErrCredentialExpired, or ErrUnknownCredential for a
+// parent that is gone or whose secret changed. The root's scopes are
+// the chain's: what a credential is granted reaches its page sign-ins.
+func (b *Book) rootLocked(c store.Credential, now time.Time) (store.Credential, error) {
+	p := c
+	for depth := 0; ; depth++ {
 		if !p.Expires.IsZero() && !now.Before(p.Expires) {
-			return Identity{}, ErrCredentialExpired
+			return store.Credential{}, ErrCredentialExpired
 		}
 		if p.Parent == "" {
-			break
+			return p, nil
 		}
 		parentHash, ok := b.byID[p.Parent]
 		if !ok || parentHash != p.ParentHash || depth > 4 {
-			return Identity{}, ErrUnknownCredential
+			return store.Credential{}, ErrUnknownCredential
 		}
 		p = b.byHash[parentHash]
 	}
-	return Identity{Name: c.Name, Scopes: slices.Clone(c.Scopes), Credential: c.ID}, nil
 }
 
 // SignIn makes a page sign-in for the credential from names (the one a

@@ -38,6 +38,9 @@ const CodeTurnFailed = wire.CodeTurnFailed
 const (
 	// MetaSeq carries an update's event seq in session/update's _meta.
 	MetaSeq = "tether/seq"
+	// MetaBy, in a session/update of a prompt, names who submitted it
+	// (a credential's name).
+	MetaBy = "tether/by"
 	// MetaAfter, in session/resume's _meta, asks for the updates after a
 	// seq.
 	MetaAfter = "tether/after"
@@ -78,6 +81,7 @@ type Config struct {
 // Gateway is the /acp endpoint.
 type Gateway struct {
 	cfg    Config
+	book   *access.Book // the host's credentials (SetCredentials); nil: identities as given
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -157,6 +161,9 @@ type conn struct {
 	stop      chan struct{} // closed when the connection has ended
 
 	mu sync.Mutex // guards the fields below
+	// created holds the stored keys of the sessions this connection
+	// made, which a credential that is not admin reaches at once.
+	created map[string]bool
 	// bindings by stored key (the ACP sessionId), and the stored key of
 	// each bound runtime id.
 	bindings map[string]session.Binding

@@ -77,17 +77,20 @@ type wireSender struct {
 	code   int
 	frames [][]byte // raw frames sent, for tests that read them
 	queue  chan []byte
+	gone   chan struct{} // closed at the connection's close
 }
 
 // newWireSender returns a sender whose frames a goroutine writes to pw in
 // order, never blocking the endpoint (the queue is deep enough for any
 // test here), until stop.
 func newWireSender(pw *io.PipeWriter) *wireSender {
-	w := &wireSender{pw: pw, queue: make(chan []byte, 1<<14)}
+	w := &wireSender{pw: pw, queue: make(chan []byte, 1<<14), gone: make(chan struct{})}
 	go func() {
 		for data := range w.queue {
 			_, _ = pw.Write(data)
 		}
+		// Closed: the client reads the end, as from a closed socket.
+		_ = pw.Close()
 	}()
 	return w
 }
@@ -106,6 +109,9 @@ func (w *wireSender) Send(cmd contract.Command) {
 		if !w.closed {
 			w.closed, w.code = true, cmd.Code
 			close(w.queue)
+			if w.gone != nil {
+				close(w.gone)
+			}
 		}
 	}
 }
@@ -155,10 +161,16 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func (e *env) connect() *client {
 	e.t.Helper()
+	return e.connectAs(adminWho)
+}
+
+// connectAs opens a connection with who's credential.
+func (e *env) connectAs(who access.Identity) *client {
+	e.t.Helper()
 	e.conns++
 	pr, pw := io.Pipe()
 	out := newWireSender(pw)
-	c := e.gw.Open(link.Opening{ID: contract.TransportID{Instance: "t", Conn: uint64(e.conns)}, Transport: "ws", Event: &contract.Event{}, Out: out, Who: adminWho}).(*conn)
+	c := e.gw.Open(link.Opening{ID: contract.TransportID{Instance: "t", Conn: uint64(e.conns)}, Transport: "ws", Event: &contract.Event{}, Out: out, Who: who}).(*conn)
 	cl := &client{t: e.t, conn: c, out: out, asked: make(chan acp.RequestPermissionRequest, 16), changed: make(chan struct{}, 1)}
 	cl.lw = &lineWriter{c: c}
 	cl.cs = acp.NewClientSideConnection(cl, cl.lw, pr)

@@ -73,6 +73,9 @@ func (a *acpAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.A
 func (a *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
 	leave := a.c.enter()
 	defer leave()
+	if !a.c.canCreate() {
+		return acp.NewSessionResponse{}, a.c.forbid("session/new")
+	}
 	cwd := p.Cwd
 	if !filepath.IsAbs(cwd) {
 		return acp.NewSessionResponse{}, acp.NewInvalidParams(map[string]any{"cwd": "must be an absolute path"})
@@ -82,6 +85,7 @@ func (a *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp
 	if err != nil {
 		return acp.NewSessionResponse{}, tableError(err)
 	}
+	a.c.madeSession(snap.SessionKey)
 	return acp.NewSessionResponse{SessionId: acp.SessionId(snap.SessionKey)}, nil
 }
 
@@ -92,6 +96,9 @@ func (a *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (a
 	defer leave()
 	if err := checkKey(p.SessionId); err != nil {
 		return acp.LoadSessionResponse{}, err
+	}
+	if !a.c.can(string(p.SessionId), false) {
+		return acp.LoadSessionResponse{}, a.c.forbid("session/load")
 	}
 	var from uint64
 	_, truncated, err := a.c.bind(ctx, string(p.SessionId), &from, nil, leave)
@@ -108,6 +115,9 @@ func (a *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest
 	defer leave()
 	if err := checkKey(p.SessionId); err != nil {
 		return acp.ResumeSessionResponse{}, err
+	}
+	if !a.c.can(string(p.SessionId), false) {
+		return acp.ResumeSessionResponse{}, a.c.forbid("session/resume")
 	}
 	var after *uint64
 	if v, ok := p.Meta[MetaAfter]; ok {
@@ -175,6 +185,9 @@ func (a *acpAgent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) 
 		if p.Cwd != nil && *p.Cwd != "" && filepath.Clean(*p.Cwd) != cwd {
 			continue
 		}
+		if !a.c.can(s.Key, false) {
+			continue
+		}
 		info := acp.SessionInfo{SessionId: acp.SessionId(s.Key), Cwd: cwd}
 		if s.Title != "" {
 			t := s.Title
@@ -195,6 +208,9 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 	leave := c.enter()
 	defer leave()
 	key := string(p.SessionId)
+	if !c.can(key, true) {
+		return acp.PromptResponse{}, c.forbid("session/prompt")
+	}
 	s := c.session(key)
 	if s == nil {
 		return acp.PromptResponse{}, &acp.RequestError{Code: wire.CodeUnknownSession, Message: "session not loaded on this connection: session/load or session/resume it first"}
@@ -209,7 +225,7 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 	c.prompts[sid]++
 	c.promptText[sid] = text
 	c.mu.Unlock()
-	runID, err := s.Submit(text)
+	runID, err := s.SubmitBy(text, c.who.Name)
 	ch := make(chan runEnd, 1)
 	c.mu.Lock()
 	if err == nil {
@@ -278,8 +294,11 @@ func promptText(blocks []acp.ContentBlock) (string, error) {
 
 // Cancel implements acp.Agent: interrupt the bound session's run.
 func (a *acpAgent) Cancel(_ context.Context, p acp.CancelNotification) error {
+	if !a.c.can(string(p.SessionId), true) {
+		return a.c.forbid("session/cancel")
+	}
 	if s := a.c.session(string(p.SessionId)); s != nil {
-		s.Interrupt()
+		s.InterruptBy(a.c.who.Name)
 	}
 	return nil
 }

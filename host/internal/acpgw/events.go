@@ -113,6 +113,7 @@ func (c *conn) deliver(key string, ev event, replay bool) {
 		var p struct {
 			RunID  string `json:"run_id"`
 			Prompt string `json:"prompt"`
+			By     string `json:"by"`
 		}
 		_ = json.Unmarshal(ev.Payload, &p)
 		c.mu.Lock()
@@ -120,7 +121,7 @@ func (c *conn) deliver(key string, ev event, replay bool) {
 		mine = mine || c.prompts[ev.SessionID] > 0 && c.promptText[ev.SessionID] == p.Prompt
 		c.mu.Unlock()
 		if !mine || replay {
-			c.notify(key, ev.Seq, acp.UpdateUserMessageText(p.Prompt))
+			c.notifyBy(key, ev.Seq, acp.UpdateUserMessageText(p.Prompt), p.By)
 		}
 	case wire.EventMessageDelta:
 		if s != nil && s.Turns() {
@@ -170,8 +171,15 @@ func (c *conn) finishRun(p runEnd) {
 }
 
 // notify sends one session/update with the event's seq.
-func (c *conn) notify(key string, seq uint64, u acp.SessionUpdate) {
+func (c *conn) notify(key string, seq uint64, u acp.SessionUpdate) { c.notifyBy(key, seq, u, "") }
+
+// notifyBy is notify of an update someone made (a prompt): its _meta
+// names them too (MetaBy).
+func (c *conn) notifyBy(key string, seq uint64, u acp.SessionUpdate, by string) {
 	n := acp.SessionNotification{SessionId: acp.SessionId(key), Update: u, Meta: map[string]any{MetaSeq: seq}}
+	if by != "" {
+		n.Meta[MetaBy] = by
+	}
 	if err := c.asc.SessionUpdate(c.g.ctx, n); err != nil {
 		c.log.Debug().Err(err).Msg("session/update to the acp client")
 	}
@@ -187,6 +195,9 @@ func (c *conn) ask(key string, ev event) {
 	}
 	if json.Unmarshal(ev.Payload, &p) != nil {
 		return
+	}
+	if !c.can(key, true) {
+		return // a viewer is not asked what it may not answer
 	}
 	ctx, cancel := context.WithCancel(c.g.ctx)
 	a := &askState{cancel: cancel, done: make(chan struct{})}
@@ -231,7 +242,7 @@ func (c *conn) ask(key string, ev event) {
 			o := string(sel.OptionId)
 			option = &o
 		}
-		if err := s.RespondPermission(p.RequestID, option, c.transport); err != nil && !errors.Is(err, session.ErrAlreadyResolved) {
+		if err := s.RespondPermission(p.RequestID, option, c.who.Name, c.transport); err != nil && !errors.Is(err, session.ErrAlreadyResolved) {
 			c.log.Debug().Err(err).Msg("permission answer of the acp client")
 		}
 	}()

@@ -8,6 +8,7 @@ package link
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -98,6 +99,7 @@ type Link struct {
 
 	mu          sync.Mutex // guards the fields below
 	conns       map[uint64]Conn
+	who         map[uint64]string // conn → the credential it was opened with, while valid
 	out         []contract.Command
 	outBytes    int           // payload bytes in out
 	queued      int64         // cmdSize of everything in out and in the batch being sent
@@ -129,6 +131,7 @@ func New(cfg Config) *Link {
 		log:       cfg.Log.With().Str("plugin", cfg.Name).Str("instance", cfg.Instance).Logger(),
 		notify:    make(chan struct{}, 1),
 		conns:     make(map[uint64]Conn),
+		who:       make(map[uint64]string),
 	}
 }
 
@@ -144,6 +147,13 @@ func (l *Link) Run(ctx context.Context) error {
 		defer wg.Done()
 		l.sendLoop(ctx)
 	}()
+	if l.access != nil && l.access.Book != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.sweep(ctx)
+		}()
+	}
 	err := l.tr.Link(ctx, l.handle)
 	cancel()
 	wg.Wait()
@@ -153,6 +163,7 @@ func (l *Link) Run(ctx context.Context) error {
 	l.ended = true
 	conns := l.conns
 	l.conns = make(map[uint64]Conn)
+	clear(l.who)
 	l.out, l.outBytes = nil, 0
 	l.releaseLocked(l.queued)
 	l.checkDrainedLocked()
@@ -357,6 +368,7 @@ func (l *Link) handle(ctx context.Context, events []contract.Event) error {
 			l.mu.Lock()
 			c := l.conns[ev.Conn]
 			delete(l.conns, ev.Conn)
+			delete(l.who, ev.Conn)
 			l.checkDrainedLocked()
 			l.mu.Unlock()
 			if c != nil {
@@ -400,8 +412,67 @@ func (l *Link) opened(ev *contract.Event) {
 	}
 	l.mu.Lock()
 	l.conns[ev.Conn] = c
+	if d.Who.Credential != "" {
+		l.who[ev.Conn] = d.Who.Credential
+	}
 	l.mu.Unlock()
 	l.metrics.Connections.Inc()
+}
+
+// sweep closes, within a second of a revocation or an expiry, every
+// connection opened with a credential that is no longer valid: 4401
+// with the reason. It wakes at each change of the book and at its next
+// expiry.
+func (l *Link) sweep(ctx context.Context) {
+	book := l.access.Book
+	for {
+		changed := book.Changed()
+		var expiry <-chan time.Time
+		var t *time.Timer
+		if next := book.NextExpiry(); !next.IsZero() {
+			t = time.NewTimer(time.Until(next) + 10*time.Millisecond)
+			expiry = t.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-expiry:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		l.cut(book)
+	}
+}
+
+// cut closes the connections whose credential book no longer accepts.
+func (l *Link) cut(book *access.Book) {
+	type gone struct {
+		conn   uint64
+		reason string
+	}
+	var cut []gone
+	l.mu.Lock()
+	for conn, id := range l.who {
+		err := book.Check(id)
+		if err == nil {
+			continue
+		}
+		reason := access.ReasonRevoked
+		if errors.Is(err, access.ErrCredentialExpired) {
+			reason = access.ReasonExpired
+		}
+		cut = append(cut, gone{conn, reason})
+		delete(l.who, conn) // closed once; the transport reports it closed
+	}
+	l.mu.Unlock()
+	for _, g := range cut {
+		l.log.Info().Uint64("conn", g.conn).Str("reason", g.reason).Msg("closing a connection whose credential is no longer valid")
+		l.Send(contract.Command{Kind: contract.CommandClose, Conn: g.conn, Code: wire.CloseUnauthorized, Reason: g.reason})
+	}
 }
 
 // pageSignInTimeout bounds storing a page sign-in.

@@ -97,7 +97,7 @@ func TestRelayedSocketCarriesSize(t *testing.T) {
 		c := r.Open(link.Opening{
 			ID: contract.TransportID{Instance: "ws", Conn: 1}, Transport: "ws",
 			Event: &contract.Event{Kind: contract.EventOpened, Path: "/api/pty", Query: query},
-			Out:   &stuckSender{},
+			Out:   &stuckSender{}, Who: adminWho,
 		})
 		select {
 		case <-rem.dials:

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/wire"
@@ -45,6 +46,7 @@ type Router struct {
 	maxCols int // the largest PTY size a resize may ask for
 	maxRows int
 	wg      sync.WaitGroup // per-socket workers and detaches
+	book    *access.Book   // the host's credentials (SetCredentials); nil: identities as given
 
 	mu      sync.Mutex // guards the fields below
 	backend contract.Backend
@@ -68,6 +70,11 @@ func New(log zerolog.Logger, m *metrics.Metrics, maxCols, maxRows int) *Router {
 		routes: make(map[string]*ptyRoute), conns: make(map[contract.TransportID]*ptyConn),
 	}
 }
+
+// SetCredentials gives the router the host's credential book: a socket
+// is checked against its credential's current scopes. Call it before
+// the first socket.
+func (r *Router) SetCredentials(b *access.Book) { r.book = b }
 
 // SetBackend sets the backend new attaches go to.
 func (r *Router) SetBackend(b contract.Backend) {

@@ -446,7 +446,7 @@ func TestAttachSizeFromQuery(t *testing.T) {
 			c := r.Open(link.Opening{
 				ID: contract.TransportID{Instance: "ws", Conn: 1}, Transport: "ws",
 				Event: &contract.Event{Kind: contract.EventOpened, Path: "/api/pty", Query: tt.query},
-				Out:   &stuckSender{},
+				Out:   &stuckSender{}, Who: adminWho,
 			})
 			if c == nil {
 				t.Fatal("Open refused the socket")

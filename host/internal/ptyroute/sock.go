@@ -24,6 +24,10 @@ type ptyConn struct {
 	q      PTYQuery
 	legacy bool
 	who    access.Identity // who the socket's credential names
+	// create: the socket's credential may create a PTY but does not
+	// reach this token: it is refused (4403) if the PTY exists, and
+	// granted the token when its attach creates it.
+	create bool
 	log    zerolog.Logger
 	opened time.Time // admitted
 
@@ -58,16 +62,45 @@ func (r *Router) Open(o link.Opening) link.Conn {
 		r.metrics.BadResizes.Inc()
 		r.log.Debug().Str("transport_id", id.String()).Msg("attach size dropped")
 	}
+	create, ok := r.authorize(o.Who, q)
+	if !ok {
+		r.log.Debug().Str("transport_id", id.String()).Str("credential", o.Who.Name).Msg("pty socket outside the credential's scope")
+		out.Send(contract.Command{Kind: contract.CommandClose, Conn: id.Conn, Code: wire.CloseForbidden, Reason: access.ErrForbidden.Error()})
+		return nil
+	}
 	r.mu.Lock()
 	remote := r.remote
 	r.mu.Unlock()
 	if remote != nil && q.Attach != "" && o.Transport != link.RelayTransport {
+		// The host that has the PTY checks a creation again (it knows
+		// whether the PTY exists).
 		return r.openClustered(remote, id, o.Who, q, out)
 	}
 	c := r.newConn(id, q, out)
 	c.who = o.Who
+	c.create = create
 	c.start()
 	return c
+}
+
+// authorize decides whether who may open the socket q asks for
+// (docs/PROTOCOL.md, "Credentials and scopes"): admin, or pty:TOKEN
+// (pty:TOKEN:view for view=1); a credential that may create ("new") may
+// also attach a token it does not reach yet when that makes a new PTY
+// (create: checked at the attach) and open a socket with no token.
+func (r *Router) authorize(who access.Identity, q PTYQuery) (create, ok bool) {
+	scopes := access.ScopesOf(r.book, who)
+	switch {
+	case access.IsAdmin(scopes):
+		return false, true
+	case q.Attach == "":
+		return false, access.CanCreate(scopes)
+	case access.Can(scopes, access.ScopePTY, q.Attach, !q.View):
+		return false, true
+	case !q.View && access.CanCreate(scopes):
+		return true, true
+	}
+	return false, false
 }
 
 // newConn makes the socket of a PTY of this host; start admits it.
@@ -145,6 +178,26 @@ func (c *ptyConn) attach() {
 		c.closeWith(wire.CloseInternalError, "pty backend unavailable")
 		return
 	}
+	r.mu.Unlock()
+	if c.create {
+		// Only a new PTY: another's is not joined (nor its writer
+		// superseded) by a credential that does not reach it.
+		ctx, cancel := rpcCtx()
+		ptys, err := backend.List(ctx)
+		cancel()
+		if err != nil {
+			c.log.Warn().Err(err).Msg("pty list failed")
+			c.closeWith(wire.CloseInternalError, "pty attach failed")
+			return
+		}
+		for _, p := range ptys {
+			if p.Token == c.token {
+				c.closeWith(wire.CloseForbidden, access.ErrForbidden.Error())
+				return
+			}
+		}
+	}
+	r.mu.Lock()
 	c.pending = true
 	r.conns[c.id] = c
 	route := r.routes[c.token]
@@ -240,6 +293,13 @@ func (c *ptyConn) attach() {
 	if superseded != nil {
 		r.metrics.Supersedes.Inc()
 		superseded.closeWith(wire.CloseSuperseded, "opened elsewhere")
+	}
+	if c.create && r.book != nil && c.who.Credential != "" {
+		gctx, cancel := rpcCtx()
+		if err := r.book.Grant(gctx, c.who.Credential, access.PTYScope(c.token, false)); err != nil {
+			c.log.Warn().Err(err).Msg("the PTY this credential created is reachable on this socket only")
+		}
+		cancel()
 	}
 	r.metrics.PTYAttach.Observe(time.Since(c.opened).Seconds())
 	c.log.Debug().Str("token_reason", resp.Reason).Bool("reset", resp.Reset).Int64("replay_end", resp.ReplayEnd).Msg("pty attached")

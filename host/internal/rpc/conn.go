@@ -39,8 +39,11 @@ type conn struct {
 	// legs and remote are a cluster host's: the connection's legs to
 	// other hosts by host id, and by runtime id the sessions live there
 	// that it reaches through them (remote.go).
-	legs    map[string]*leg
-	remote  map[string]*leg
+	legs   map[string]*leg
+	remote map[string]*leg
+	// created holds the stored keys of the sessions this connection
+	// created, which a credential that is not admin reaches at once.
+	created map[string]bool
 	queue   []*request // requests waiting for the worker
 	working bool
 	closed  bool
@@ -79,9 +82,17 @@ func (c *conn) ready() {
 	frame, _ := json.Marshal(map[string]any{
 		"jsonrpc": wire.JSONRPCVersion,
 		"method":  wire.MethodEvent,
-		"params":  map[string]any{"type": wire.EventReady, "payload": map[string]string{"version": c.gw.version}},
+		"params":  map[string]any{"type": wire.EventReady, "payload": wire.Ready{Version: c.gw.version, Identity: &wire.Identity{Name: c.who.Name, Scopes: c.readyScopes()}}},
 	})
 	c.Send(frame)
+}
+
+// readyScopes is what gateway.ready says the connection may do.
+func (c *conn) readyScopes() []string {
+	if s := c.scopes(); s != nil {
+		return s
+	}
+	return []string{}
 }
 
 // respond sends a result or an error for id.
@@ -221,6 +232,11 @@ func (c *conn) dispatch(req *request, inline bool) {
 			}
 		}
 	}
+	if err := c.authorize(m.need, p); err != nil {
+		c.log.Debug().Str("method", name).Str("credential", c.who.Name).Msg("request outside the credential's scope")
+		c.respond(id, nil, toRPCError(err))
+		return
+	}
 	c.log.Debug().Str("method", name).Msg("request")
 	handedOff := false // to the worker, which counts its time when it serves it
 	defer func() {
@@ -309,6 +325,16 @@ func (c *conn) replyBind(id json.RawMessage, late *[]session.Binding) session.Re
 		if frame := c.encodeResponse(id, snap, nil); frame != nil {
 			send(frame) // c.Send, now or once the session's events are stored
 		}
+	}
+}
+
+// replyMade is replyBind for a session this connection creates: the
+// connection reaches it before the reply is sent (madeSession).
+func (c *conn) replyMade(id json.RawMessage, late *[]session.Binding) session.Reply {
+	reply := c.replyBind(id, late)
+	return func(b session.Binding, snap session.Snapshot, send func([]byte)) {
+		c.madeSession(snap.SessionKey)
+		reply(b, snap, send)
 	}
 }
 

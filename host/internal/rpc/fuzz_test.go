@@ -62,7 +62,7 @@ func FuzzGatewayFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, binary bool) {
 		gw := New(tbl, st, "test", zerolog.Nop(), m)
 		out := &recordingSender{}
-		c := gw.newConn(contract.TransportID{Instance: "fuzz", Conn: 1}, "ws", out)
+		c := gw.newConn(contract.TransportID{Instance: "fuzz", Conn: 1}, "ws", out).as(adminWho)
 		c.ready()
 		var sid, key string
 		frames := bytes.Split(data, []byte(fuzzSep))

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tether-agent/tether/contract"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/session"
@@ -32,6 +33,11 @@ type Gateway struct {
 	// remote reaches the other hosts of a cluster (nil on a single
 	// host).
 	remote Remote
+	// book holds the host's credentials (SetCredentials); nil in tests
+	// of connections without one.
+	book    *access.Book
+	grants  sync.WaitGroup // grants of what a "new" credential created, in flight
+	pageURL pageURLHolder
 }
 
 var _ link.Endpoint = (*Gateway)(nil)
@@ -49,6 +55,7 @@ func New(table *session.Table, st store.Backend, version string, log zerolog.Log
 func (g *Gateway) Close() {
 	g.cancel()
 	g.wg.Wait()
+	g.grants.Wait()
 }
 
 // Open implements link.Endpoint: it admits the connection and sends it

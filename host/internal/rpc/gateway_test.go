@@ -119,6 +119,7 @@ var specCodes = map[int]bool{
 	wire.CodeResumeFailed:       true,
 	wire.CodeStorageUnavailable: true,
 	wire.CodeAlreadyResolved:    true,
+	wire.CodeForbidden:          true,
 }
 
 // outFrame is a frame the gateway sends, decoded: a response or an event.
@@ -216,7 +217,7 @@ func TestGatewayOneResponsePerFrame(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := &recordingSender{}
-			c := gw.newConn(contract.TransportID{Instance: "t", Conn: uint64(i + 1)}, "ws", out)
+			c := gw.newConn(contract.TransportID{Instance: "t", Conn: uint64(i + 1)}, "ws", out).as(adminWho)
 			defer c.OnClosed()
 			c.OnFrame([]byte(tt.frame), tt.binary)
 			gw.wg.Wait()
@@ -238,7 +239,7 @@ func TestGatewayOneResponsePerFrame(t *testing.T) {
 	}
 	// A notification (no id) gets no response, even when it fails.
 	out := &recordingSender{}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1000}, "ws", out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1000}, "ws", out).as(adminWho)
 	defer c.OnClosed()
 	c.OnFrame([]byte(`{"jsonrpc":"2.0","method":"nope"}`), false)
 	gw.wg.Wait()
@@ -255,7 +256,7 @@ func TestGatewayBusy(t *testing.T) {
 	gw := New(tbl, st, "test", zerolog.Nop(), m)
 	defer gw.Close()
 	out := &recordingSender{}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out).as(adminWho)
 	defer c.OnClosed()
 	// Fill the queue as a stuck worker would leave it: working is set, so
 	// onFrame starts no worker of its own.
@@ -340,7 +341,7 @@ func TestGatewayEventsSinceFromJournal(t *testing.T) {
 		st.Close()
 	})
 	out := &notifyingSender{sent: make(chan struct{}, 1)}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out).as(adminWho)
 	defer c.OnClosed()
 
 	c.OnFrame([]byte(`{"jsonrpc":"2.0","id":1,"method":"session.create"}`), false)

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
@@ -54,4 +55,13 @@ func (c *conn) boundCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.bindings)
+}
+
+// adminWho is the access token's identity.
+var adminWho = access.Identity{Name: access.AdminName, Scopes: []string{access.ScopeAdmin}}
+
+// as makes the connection's credential who.
+func (c *conn) as(who access.Identity) *conn {
+	c.who = who
+	return c
 }

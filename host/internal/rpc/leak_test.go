@@ -20,7 +20,7 @@ func TestConnForgetsClosedSessions(t *testing.T) {
 	gw := New(tbl, st, "test", zerolog.Nop(), m)
 	defer gw.Close()
 	out := &recordingSender{}
-	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out)
+	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out).as(adminWho)
 
 	call := func(id int, method, params string) json.RawMessage {
 		t.Helper()

@@ -46,6 +46,7 @@ func (c *conn) live(p params) (*session.Session, error) {
 type method struct {
 	serve  func(c *conn, cl call, p params) (any, error)
 	inline bool
+	need   need // what the caller's credential must reach (authorize.go)
 }
 
 // methods is the gateway's method table, keyed by the method names of
@@ -54,19 +55,27 @@ var methods map[string]method
 
 func init() {
 	methods = map[string]method{
-		wire.MethodCreate:            {serve: (*conn).create},
-		wire.MethodBranch:            {serve: (*conn).branch},
-		wire.MethodResume:            {serve: (*conn).resume},
-		wire.MethodActivate:          {serve: (*conn).activate},
-		wire.MethodClose:             {serve: (*conn).close},
-		wire.MethodActiveList:        {serve: (*conn).activeList, inline: true},
-		wire.MethodList:              {serve: (*conn).list},
-		wire.MethodEventsSince:       {serve: (*conn).eventsSince, inline: true},
-		wire.MethodSubmit:            {serve: (*conn).submit},
-		wire.MethodRuns:              {serve: (*conn).runs, inline: true},
-		wire.MethodInterrupt:         {serve: (*conn).interrupt},
-		wire.MethodPermissionRespond: {serve: (*conn).permissionRespond},
-		wire.MethodClusterHosts:      {serve: (*conn).clusterHosts, inline: true},
+		wire.MethodCreate:            {serve: (*conn).create, need: needCreate},
+		wire.MethodBranch:            {serve: (*conn).branch, need: needBranch},
+		wire.MethodResume:            {serve: (*conn).resume, need: needResume},
+		wire.MethodActivate:          {serve: (*conn).activate, need: needView},
+		wire.MethodClose:             {serve: (*conn).close, need: needWrite},
+		wire.MethodActiveList:        {serve: (*conn).activeList, inline: true, need: needAnyone},
+		wire.MethodList:              {serve: (*conn).list, need: needAnyone},
+		wire.MethodEventsSince:       {serve: (*conn).eventsSince, inline: true, need: needView},
+		wire.MethodSubmit:            {serve: (*conn).submit, need: needWrite},
+		wire.MethodRuns:              {serve: (*conn).runs, inline: true, need: needView},
+		wire.MethodInterrupt:         {serve: (*conn).interrupt, need: needWrite},
+		wire.MethodPermissionRespond: {serve: (*conn).permissionRespond, need: needWrite},
+		wire.MethodClusterHosts:      {serve: (*conn).clusterHosts, inline: true, need: needAdmin},
+		wire.MethodCredentialCreate:  {serve: (*conn).credentialCreate, need: needAdmin},
+		wire.MethodCredentialList:    {serve: (*conn).credentialList, need: needAdmin},
+		wire.MethodCredentialRevoke:  {serve: (*conn).credentialRevoke, need: needAdmin},
+	}
+	for name, m := range methods {
+		if m.need == needUnset {
+			panic("rpc: method " + name + " says nothing of the scope it needs")
+		}
 	}
 }
 
@@ -99,7 +108,7 @@ func (c *conn) create(cl call, p params) (any, error) {
 		return nil, err
 	}
 	var late []session.Binding
-	ferr := c.gw.table.Create(c.gw.ctx, c, session.CreateOptions{Title: title, CloseOnDisconnect: cod, Parent: parent, ForkCount: -1}, c.replyBind(cl.id, &late))
+	ferr := c.gw.table.Create(c.gw.ctx, c, session.CreateOptions{Title: title, CloseOnDisconnect: cod, Parent: parent, ForkCount: -1}, c.replyMade(cl.id, &late))
 	return nil, c.bindDone(late, ferr)
 }
 
@@ -129,7 +138,7 @@ func (c *conn) branch(cl call, p params) (any, error) {
 		}
 	}
 	var late []session.Binding
-	ferr := c.gw.table.Create(c.gw.ctx, c, session.CreateOptions{Title: title, Parent: parent, ForkCount: fork}, c.replyBind(cl.id, &late))
+	ferr := c.gw.table.Create(c.gw.ctx, c, session.CreateOptions{Title: title, Parent: parent, ForkCount: fork}, c.replyMade(cl.id, &late))
 	return nil, c.bindDone(late, ferr)
 }
 
@@ -164,7 +173,7 @@ func (c *conn) close(cl call, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	closed, cerr := c.gw.table.Close(c.gw.ctx, sid)
+	closed, cerr := c.gw.table.CloseBy(c.gw.ctx, sid, c.who.Name)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -181,6 +190,7 @@ func (c *conn) activeList(cl call, _ params) (any, error) {
 		all = append(all, c.gw.remote.Active(ctx)...)
 		cancel()
 	}
+	all = filterKeys(c, all, func(e session.ActiveEntry) string { return e.SessionKey })
 	return map[string]any{"sessions": all}, nil
 }
 
@@ -216,6 +226,7 @@ func (c *conn) list(cl call, p params) (any, error) {
 		}
 		out = append(out, e)
 	}
+	out = filterKeys(c, out, func(e storedEntry) string { return e.ID })
 	return map[string]any{"sessions": out}, nil
 }
 
@@ -266,7 +277,7 @@ func (c *conn) submit(cl call, p params) (any, error) {
 	if lerr != nil {
 		return nil, lerr
 	}
-	runID, serr := rec.Submit(text)
+	runID, serr := rec.SubmitBy(text, c.who.Name)
 	if serr != nil {
 		return nil, serr
 	}
@@ -286,7 +297,7 @@ func (c *conn) interrupt(cl call, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec.Interrupt() {
+	if rec.InterruptBy(c.who.Name) {
 		return map[string]string{"status": "interrupted"}, nil
 	}
 	return map[string]string{"status": "idle"}, nil
@@ -316,7 +327,7 @@ func (c *conn) permissionRespond(cl call, p params) (any, error) {
 		}
 		option = &o
 	}
-	if err := rec.RespondPermission(reqID, option, c.transport); err != nil {
+	if err := rec.RespondPermission(reqID, option, c.who.Name, c.transport); err != nil {
 		return nil, err
 	}
 	return map[string]bool{"resolved": true}, nil

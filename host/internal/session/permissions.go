@@ -100,7 +100,7 @@ func (s *Session) askPermission(ctx context.Context, req agent.PermissionRequest
 		// The turn ends first: the request is withdrawn.
 		s.mu.Lock()
 		if s.perms[p.id] == p {
-			s.resolveLocked(p, "", false, "cancelled")
+			s.resolveLocked(p, "", false, "cancelled", "")
 		}
 		s.mu.Unlock()
 		return "", false, ctx.Err()
@@ -109,9 +109,11 @@ func (s *Session) askPermission(ctx context.Context, req agent.PermissionRequest
 
 // RespondPermission answers the permission request requestID with
 // optionID, or cancels it when optionID is nil; by names who answered
-// (the answering transport). The first answer wins: a later one gets
-// ErrAlreadyResolved. Every viewer is sent permission.resolved.
-func (s *Session) RespondPermission(requestID string, optionID *string, by string) error {
+// (a credential's name) and transport the transport it came through.
+// The first answer wins: a later one gets ErrAlreadyResolved. Every
+// viewer is sent permission.resolved {request_id, option_id, by,
+// transport}.
+func (s *Session) RespondPermission(requestID string, optionID *string, by, transport string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.perms[requestID]
@@ -128,12 +130,12 @@ func (s *Session) RespondPermission(requestID string, optionID *string, by strin
 	if ok {
 		option = *optionID
 	}
-	s.resolveLocked(p, option, ok, by)
+	s.resolveLocked(p, option, ok, by, transport)
 	return nil
 }
 
 // resolveLocked closes p with its answer and tells every viewer.
-func (s *Session) resolveLocked(p *permission, option string, ok bool, by string) {
+func (s *Session) resolveLocked(p *permission, option string, ok bool, by, transport string) {
 	delete(s.perms, p.id)
 	s.resolved = append(s.resolved, p.id)
 	if len(s.resolved) > keepResolved {
@@ -143,7 +145,7 @@ func (s *Session) resolveLocked(p *permission, option string, ok bool, by string
 	if ok {
 		opt = option
 	}
-	s.emitLocked(wire.EventPermissionResolved, map[string]any{"request_id": p.id, "option_id": opt, "by": by})
+	s.emitLocked(wire.EventPermissionResolved, map[string]any{"request_id": p.id, "option_id": opt, "by": by, "transport": transport})
 	p.answer <- permissionAnswer{option: option, ok: ok}
 }
 

@@ -88,18 +88,18 @@ func TestPermissionFirstAnswerWins(t *testing.T) {
 		t.Fatalf("snapshot of a late viewer: pending %+v, want request %s", snap.PendingPermissions, reqID)
 	}
 	bad := "maybe"
-	if err := s.RespondPermission(reqID, &bad, "ws"); !errors.Is(err, ErrUnknownOption) {
+	if err := s.RespondPermission(reqID, &bad, "alice", "ws"); !errors.Is(err, ErrUnknownOption) {
 		t.Errorf("an option not offered: %v, want ErrUnknownOption", err)
 	}
 	allow := "allow"
-	if err := s.RespondPermission(reqID, &allow, "acp"); err != nil {
+	if err := s.RespondPermission(reqID, &allow, "alice", "acp"); err != nil {
 		t.Fatal(err)
 	}
 	deny := "deny"
-	if err := s.RespondPermission(reqID, &deny, "ws"); !errors.Is(err, ErrAlreadyResolved) {
+	if err := s.RespondPermission(reqID, &deny, "bob", "ws"); !errors.Is(err, ErrAlreadyResolved) {
 		t.Errorf("a second answer: %v, want ErrAlreadyResolved", err)
 	}
-	if err := s.RespondPermission("nope", &deny, "ws"); !errors.Is(err, ErrUnknownPermission) {
+	if err := s.RespondPermission("nope", &deny, "bob", "ws"); !errors.Is(err, ErrUnknownPermission) {
 		t.Errorf("an unknown request: %v, want ErrUnknownPermission", err)
 	}
 	tbl.wg.Wait()
@@ -129,8 +129,8 @@ func TestPermissionFirstAnswerWins(t *testing.T) {
 			t.Fatalf("events %v, want %v", got, want)
 		}
 	}
-	if resolved["option_id"] != "allow" || resolved["by"] != "acp" || resolved["request_id"] != reqID {
-		t.Errorf("permission.resolved %v, want allow by acp", resolved)
+	if resolved["option_id"] != "allow" || resolved["by"] != "alice" || resolved["transport"] != "acp" || resolved["request_id"] != reqID {
+		t.Errorf("permission.resolved %v, want allow by alice through acp", resolved)
 	}
 	if complete["stop_reason"] != "end_turn" || complete["status"] != "complete" || complete["text"] != "chose:allow" {
 		t.Errorf("message.complete %v, want end_turn, complete, chose:allow", complete)

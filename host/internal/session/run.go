@@ -18,7 +18,12 @@ import (
 // are stored before it answers (ErrStorageUnavailable when they cannot
 // be). The run belongs to the session, not to a socket: only interrupt,
 // close, reap and shutdown end it early.
-func (s *Session) Submit(text string) (string, error) {
+func (s *Session) Submit(text string) (string, error) { return s.SubmitBy(text, "") }
+
+// SubmitBy is Submit of a prompt by the credential named by: it is
+// journaled with it (message.start's "by"; docs/PROTOCOL.md, "Who did
+// what").
+func (s *Session) SubmitBy(text, by string) (string, error) {
 	t := s.t
 	if err := t.writable(); err != nil {
 		return "", fmt.Errorf("submit to %s: %w", s.id, err)
@@ -72,10 +77,14 @@ func (s *Session) Submit(text string) (string, error) {
 	copy(history, s.messages)
 	s.messages = append(s.messages, prompt)
 	s.run = ru
-	s.runs = append(s.runs, RunInfo{RunID: ru.id, Status: statusRunning, StartedAt: now.Unix()})
+	s.runs = append(s.runs, RunInfo{RunID: ru.id, Status: statusRunning, StartedAt: now.Unix(), By: by})
 	s.lastActive = now
 	// The run's start seq is stored with its message.start.
-	s.emitOpsLocked(wire.EventMessageStart, map[string]string{"run_id": ru.id, "prompt": text}, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
+	start := map[string]string{"run_id": ru.id, "prompt": text}
+	if by != "" {
+		start["by"] = by
+	}
+	s.emitOpsLocked(wire.EventMessageStart, start, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
 	ru.startSeq = s.seq
 	t.wg.Add(1)
 	s.mu.Unlock()
@@ -137,7 +146,7 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 	}
 	// Open permission requests end with the run.
 	for _, p := range s.perms {
-		s.resolveLocked(p, "", false, "cancelled")
+		s.resolveLocked(p, "", false, "cancelled", "")
 	}
 	if err != nil && status == statusFailed {
 		s.log.Warn().Err(err).Str("run_id", ru.id).Msg("run failed")
@@ -155,6 +164,9 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 	s.run = nil
 	s.lastActive = now
 	complete := map[string]string{"text": answer, "status": status, "run_id": ru.id}
+	if status == statusInterrupted && ru.stoppedBy != "" {
+		complete["by"] = ru.stoppedBy // who cancelled it
+	}
 	if stopReason != "" {
 		complete["stop_reason"] = stopReason
 	}
@@ -211,7 +223,11 @@ func (s *Session) keepAgentState(st agent.Stateful) {
 }
 
 // Interrupt cancels the run in flight, reporting whether there was one.
-func (s *Session) Interrupt() bool {
+func (s *Session) Interrupt() bool { return s.InterruptBy("") }
+
+// InterruptBy is Interrupt by the credential named by: the run's
+// message.complete says who cancelled it.
+func (s *Session) InterruptBy(by string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.run == nil {
@@ -219,6 +235,7 @@ func (s *Session) Interrupt() bool {
 	}
 	if !s.run.interrupted {
 		s.run.interrupted = true
+		s.run.stoppedBy = by
 		s.run.cancel()
 	}
 	return true

@@ -151,6 +151,7 @@ type run struct {
 	text        strings.Builder
 	progress    time.Time // last delta
 	interrupted bool
+	stoppedBy   string // who interrupted it (InterruptBy)
 	startSeq    uint64 // seq of its message.start
 }
 
@@ -160,6 +161,9 @@ type RunInfo struct {
 	Status    string `json:"status"`
 	StartedAt int64  `json:"started_at"`
 	EndedAt   *int64 `json:"ended_at"`
+	// By names who submitted its prompt (a credential's name), when this
+	// host saw it submitted.
+	By string `json:"by,omitempty"`
 }
 
 // eventFrame is one sent event: its seq and encoded params.

@@ -17,6 +17,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
+	"github.com/tether-agent/tether/wire"
 )
 
 // runStaleAfter is how long a parked session's run may go without progress
@@ -420,7 +421,11 @@ func (t *Table) Active() []ActiveEntry {
 
 // Close ends the live session id (session.close). It reports whether the
 // session was live. It returns once the session is persisted.
-func (t *Table) Close(ctx context.Context, id string) (bool, error) {
+func (t *Table) Close(ctx context.Context, id string) (bool, error) { return t.CloseBy(ctx, id, "") }
+
+// CloseBy is Close by the credential named by: the session's last
+// event, session.closed {by}, says who closed it.
+func (t *Table) CloseBy(ctx context.Context, id, by string) (bool, error) {
 	t.mu.Lock()
 	s := t.byID[id]
 	t.mu.Unlock()
@@ -432,6 +437,11 @@ func (t *Table) Close(ctx context.Context, id string) (bool, error) {
 	if err := t.writable(); err != nil {
 		return false, fmt.Errorf("close %s: %w", id, err)
 	}
+	s.mu.Lock()
+	if !s.closing {
+		s.emitLocked(wire.EventSessionClosed, map[string]string{"by": by})
+	}
+	s.mu.Unlock()
 	if !t.release(releaseRef{s: s}, Closed) {
 		return false, nil
 	}

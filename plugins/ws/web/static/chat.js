@@ -1065,6 +1065,7 @@
     perm.resolved = true;
     perm.option = typeof p.option_id === "string" ? p.option_id : null;
     perm.by = String(p.by || "");
+    perm.transport = String(p.transport || "");
     renderPermission(c, perm);
   }
 
@@ -1087,7 +1088,11 @@
     let text;
     if (perm.by === "cancelled") text = "Withdrawn: the run ended before an answer";
     else if (perm.mine) text = what + " — answered here";
-    else text = what + " — answered by another client" + (perm.by ? " (" + perm.by + ")" : "");
+    else {
+      // Who (the credential's name) and through what (the transport).
+      const who = [perm.by, perm.transport ? "via " + perm.transport : ""].filter(Boolean).join(" ");
+      text = what + " — answered by another client" + (who ? " (" + who + ")" : "");
+    }
     out.textContent = text;
   }
 
