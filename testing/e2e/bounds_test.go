@@ -237,9 +237,11 @@ func TestBoundsJournalBytes(t *testing.T) {
 	for _, e := range since.Events {
 		sent += len(e)
 	}
-	if !since.Truncated || since.Epoch != few.Epoch || len(evs) == 0 || evs[0].Seq == 1 || evs[len(evs)-1].Seq != since.LatestSeq ||
-		evs[len(evs)-1].Type != "message.complete" || len(evs[len(evs)-1].Payload.Text) != 1_000_000 || sent > bound {
-		t.Fatalf("events since 0: truncated %v, epoch %s (was %s), %d events (%d bytes), latest %d; want truncated, the same epoch, at most %d bytes ending with the last answer",
+	// The journal ends with the last answer, then the close's
+	// session.closed.
+	if !since.Truncated || since.Epoch != few.Epoch || len(evs) < 2 || evs[0].Seq == 1 || evs[len(evs)-1].Seq != since.LatestSeq ||
+		evs[len(evs)-1].Type != "session.closed" || evs[len(evs)-2].Type != "message.complete" || len(evs[len(evs)-2].Payload.Text) != 1_000_000 || sent > bound {
+		t.Fatalf("events since 0: truncated %v, epoch %s (was %s), %d events (%d bytes), latest %d; want truncated, the same epoch, at most %d bytes ending with the last answer and the close",
 			since.Truncated, since.Epoch, few.Epoch, len(evs), sent, since.LatestSeq, bound)
 	}
 	_ = c.Close()
