@@ -205,15 +205,21 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
+	// The ID or NAME may come before the flags.
+	var words []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		words, args = append(words, args[0]), args[1:]
+	}
 	if code, done := parseOrExit(fs, args, "tether token revoke"); done {
 		return code
 	}
-	if fs.NArg() != 1 {
+	words = append(words, fs.Args()...)
+	if len(words) != 1 {
 		fmt.Fprintln(os.Stderr, "tether token revoke: give one ID or NAME")
 		return 2
 	}
 	return credentialCall(tf, "tether token revoke", func(ctx context.Context, c *client.Conn) error {
-		gone, err := c.CredentialRevoke(ctx, fs.Arg(0))
+		gone, err := c.CredentialRevoke(ctx, words[0])
 		if err != nil {
 			return err
 		}
