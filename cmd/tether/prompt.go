@@ -294,6 +294,12 @@ func (t *tailer) run(ctx context.Context) int {
 		} else {
 			err, fatal := t.follow(ctx, c)
 			c.Close()
+			// A credential revoked or expired is not a lost connection:
+			// dialling again would be refused the same way.
+			var ce *client.CloseError
+			if errors.As(err, &ce) && ce.Code == wire.CloseUnauthorized {
+				fatal = true
+			}
 			switch {
 			case ctx.Err() != nil:
 				return 0
