@@ -494,6 +494,53 @@ async function pointAt(page, line, col) {
   };
 }
 
+// A phone handed `tether share pty TOKEN --view`: the link opens that
+// terminal, shows its output and says it is read-only; what is typed
+// there never reaches the PTY (the writer's screen never shows it); a
+// revoked link's page says so.
+test("a view share link watches one terminal read-only", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const writer = await open(ctx);
+    await waitState(writer, "connected");
+    await type(writer, "echo before_$((1+1))");
+    await waitText(writer, String.raw`\nbefore_2`);
+    const tok = await writer.evaluate(() => window.tether.attach());
+    const share = execFileSync(bin, ["share", "pty", tok, "--view", "--name", "phone", "--state-dir", stateDir], {
+      env: { ...process.env, TETHER_TOKEN: token },
+    })
+      .toString()
+      .trim();
+    assert.match(share, /[?&]view=1/);
+    await withContext(t, async (phoneCtx) => {
+      const phone = await phoneCtx.newPage();
+      await phone.goto(share);
+      await waitState(phone, "connected");
+      await waitText(phone, String.raw`\nbefore_2`);
+      assert.equal(await phone.evaluate(() => document.body.dataset.readonly), "1");
+      assert.match(await phone.textContent("#status-text"), /read-only/);
+      assert.doesNotMatch(phone.url(), /token=/, "the link's credential is left in the address bar");
+      await phone.click("#terminal");
+      await phone.keyboard.type("echo VIEWER_TYPED");
+      await phone.keyboard.press("Enter");
+      // The writer's next line is seen by the phone: everything before it
+      // reached the PTY first, and the phone's keys are not among it.
+      await type(writer, "echo after_$((2+2))");
+      await waitText(phone, String.raw`\nafter_4`);
+      await waitText(writer, String.raw`\nafter_4`);
+      const writerScreen = await writer.evaluate(() => {
+        const b = window.tether.term.buffer.active;
+        const out = [];
+        for (let i = 0; i < b.length; i++) out.push(b.getLine(i).translateToString(true));
+        return out.join("\n");
+      });
+      assert.ok(!writerScreen.includes("VIEWER_TYPED"), "the view link's keys reached the PTY");
+      execFileSync(bin, ["token", "revoke", "phone", "--state-dir", stateDir], { env: { ...process.env, TETHER_TOKEN: token } });
+      await waitState(phone, "error");
+      assert.match(await phone.textContent("#status-text"), /revoked/);
+    }, "-phone");
+  }),
+);
+
 test("links are clickable", { timeout: 60000 }, (t) =>
   withContext(t, async (ctx) => {
     const link = "https://example.invalid/x";

@@ -294,4 +294,3 @@ func TestScopeRevokedCredentialCanDoNothing(t *testing.T) {
 
 }
 
-const codeForbidden = wire.CodeForbidden

@@ -136,10 +136,24 @@
   // carried a credential, and signed the browser in with the HttpOnly
   // page cookie (tether_PORT), which the browser sends with every
   // request of this origin, the WebSocket upgrades included.
+  // A share link's ?view=1 (tether share pty TOKEN --view) makes this
+  // tab a viewer of its terminal: it attaches with view=1, sends no
+  // input or size, and says so on screen; kept for the tab's reloads.
+  const VIEW_KEY = "tether.view";
+  let viewOnly = false;
   function takeURLParams() {
     const url = new URL(location.href);
     const token = url.searchParams.get("token");
     const attachParam = url.searchParams.get("attach");
+    if (url.searchParams.get("view") === "1" && attachParam !== null) {
+      viewOnly = true;
+      try {
+        sessionStorage.setItem(VIEW_KEY, attachParam);
+      } catch (_) {
+        // no storage: read-only until a reload
+      }
+    }
+    url.searchParams.delete("view");
     if (token === null && attachParam === null) return null;
     url.searchParams.delete("token");
     url.searchParams.delete("attach");
@@ -197,6 +211,11 @@
   }
 
   let attach = valid(takeURLParams()) || valid(load(session, TAB_KEY)) || valid(load(local, ATTACH_KEY));
+  try {
+    if (!viewOnly && attach !== null && sessionStorage.getItem(VIEW_KEY) === attach) viewOnly = true;
+  } catch (_) {
+    // no storage
+  }
   if (attach === null) {
     const list = loadTerminals().sort((a, b) => (b.used || 0) - (a.used || 0));
     attach = list.length ? list[0].token : newAttachToken();
@@ -218,7 +237,8 @@
   function setState(next, status, overlay) {
     state = next;
     body.dataset.state = next;
-    statusText.textContent = status;
+    body.dataset.readonly = viewOnly ? "1" : "";
+    statusText.textContent = viewOnly && next === "connected" ? status + " · read-only: you watch, typing sends nothing" : status;
     const o = overlay || {};
     overlayKind = next;
     overlayTitle.textContent = o.title || "";
@@ -231,7 +251,7 @@
     overlayClose.textContent = next === "ended" ? "Close this terminal" : "Close this terminal…";
     $("overlay").setAttribute("aria-hidden", next === "connected" ? "true" : "false");
     if (term) {
-      const blocked = next !== "connected";
+      const blocked = next !== "connected" || viewOnly;
       if (term.options.disableStdin !== blocked) term.options.disableStdin = blocked;
     }
   }
@@ -354,6 +374,8 @@
   function closeLabel(c) {
     if (!c) return "";
     let t = CLOSE_TEXT[c.code] || (c.code >= 4000 ? "closed by the host" : "closed");
+    if (c.code === 4403 && /scope/.test(c.reason || "")) t = "outside this link's access";
+    if (c.code === 4401 && /revoked|expired/.test(c.reason || "")) t = "this link's " + c.reason;
     if (c.code === 1011 && c.reason) t += ": " + c.reason;
     return t + " (" + c.code + ")";
   }
@@ -380,11 +402,12 @@
     let q = "attach=" + encodeURIComponent(attach); // the access token goes in the cookie
     const cursor = screenEpoch !== null ? offset : null;
     if (cursor !== null) q += "&offset=" + cursor + "&epoch=" + encodeURIComponent(screenEpoch);
+    if (viewOnly) q += "&view=1";
     // The size the window fits: the PTY takes it before the host draws a
     // snapshot, so the snapshot is of the screen at this size. The page
     // still fits and sends its size once the replay is written (a host
     // that ignores the query resizes then).
-    const fit = fitSize();
+    const fit = viewOnly ? null : fitSize(); // a viewer never sizes the PTY
     if (fit) q += "&cols=" + fit.cols + "&rows=" + fit.rows;
 
     const why = outage ? closeLabel(outage) + " — " : "";
@@ -576,7 +599,9 @@
       });
       return;
     }
-    const fatal = FATAL[c.code] || (c.code === 1011 && /registry full/.test(c.reason) ? [REGISTRY_FULL, true] : null);
+    let fatal = FATAL[c.code] || (c.code === 1011 && /registry full/.test(c.reason) ? [REGISTRY_FULL, true] : null);
+    if (c.code === 4403 && /scope/.test(c.reason || "")) fatal = ["The link this page was opened with does not reach this terminal (or only to watch it). Ask its owner for a new link.", false];
+    if (c.code === 4401 && /revoked|expired/.test(c.reason || "")) fatal = ["The link this page was opened with was " + (/expired/.test(c.reason) ? "expired" : "revoked") + " by its owner.", false];
     if (fatal) {
       setState("error", closeLabel(c), { title: closeLabel(c), text: fatal[0], reconnect: fatal[1] ? "Reconnect" : "" });
       return;
@@ -676,7 +701,7 @@
 
   const encoder = new TextEncoder();
   function writing() {
-    return state === "connected" && ws !== null && ws.readyState === WebSocket.OPEN;
+    return !viewOnly && state === "connected" && ws !== null && ws.readyState === WebSocket.OPEN;
   }
   function send(bytes) {
     if (writing()) ws.send(bytes);
@@ -708,7 +733,7 @@
     return null;
   }
   function sendSize() {
-    if (!restoring && ws && ws.readyState === WebSocket.OPEN && header !== null) {
+    if (!viewOnly && !restoring && ws && ws.readyState === WebSocket.OPEN && header !== null) {
       ws.send("\x1b[RESIZE:" + term.cols + ";" + term.rows + "]");
     }
   }
