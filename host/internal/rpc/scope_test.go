@@ -293,4 +293,3 @@ func TestScopeRevokedCredentialCanDoNothing(t *testing.T) {
 	}
 
 }
-
