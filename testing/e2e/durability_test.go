@@ -280,12 +280,14 @@ func TestJournalRetentionTruncates(t *testing.T) {
 	var since sinceResult
 	call(t, c, "session.events.since", map[string]any{"session_id": resumed.SessionID, "last_seen": 1}, &since)
 	evs := decodeEvents(t, since.Events)
-	if !since.Truncated || len(evs) != 5 || evs[len(evs)-1].Seq != since.LatestSeq || since.LatestSeq != 10 {
-		t.Fatalf("since 1 with 5 kept: truncated %v, %d events, latest %d; want truncated, the last 5 of 10", since.Truncated, len(evs), since.LatestSeq)
+	// 11 events: the run's 10 (start, 8 deltas, complete) and the
+	// close's session.closed.
+	if !since.Truncated || len(evs) != 5 || evs[len(evs)-1].Seq != since.LatestSeq || since.LatestSeq != 11 || evs[len(evs)-1].Type != "session.closed" {
+		t.Fatalf("since 1 with 5 kept: truncated %v, %d events, latest %d; want truncated, the last 5 of 11 ending with session.closed", since.Truncated, len(evs), since.LatestSeq)
 	}
 	call(t, c, "session.events.since", map[string]any{"session_id": resumed.SessionID, "last_seen": 7}, &since)
-	if since.Truncated || len(since.Events) != 3 {
-		t.Fatalf("since 7: truncated %v, %d events; want 3, not truncated", since.Truncated, len(since.Events))
+	if since.Truncated || len(since.Events) != 4 {
+		t.Fatalf("since 7: truncated %v, %d events; want 4, not truncated", since.Truncated, len(since.Events))
 	}
 }
 
