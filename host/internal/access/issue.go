@@ -30,6 +30,10 @@ const maxNameBytes = 64
 // ErrNoSuchCredential is a revocation of an ID or name the book has not.
 var ErrNoSuchCredential = errors.New("no such credential")
 
+// ErrAccessToken is a revocation of a host's access token: it is
+// changed, not revoked.
+var ErrAccessToken = errors.New("a host's access token: change the token (--token or the token file) instead")
+
 // ErrTooManyGrants is a "new" credential that created maxGrants sessions
 // and PTYs already.
 var ErrTooManyGrants = errors.New("this credential created too many sessions and PTYs; make another")
@@ -111,7 +115,7 @@ func (b *Book) Revoke(ctx context.Context, idOrName string) ([]store.Credential,
 	}
 	for _, c := range hit {
 		if c.Kind == KindToken {
-			return nil, fmt.Errorf("%q is a host's access token: change the token (--token or the token file) instead", idOrName)
+			return nil, fmt.Errorf("%q is %w", idOrName, ErrAccessToken)
 		}
 	}
 	for _, c := range append(hit, pages...) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/tether-agent/tether/contract"
@@ -34,10 +33,6 @@ func (g *Gateway) pageBase() string {
 	}
 	return ""
 }
-
-// pageURLHolder is the gateway's public URL, set once the listener is
-// known.
-type pageURLHolder = atomic.Pointer[string]
 
 func infoOf(c store.Credential) wire.CredentialInfo {
 	i := wire.CredentialInfo{ID: c.ID, Name: c.Name, Kind: c.Kind, Scopes: c.Scopes, Created: c.Created.Unix()}
@@ -184,7 +179,7 @@ func (c *conn) credentialRevoke(cl call, p params) (any, error) {
 	switch {
 	case errors.Is(err, access.ErrNoSuchCredential):
 		return nil, errorf(wire.CodeInvalidParams, "no such credential: %q", req.Credential)
-	case err != nil && strings.Contains(err.Error(), "access token"):
+	case errors.Is(err, access.ErrAccessToken):
 		return nil, errorf(wire.CodeInvalidParams, "%v", err)
 	case err != nil:
 		return nil, errorf(wire.CodeStorageUnavailable, "storage unavailable: %v", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
@@ -36,8 +37,8 @@ type Gateway struct {
 	// book holds the host's credentials (SetCredentials); nil in tests
 	// of connections without one.
 	book    *access.Book
-	grants  sync.WaitGroup // grants of what a "new" credential created, in flight
-	pageURL pageURLHolder
+	grants  sync.WaitGroup         // grants of what a "new" credential created, in flight
+	pageURL atomic.Pointer[string] // the public URL, set once the listener is known (SetPageURL)
 }
 
 var _ link.Endpoint = (*Gateway)(nil)

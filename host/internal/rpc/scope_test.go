@@ -291,5 +291,13 @@ func TestScopeRevokedCredentialCanDoNothing(t *testing.T) {
 	if _, rerr := w.do(t, c, wire.MethodRuns, w.expand(`{"session_id":"$rA"}`)); rerr == nil || rerr.Code != wire.CodeForbidden {
 		t.Fatalf("after revoke: %+v, want 4030", rerr)
 	}
+	// The access token is changed, not revoked: refused, and still valid.
+	admin := w.conn(t, "admin")
+	if _, rerr := w.do(t, admin, wire.MethodCredentialRevoke, `{"credential":"admin"}`); rerr == nil || rerr.Code != wire.CodeInvalidParams {
+		t.Fatalf("revoking the access token: %+v, want -32602", rerr)
+	}
+	if _, err := w.book.Verify("admintoken"); err != nil {
+		t.Fatalf("the access token after a refused revoke: %v", err)
+	}
 
 }
