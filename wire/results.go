@@ -120,6 +120,10 @@ type StoredSession struct {
 	// LastActive is when the session was last active as stored: the
 	// latest of StartedAt, EndedAt and its runs' start and end times.
 	LastActive int64 `json:"last_active"`
+	// LastRunBy names who started the session's latest run (the name of
+	// the credential that submitted its prompt); omitted when it has no
+	// run or none was recorded.
+	LastRunBy string `json:"last_run_by,omitempty"`
 }
 
 // EventsSince is the result of session.events.since. Events holds the

@@ -72,7 +72,7 @@ flags:
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", s.ID, s.SessionKey, s.Title, s.Status, s.MessageCount, s.Viewers)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "STORED\tTITLE\tSTARTED\tLAST ACTIVE\tENDED\tMESSAGES")
+	fmt.Fprintln(w, "STORED\tTITLE\tSTARTED\tLAST ACTIVE\tLAST RUN BY\tENDED\tMESSAGES")
 	for _, s := range stored {
 		ended := "-"
 		if s.EndedAt != nil {
@@ -82,7 +82,11 @@ flags:
 		if s.LastActive > 0 {
 			last = time.Unix(s.LastActive, 0).Format(time.DateTime)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", s.ID, s.Title, time.Unix(s.StartedAt, 0).Format(time.DateTime), last, ended, s.MessageCount)
+		by := s.LastRunBy
+		if by == "" {
+			by = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", s.ID, s.Title, time.Unix(s.StartedAt, 0).Format(time.DateTime), last, by, ended, s.MessageCount)
 	}
 	if err := w.Flush(); err != nil {
 		return 1

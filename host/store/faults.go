@@ -247,8 +247,8 @@ func (s *Store) StartTurn(ctx context.Context, key string, prompt agent.Message,
 			return fmt.Errorf("start turn of %s: prompt: %w", key, err)
 		}
 		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO runs (session_key, run_id, status, started_at, start_seq) VALUES (?, ?, ?, ?, ?)`,
-			key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq)); err != nil {
+			`INSERT INTO runs (session_key, run_id, status, started_at, start_seq, started_by) VALUES (?, ?, ?, ?, ?, ?)`,
+			key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq), r.By); err != nil {
 			return fmt.Errorf("start turn of %s: run: %w", key, err)
 		}
 		if err := tx.Commit(); err != nil {

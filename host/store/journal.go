@@ -297,6 +297,9 @@ type Run struct {
 	EndedAt   time.Time // zero while running
 	// StartSeq is the seq of the run's message.start event.
 	StartSeq uint64
+	// By is the name of the credential whose prompt started the run
+	// ("" for runs stored before it was recorded).
+	By string
 }
 
 // StartRun records a run in flight.
@@ -306,8 +309,8 @@ func (s *Store) StartRun(ctx context.Context, key string, r Run) error {
 
 func (s *Store) startRun(ctx context.Context, key string, r Run) error {
 	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO runs (session_key, run_id, status, started_at, start_seq) VALUES (?, ?, ?, ?, ?)`,
-		key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq))
+		`INSERT INTO runs (session_key, run_id, status, started_at, start_seq, started_by) VALUES (?, ?, ?, ?, ?, ?)`,
+		key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq), r.By)
 	if err != nil {
 		return fmt.Errorf("start run %s of %s: %w", r.ID, key, err)
 	}
@@ -332,7 +335,7 @@ func (s *Store) endRun(ctx context.Context, key, runID, status string, at time.T
 // Runs lists the runs of key, oldest first.
 func (s *Store) Runs(ctx context.Context, key string) ([]Run, error) {
 	rows, err := s.reader().QueryContext(ctx,
-		`SELECT run_id, status, started_at, ended_at, start_seq FROM runs WHERE session_key = ? ORDER BY started_at, start_seq`, key)
+		`SELECT run_id, status, started_at, ended_at, start_seq, started_by FROM runs WHERE session_key = ? ORDER BY started_at, start_seq`, key)
 	if err != nil {
 		return nil, fmt.Errorf("runs of %s: %w", key, err)
 	}
@@ -343,7 +346,7 @@ func (s *Store) Runs(ctx context.Context, key string) ([]Run, error) {
 		var started int64
 		var ended sql.NullInt64
 		var startSeq int64
-		if err := rows.Scan(&r.ID, &r.Status, &started, &ended, &startSeq); err != nil {
+		if err := rows.Scan(&r.ID, &r.Status, &started, &ended, &startSeq, &r.By); err != nil {
 			return nil, fmt.Errorf("runs of %s: %w", key, err)
 		}
 		r.StartedAt = timeOf(started)

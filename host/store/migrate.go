@@ -87,6 +87,11 @@ var migrations = []string{
 		expires_at  INTEGER NOT NULL DEFAULT 0,
 		last_used   INTEGER NOT NULL DEFAULT 0
 	) WITHOUT ROWID;`,
+
+	// 7: who started each run (the name of the credential that
+	// submitted its prompt), for the listing's "who started the last
+	// run".
+	`ALTER TABLE runs ADD COLUMN started_by TEXT NOT NULL DEFAULT '';`,
 }
 
 // latestVersion is the schema version Open migrates to.

@@ -66,6 +66,9 @@ func TestMigrateFromEveryVersion(t *testing.T) {
 					wantBytes += int64(len(p))
 				}
 			}
+			if v >= 3 && v < 7 { // a run stored before who started it was recorded
+				mustExec(t, db, `INSERT INTO runs (session_key, run_id, status, started_at) VALUES (?, 'old', 'complete', ?)`, key, t0.Unix()+1)
+			}
 			if err := db.Close(); err != nil {
 				t.Fatalf("close: got error %v, want nil", err)
 			}
@@ -104,6 +107,17 @@ func TestMigrateFromEveryVersion(t *testing.T) {
 			}
 			if err := s.SetCursor(ctx, key, "ep2", 10); err != nil {
 				t.Errorf("SetCursor: got error %v, want nil", err)
+			}
+			// An old run is nobody's; a new one names who started it.
+			if err := s.StartRun(ctx, key, Run{ID: "new", Status: "running", StartedAt: t0.Add(3600e9), By: "dana"}); err != nil {
+				t.Fatalf("StartRun: %v", err)
+			}
+			runs, err := s.Runs(ctx, key)
+			if err != nil || len(runs) == 0 || runs[len(runs)-1].By != "dana" || (v >= 3 && v < 7 && (len(runs) != 2 || runs[0].By != "")) {
+				t.Errorf("Runs after the migration: got %+v, %v; want the old run by nobody, then one by dana", runs, err)
+			}
+			if l, err := s.List(ctx, 0); err != nil || len(l) != 1 || l[0].LastRunBy != "dana" {
+				t.Errorf("List after the migration: got %+v, %v; want LastRunBy dana", l, err)
 			}
 		})
 	}

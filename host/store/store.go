@@ -94,6 +94,9 @@ type Session struct {
 	// times. It is filled by List only (zero from the other reads) and
 	// ignored by CreateSession.
 	LastActive time.Time
+	// LastRunBy is who started the session's latest run (Run.By), ""
+	// when it has none or it was not recorded. Filled by List only.
+	LastRunBy string
 	// Epoch and LastSeq are the event cursor persisted by the host.
 	Epoch   string
 	LastSeq uint64
@@ -368,11 +371,11 @@ type scanner interface{ Scan(dest ...any) error }
 // then the rest as sc would.
 type prefixScanner struct {
 	sc   scanner
-	dest any
+	dest []any
 }
 
 func (p prefixScanner) Scan(dest ...any) error {
-	return p.sc.Scan(append([]any{p.dest}, dest...)...)
+	return p.sc.Scan(append(p.dest, dest...)...)
 }
 
 // lastActive is the latest of times, the zero time when all are zero.
@@ -459,6 +462,10 @@ func (s *Store) FindByTitle(ctx context.Context, title string) (Session, error) 
 // (NULL when it has none), for Session.LastActive.
 const lastRunColumn = `(SELECT MAX(MAX(r.started_at, COALESCE(r.ended_at, 0))) FROM runs r WHERE r.session_key = sessions.key)`
 
+// lastRunByColumn selects who started a session's latest run (NULL when
+// it has none), for Session.LastRunBy; the runs_by_start index serves it.
+const lastRunByColumn = `(SELECT r.started_by FROM runs r WHERE r.session_key = sessions.key ORDER BY r.started_at DESC, r.start_seq DESC LIMIT 1)`
+
 // List returns stored sessions newest first (by StartedAt, then key), at
 // most limit of them (limit <= 0 means 100), with MessageCount and
 // LastActive filled.
@@ -467,7 +474,7 @@ func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
 		limit = defaultListLimit
 	}
 	rows, err := s.reader().QueryContext(ctx,
-		`SELECT `+lastRunColumn+`, `+sessionColumns+` FROM sessions ORDER BY started_at DESC, key DESC LIMIT ?`, limit)
+		`SELECT `+lastRunColumn+`, `+lastRunByColumn+`, `+sessionColumns+` FROM sessions ORDER BY started_at DESC, key DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
@@ -475,11 +482,13 @@ func (s *Store) List(ctx context.Context, limit int) ([]Session, error) {
 	out := []Session{}
 	for rows.Next() {
 		var lastRun sql.NullInt64
-		sess, err := scanSession(prefixScanner{rows, &lastRun})
+		var lastBy sql.NullString
+		sess, err := scanSession(prefixScanner{rows, []any{&lastRun, &lastBy}})
 		if err != nil {
 			return nil, fmt.Errorf("list sessions: %w", err)
 		}
 		sess.LastActive = lastActive(sess.StartedAt, sess.EndedAt, timeOf(lastRun.Int64))
+		sess.LastRunBy = lastBy.String
 		out = append(out, sess)
 	}
 	if err := rows.Err(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tether-agent/tether/testing/e2e"
+	"github.com/tether-agent/tether/testing/wsclient"
 )
 
 func TestMain(m *testing.M) {
@@ -80,10 +81,34 @@ func TestSessionsCommand(t *testing.T) {
 	waitComplete(t, c, open.SessionID)
 	call(t, c, "session.create", map[string]any{"title": "closed one"}, &done)
 	call(t, c, "session.close", map[string]any{"session_id": done.SessionID}, nil)
+	// A session whose last run a named credential started ("who started
+	// the last run").
+	out, errOut, exit := e2e.Tether(t, "token", "create", "--name", "robot", "--json", "--url", s.URL, "--state-dir", s.StateDir)
+	var made struct {
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal([]byte(out), &made); exit != 0 || err != nil || made.Secret == "" {
+		t.Fatalf("tether token create --json: exit %d, %v\nstdout:\n%s\nstderr:\n%s", exit, err, out, errOut)
+	}
+	robot := s.Dial(t, func(o *wsclient.Options) { o.Token = made.Secret })
+	var bots snapshot
+	call(t, robot, "session.create", map[string]any{"title": "robot's"}, &bots)
+	call(t, robot, "prompt.submit", map[string]any{"session_id": bots.SessionID, "text": "beep"}, nil)
+	waitComplete(t, robot, bots.SessionID)
 
 	stdout, stderr, exit := e2e.Tether(t, "sessions", "--url", s.URL, "--state-dir", s.StateDir)
 	if exit != 0 || stderr != "" || !strings.HasPrefix(stdout, "LIVE") || !strings.Contains(stdout, open.SessionID) || !strings.Contains(stdout, "closed one") {
 		t.Errorf("tether sessions: exit %d\nstdout:\n%s\nstderr:\n%s\nwant 0, the table with both sessions, no stderr", exit, stdout, stderr)
+	}
+	byKey := map[string]string{}
+	for _, line := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			byKey[f[0]] = line
+		}
+	}
+	if !strings.Contains(stdout, "LAST RUN BY") || !strings.Contains(byKey[open.SessionKey], " admin ") ||
+		!strings.Contains(byKey[bots.SessionKey], " robot ") || strings.Contains(byKey[done.SessionKey], "admin") {
+		t.Errorf("tether sessions:\n%s\nwant a LAST RUN BY column: admin for %s, robot for %s, nobody for %s", stdout, open.SessionKey, bots.SessionKey, done.SessionKey)
 	}
 
 	stdout, stderr, exit = e2e.Tether(t, "sessions", "--json", "--url", s.URL, "--state-dir", s.StateDir)
@@ -110,6 +135,7 @@ func TestSessionsCommand(t *testing.T) {
 			EndReason    string `json:"end_reason"`
 			MessageCount int    `json:"message_count"`
 			LastActive   int64  `json:"last_active"`
+			LastRunBy    string `json:"last_run_by"`
 		} `json:"stored"`
 	}
 	dec := json.NewDecoder(strings.NewReader(stdout))
@@ -117,10 +143,16 @@ func TestSessionsCommand(t *testing.T) {
 	if err := dec.Decode(&got); err != nil {
 		t.Fatalf("tether sessions --json printed %q: %v", stdout, err)
 	}
-	if len(got.Live) != 1 {
-		t.Fatalf("live: %+v, want only %s", got.Live, open.SessionID)
+	live := -1
+	for i, l := range got.Live {
+		if l.ID == open.SessionID {
+			live = i
+		}
 	}
-	if l := got.Live[0]; l.ID != open.SessionID || l.SessionKey != open.SessionKey || l.Title != "left open" || l.Status != "idle" || l.MessageCount != 2 || l.Viewers != 1 || l.Transports["ws"] != 1 || l.StartedAt == 0 || l.LastActive < l.StartedAt {
+	if len(got.Live) != 2 || live < 0 {
+		t.Fatalf("live: %+v, want %s and the robot's", got.Live, open.SessionID)
+	}
+	if l := got.Live[live]; l.ID != open.SessionID || l.SessionKey != open.SessionKey || l.Title != "left open" || l.Status != "idle" || l.MessageCount != 2 || l.Viewers != 1 || l.Transports["ws"] != 1 || l.StartedAt == 0 || l.LastActive < l.StartedAt {
 		t.Errorf("live: %+v, want %s (key %s) \"left open\", idle, 2 messages, 1 viewer on ws, start and last-active times", l, open.SessionID, open.SessionKey)
 	}
 	stored := map[string]int{}
@@ -129,12 +161,12 @@ func TestSessionsCommand(t *testing.T) {
 	}
 	if i, ok := stored[open.SessionKey]; !ok {
 		t.Errorf("stored: %+v, want %s listed", got.Stored, open.SessionKey)
-	} else if r := got.Stored[i]; r.Title != "left open" || r.EndedAt != nil || r.MessageCount != 2 || r.StartedAt == 0 {
-		t.Errorf("stored %s: %+v, want \"left open\", not ended, 2 messages, a start time", open.SessionKey, r)
+	} else if r := got.Stored[i]; r.Title != "left open" || r.EndedAt != nil || r.MessageCount != 2 || r.StartedAt == 0 || r.LastRunBy != "admin" {
+		t.Errorf("stored %s: %+v, want \"left open\", not ended, 2 messages, a start time, last run by admin", open.SessionKey, r)
 	}
 	if i, ok := stored[done.SessionKey]; !ok {
 		t.Errorf("stored: %+v, want %s listed", got.Stored, done.SessionKey)
-	} else if r := got.Stored[i]; r.Title != "closed one" || r.EndedAt == nil || r.EndReason != "closed" || r.MessageCount != 0 {
+	} else if r := got.Stored[i]; r.Title != "closed one" || r.EndedAt == nil || r.EndReason != "closed" || r.MessageCount != 0 || r.LastRunBy != "" {
 		t.Errorf("stored %s: %+v, want \"closed one\", ended, reason closed, no message", done.SessionKey, r)
 	}
 

@@ -194,17 +194,6 @@ func (c *conn) activeList(cl call, _ params) (any, error) {
 	return map[string]any{"sessions": all}, nil
 }
 
-// storedEntry is one row of session.list.
-type storedEntry struct {
-	ID           string `json:"id"`
-	Title        string `json:"title"`
-	StartedAt    int64  `json:"started_at"`
-	EndedAt      *int64 `json:"ended_at"`
-	EndReason    string `json:"end_reason"`
-	MessageCount int    `json:"message_count"`
-	LastActive   int64  `json:"last_active"`
-}
-
 func (c *conn) list(cl call, p params) (any, error) {
 	limit, _, err := p.integer("limit")
 	if err != nil {
@@ -216,17 +205,17 @@ func (c *conn) list(cl call, p params) (any, error) {
 	if lerr != nil {
 		return nil, fmt.Errorf("list stored sessions: %w", lerr)
 	}
-	out := make([]storedEntry, 0, len(rows))
+	out := make([]wire.StoredSession, 0, len(rows))
 	for _, s := range rows {
-		e := storedEntry{ID: s.Key, Title: s.Title, StartedAt: s.StartedAt.Unix(), EndReason: s.EndReason, MessageCount: s.MessageCount,
-			LastActive: max(s.LastActive.Unix(), s.StartedAt.Unix())}
+		e := wire.StoredSession{ID: s.Key, Title: s.Title, StartedAt: s.StartedAt.Unix(), EndReason: s.EndReason, MessageCount: s.MessageCount,
+			LastActive: max(s.LastActive.Unix(), s.StartedAt.Unix()), LastRunBy: s.LastRunBy}
 		if !s.EndedAt.IsZero() {
 			at := s.EndedAt.Unix()
 			e.EndedAt = &at
 		}
 		out = append(out, e)
 	}
-	out = filterKeys(c, out, func(e storedEntry) string { return e.ID })
+	out = filterKeys(c, out, func(e wire.StoredSession) string { return e.ID })
 	return map[string]any{"sessions": out}, nil
 }
 

@@ -50,7 +50,7 @@ func (t *Table) recover(ctx context.Context, sess store.Session, id string) (seq
 			}
 			r.Status, r.EndedAt = statusInterrupted, now
 		}
-		info := RunInfo{RunID: r.ID, Status: r.Status, StartedAt: r.StartedAt.Unix()}
+		info := RunInfo{RunID: r.ID, Status: r.Status, StartedAt: r.StartedAt.Unix(), By: r.By}
 		if !r.EndedAt.IsZero() {
 			at := r.EndedAt.Unix()
 			info.EndedAt = &at

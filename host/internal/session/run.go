@@ -49,7 +49,7 @@ func (s *Session) SubmitBy(text, by string) (string, error) {
 	runID := contract.RandomHex(8)
 	prompt := agent.Message{Role: agent.RoleUser, Text: text}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err := t.store.StartTurn(ctx, s.key, prompt, store.Run{ID: runID, Status: statusRunning, StartedAt: now})
+	err := t.store.StartTurn(ctx, s.key, prompt, store.Run{ID: runID, Status: statusRunning, StartedAt: now, By: by})
 	if err == nil && title != "" {
 		if terr := t.store.SetTitle(ctx, s.key, title); terr != nil {
 			s.log.Warn().Err(terr).Msg("the title from the first prompt is not stored (the live session has it)")

@@ -161,8 +161,8 @@ type RunInfo struct {
 	Status    string `json:"status"`
 	StartedAt int64  `json:"started_at"`
 	EndedAt   *int64 `json:"ended_at"`
-	// By names who submitted its prompt (a credential's name), when this
-	// host saw it submitted.
+	// By names who submitted its prompt (a credential's name); "" for
+	// runs stored before it was recorded.
 	By string `json:"by,omitempty"`
 }
 

@@ -141,7 +141,7 @@ func testRuns(t *testing.T, s Store) {
 	ctx := context.Background()
 	key := Key(1)
 	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
-	if err := s.StartRun(ctx, key, store.Run{ID: "r2", Status: "running", StartedAt: time.Unix(20, 0), StartSeq: 9}); err != nil {
+	if err := s.StartRun(ctx, key, store.Run{ID: "r2", Status: "running", StartedAt: time.Unix(20, 0), StartSeq: 9, By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.StartRun(ctx, key, store.Run{ID: "r1", Status: "running", StartedAt: time.Unix(10, 0), StartSeq: 1}); err != nil {
@@ -159,8 +159,9 @@ func testRuns(t *testing.T, s Store) {
 	}
 	runs, err := s.Runs(ctx, key)
 	if err != nil || len(runs) != 2 || runs[0].ID != "r1" || runs[0].Status != "complete" || runs[0].EndedAt.Unix() != 15 ||
-		runs[1].ID != "r2" || runs[1].Status != "running" || !runs[1].EndedAt.IsZero() || runs[1].StartSeq != 9 {
-		t.Fatalf("Runs: got %+v, %v; want r1 complete at 15, r2 running from seq 9", runs, err)
+		runs[1].ID != "r2" || runs[1].Status != "running" || !runs[1].EndedAt.IsZero() || runs[1].StartSeq != 9 ||
+		runs[0].By != "" || runs[1].By != "alice" {
+		t.Fatalf("Runs: got %+v, %v; want r1 complete at 15 by nobody, r2 running from seq 9 by alice", runs, err)
 	}
 }
 
@@ -169,8 +170,11 @@ func testStartTurn(t *testing.T, s Store) {
 	key := Key(1)
 	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
 	mustAppend(t, s, key, "before")
-	if err := s.StartTurn(ctx, key, agent.Message{Role: agent.RoleUser, Text: "prompt"}, store.Run{ID: "r1", Status: "running", StartedAt: T0}); err != nil {
+	if err := s.StartTurn(ctx, key, agent.Message{Role: agent.RoleUser, Text: "prompt"}, store.Run{ID: "r1", Status: "running", StartedAt: T0, By: "carol"}); err != nil {
 		t.Fatalf("StartTurn: got %v, want nil", err)
+	}
+	if runs, err := s.Runs(ctx, key); err != nil || len(runs) != 1 || runs[0].By != "carol" {
+		t.Fatalf("Runs after StartTurn: got %+v, %v; want r1 by carol", runs, err)
 	}
 	msgs, err := s.Messages(ctx, key)
 	runs, rerr := s.Runs(ctx, key)

@@ -381,14 +381,17 @@ func testList(t *testing.T, s Store) {
 			t.Fatalf("%s: got error %v, want nil", what, err)
 		}
 	}
-	must("StartRun", s.StartRun(ctx, all[0], store.Run{ID: "r1", Status: "running", StartedAt: T0.Add(time.Hour)}))
+	must("StartRun", s.StartRun(ctx, all[0], store.Run{ID: "r1", Status: "running", StartedAt: T0.Add(time.Hour), By: "alice"}))
 	must("EndRun", s.EndRun(ctx, all[0], "r1", "complete", T0.Add(2*time.Hour)))
-	must("StartRun", s.StartRun(ctx, all[0], store.Run{ID: "r2", Status: "running", StartedAt: T0.Add(90 * time.Minute)}))
+	must("StartRun", s.StartRun(ctx, all[0], store.Run{ID: "r2", Status: "running", StartedAt: T0.Add(90 * time.Minute), By: "bob"}))
 	active[all[0]] = T0.Add(2 * time.Hour) // an earlier run ended after a later one started
 	must("End", s.End(ctx, all[1], "closed", T0.Add(30*time.Minute)))
 	active[all[1]] = T0.Add(30 * time.Minute)
 	must("StartRun", s.StartRun(ctx, all[2], store.Run{ID: "r3", Status: "running", StartedAt: T0.Add(10 * time.Minute)}))
 	active[all[2]] = T0.Add(10 * time.Minute) // still running
+	// LastRunBy is who started the latest run (r2, though r1 ended
+	// later); "" for a run with no name recorded and for no run at all.
+	by := map[string]string{all[0]: "bob"}
 	for _, tt := range []struct {
 		limit int
 		want  []string
@@ -414,6 +417,9 @@ func testList(t *testing.T, s Store) {
 			for _, sess := range got {
 				if !sess.LastActive.Equal(active[sess.Key]) {
 					t.Errorf("List(%d): %s.LastActive: got %v, want %v", tt.limit, sess.Key, sess.LastActive, active[sess.Key])
+				}
+				if sess.LastRunBy != by[sess.Key] {
+					t.Errorf("List(%d): %s.LastRunBy: got %q, want %q", tt.limit, sess.Key, sess.LastRunBy, by[sess.Key])
 				}
 			}
 		})

@@ -40,6 +40,7 @@ type runRow struct {
 	EndedAt   int64  `json:"ended_at,omitempty"`
 	Ended     bool   `json:"ended,omitempty"`
 	StartSeq  uint64 `json:"start_seq,omitempty"`
+	By        string `json:"by,omitempty"`
 }
 
 // rowKey is the bucket key of a session's row.
@@ -79,6 +80,23 @@ func (r row) lastActive() time.Time {
 		last = max(last, run.StartedAt, run.EndedAt)
 	}
 	return timeOf(last)
+}
+
+// lastRunBy is store.Session.LastRunBy of a row: who started its latest
+// run, ordered as Runs orders them.
+func (r row) lastRunBy() string {
+	var latest *runRow
+	for i := range r.Runs {
+		run := &r.Runs[i]
+		if latest == nil || run.StartedAt > latest.StartedAt ||
+			(run.StartedAt == latest.StartedAt && run.StartSeq >= latest.StartSeq) {
+			latest = run
+		}
+	}
+	if latest == nil {
+		return ""
+	}
+	return latest.By
 }
 
 // getRow reads key's row and its revision from the stream leader.
@@ -225,6 +243,7 @@ func (s *Store) allSessions(ctx context.Context) ([]store.Session, error) {
 	for key, r := range rows {
 		sess := r.session(key)
 		sess.LastActive = r.lastActive()
+		sess.LastRunBy = r.lastRunBy()
 		out = append(out, sess)
 	}
 	return out, nil
@@ -312,7 +331,7 @@ func (s *Store) FindByTitle(ctx context.Context, title string) (store.Session, e
 		if !ok {
 			return store.ErrNotFound
 		}
-		found.LastActive = time.Time{} // filled by List only, as host/store does
+		found.LastActive, found.LastRunBy = time.Time{}, "" // filled by List only, as host/store does
 		c, err := s.messageCount(ctx, found.Key)
 		found.MessageCount = c.rows
 		return err
@@ -425,7 +444,7 @@ func addRun(rw *row, r store.Run) error {
 			return fmt.Errorf("run %s: %w", r.ID, store.ErrExists)
 		}
 	}
-	rw.Runs = append(rw.Runs, runRow{ID: r.ID, Status: r.Status, StartedAt: unixOf(r.StartedAt), StartSeq: r.StartSeq})
+	rw.Runs = append(rw.Runs, runRow{ID: r.ID, Status: r.Status, StartedAt: unixOf(r.StartedAt), StartSeq: r.StartSeq, By: r.By})
 	return nil
 }
 
@@ -466,7 +485,7 @@ func (s *Store) Runs(ctx context.Context, key string) ([]store.Run, error) {
 			return err
 		}
 		for _, run := range r.Runs {
-			out = append(out, store.Run{ID: run.ID, Status: run.Status, StartedAt: timeOf(run.StartedAt), EndedAt: timeOf(run.EndedAt), StartSeq: run.StartSeq})
+			out = append(out, store.Run{ID: run.ID, Status: run.Status, StartedAt: timeOf(run.StartedAt), EndedAt: timeOf(run.EndedAt), StartSeq: run.StartSeq, By: run.By})
 		}
 		slices.SortStableFunc(out, func(a, b store.Run) int {
 			if c := cmp.Compare(unixOf(a.StartedAt), unixOf(b.StartedAt)); c != 0 {
