@@ -541,6 +541,54 @@ test("a view share link watches one terminal read-only", { timeout: 120000 }, (t
   }),
 );
 
+// A colleague handed `tether share session KEY --view`: the link opens
+// that chat in the chat view with its history, follows it live, and is
+// read-only (no prompt box, no Stop, no New chat, said on screen); the
+// link's credential and key leave the address bar; a revoked link's
+// page says so.
+test("a view share link of a chat follows it read-only", { timeout: 120000 }, (t) =>
+  withContext(t, async (ctx) => {
+    const owner = await openChatView(ctx);
+    await owner.click("#chat-new");
+    await prompt(owner, "shared words");
+    await waitRun(owner, "complete");
+    const key = await owner.evaluate(() => window.tether.chat.session().key);
+    const share = execFileSync(bin, ["share", "session", key, "--view", "--name", "colleague", "--state-dir", stateDir], {
+      env: { ...process.env, TETHER_TOKEN: token },
+    })
+      .toString()
+      .trim();
+    assert.match(share, /[?&]session=/);
+    assert.match(share, /[?&]view=1/);
+    await withContext(t, async (otherCtx) => {
+      const other = await otherCtx.newPage();
+      await other.goto(share);
+      await waitChat(other, "connected");
+      assert.equal(await other.evaluate(() => document.body.dataset.view), "chat", "the link did not open the chat view");
+      await other.waitForFunction((key) => window.tether.chat.session() && window.tether.chat.session().key === key, key, { timeout: wait });
+      await other.waitForFunction(() => document.querySelectorAll("#chat-log > .msg").length === 2, null, { timeout: wait });
+      assert.deepEqual(await messages(other), [
+        ["user", "shared words"],
+        ["assistant", "shared words"],
+      ]);
+      assert.equal(await other.evaluate(() => document.body.dataset.chatReadonly), "1");
+      assert.match(await other.textContent("#chat-status"), /read-only/);
+      assert.match(await other.getAttribute("#chat-input", "placeholder"), /Read-only/);
+      for (const id of ["#chat-input", "#chat-send", "#chat-stop", "#chat-new"]) {
+        assert.ok(await other.isDisabled(id), `${id} is enabled on a read-only link`);
+      }
+      assert.doesNotMatch(other.url(), /token=|session=/, "the link's credential or key is left in the address bar");
+      // The owner's next prompt is followed live.
+      await prompt(owner, "more words");
+      await other.waitForFunction(() => document.querySelectorAll("#chat-log > .msg").length === 4, null, { timeout: wait });
+      assert.ok(await other.isDisabled("#chat-input"), "the prompt box was enabled after a run");
+      execFileSync(bin, ["token", "revoke", "colleague", "--state-dir", stateDir], { env: { ...process.env, TETHER_TOKEN: token } });
+      await waitChat(other, "error");
+      assert.match(await other.textContent("#chat-status"), /revoked/);
+    }, "-colleague");
+  }),
+);
+
 test("links are clickable", { timeout: 60000 }, (t) =>
   withContext(t, async (ctx) => {
     const link = "https://example.invalid/x";

@@ -179,6 +179,17 @@
 // "tether.tab.chat" keeps the stored key of the tab's chat across a
 // reload, localStorage "tether.chat" is the one a new tab opens.
 //
+// A share link of a chat (tether share session KEY) carries ?session=KEY:
+// the page opens that chat in the chat view and takes the key (and
+// view=1) off the address, as it does the token. What the credential may
+// do comes from gateway.ready's identity: one that reaches the chat only
+// as session:KEY:view makes it read-only — no prompt box (its placeholder
+// and the status line say read-only), no Stop, no permission buttons (a
+// pending request says it waits for an answer) — and one with neither
+// admin nor new has no New chat. A 4030 is shown as "this link does not
+// allow that"; a revoked or expired link's close says so and is not
+// retried.
+//
 // Each answer streams into its row as message.delta events arrive, one
 // text node per delta, and message.complete settles it (its text wins
 // should it differ from the deltas). The header says idle, working…,
@@ -194,8 +205,9 @@
 // a button sends permission.respond (Cancel with option_id null). When
 // permission.resolved arrives the card keeps the option chosen and says
 // who answered: "answered here" when this tab's permission.respond
-// succeeded, else "answered by another client" with the answering
-// transport's name, or that the run ended before an answer. All text is
+// succeeded, else "answered by another client" with who answered (the
+// credential's name) and through which transport, or that the run ended
+// before an answer. All text is
 // inserted as text, never as HTML.
 //
 // The chat's socket reconnects like the terminal's (the same fully

@@ -64,6 +64,7 @@
   const sendButton = $("chat-send");
   const stopButton = $("chat-stop");
   const newButton = $("chat-new");
+  const PLACEHOLDER = input.placeholder;
   const noteEl = $("chat-note");
 
   // ---- storage (may be unavailable; then values live for this page only)
@@ -130,7 +131,32 @@
 
   function errText(err) {
     if (!err) return "unknown error";
+    if (err.code === 4030) return "this link does not allow that (outside its scope)";
     return err.message + (typeof err.code === "number" ? " (" + err.code + ")" : "");
+  }
+
+  // ---- what this page's credential may do (gateway.ready's identity,
+  // docs/PROTOCOL.md section 18): a share link of one chat made with
+  // --view watches it read-only; a credential that may not create
+  // sessions cannot start a new chat.
+
+  let identity = null; // {name, scopes} of the latest gateway.ready
+
+  function scopes() {
+    return identity && Array.isArray(identity.scopes) ? identity.scopes : null;
+  }
+
+  function mayCreate() {
+    const s = scopes();
+    return s === null || s.includes("admin") || s.includes("new");
+  }
+
+  // viewOnly reports whether the credential reaches chat key only to
+  // watch it: it holds session:KEY:view and nothing that writes to it.
+  function viewOnly(key) {
+    const s = scopes();
+    if (s === null || !key || s.includes("admin")) return false;
+    return s.includes("session:" + key + ":view") && !s.includes("session:" + key);
   }
 
   // ---- the views
@@ -303,7 +329,9 @@
       cur.synced = false;
     }
     if (FATAL[c.code] || c.code >= 4000) {
-      setConn("error", "chat: " + closeLabel(c) + " — " + (FATAL[c.code] || c.reason || "not retried"), true);
+      let why = FATAL[c.code] || c.reason || "not retried";
+      if (c.code === 4401 && /revoked|expired/.test(c.reason)) why = "the link this page was opened with was " + (/revoked/.test(c.reason) ? "revoked" : "expired") + ": ask its owner for a new one";
+      setConn("error", "chat: " + closeLabel(c) + " — " + why, true);
       return;
     }
     if (!outage) outage = c;
@@ -352,7 +380,10 @@
     if (!m || typeof m !== "object") return;
     if (m.method === "event") {
       const p = m.params || {};
-      if (p.type === "gateway.ready") onReady();
+      if (p.type === "gateway.ready") {
+        identity = p.payload && typeof p.payload.identity === "object" ? p.payload.identity : null;
+        onReady();
+      }
       else onEvent(p);
       return;
     }
@@ -929,9 +960,18 @@
     const online = conn === "connected";
     const idle = !!c && !c.running && !c.submitting && (c.key === null || c.synced);
     const wasFocused = document.activeElement === input;
-    input.disabled = !(online && idle);
+    const watching = !!c && viewOnly(c.key);
+    body.dataset.chatReadonly = watching ? "1" : "";
+    input.disabled = !(online && idle) || watching || (!!c && c.key === null && !mayCreate());
+    input.placeholder = watching
+      ? "Read-only: this link lets you watch this chat, not prompt it"
+      : c && c.key === null && !mayCreate()
+        ? "This link does not allow starting a chat: pick the chat it opens"
+        : PLACEHOLDER;
     sendButton.disabled = input.disabled;
-    stopButton.disabled = !(online && c && c.sid && c.running);
+    stopButton.disabled = !(online && c && c.sid && c.running) || watching;
+    newButton.disabled = !mayCreate();
+    if (online) statusEl.textContent = watching ? "chat: connected · read-only: you watch, prompts and answers are not yours to send" : "chat: connected";
     for (const [, p] of c ? c.perms : []) renderPermission(c, p);
     if (c && c.running) {
       const n = waiting(c);
@@ -1071,12 +1111,13 @@
 
   function renderPermission(c, perm) {
     const online = conn === "connected" && c.synced;
+    const watching = viewOnly(c.key);
     perm.card.dataset.state = perm.resolved ? "resolved" : "pending";
-    perm.card.querySelector(".actions").hidden = perm.resolved;
+    perm.card.querySelector(".actions").hidden = perm.resolved || watching;
     for (const b of perm.card.querySelectorAll(".actions button")) b.disabled = perm.busy || !online;
     const out = perm.card.querySelector(".perm-outcome");
     if (!perm.resolved) {
-      out.textContent = perm.busy ? "answering…" : "";
+      out.textContent = perm.busy ? "answering…" : watching ? "waiting for an answer (read-only: not yours to give)" : "";
       return;
     }
     if (perm.busy) {
@@ -1148,10 +1189,23 @@
     backoffDelay,
   };
 
-  const startKey = validKey(load(tab, TAB_CHAT_KEY)) || validKey(load(local, CHAT_KEY));
+  // A share link (tether share session KEY) opens that chat in the chat
+  // view: ?session=KEY, taken off the address as the token is.
+  function takeSessionParam() {
+    const url = new URL(location.href);
+    const key = url.searchParams.get("session");
+    if (key === null) return null;
+    url.searchParams.delete("session");
+    url.searchParams.delete("view");
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    return validKey(key);
+  }
+
+  const linked = takeSessionParam();
+  const startKey = linked || validKey(load(tab, TAB_CHAT_KEY)) || validKey(load(local, CHAT_KEY));
   if (startKey) openChat(startKey, false);
   else newChat();
-  const startView = load(tab, TAB_VIEW_KEY) || load(local, VIEW_KEY);
+  const startView = linked ? "chat" : load(tab, TAB_VIEW_KEY) || load(local, VIEW_KEY);
   setView(startView === "chat" ? "chat" : "terminal", false);
   if (view === "chat") focusChat();
 })();
