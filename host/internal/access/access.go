@@ -37,6 +37,9 @@ type Access struct {
 	AllowOrigins []string
 	// Secure marks the page cookie Secure: the listener serves TLS.
 	Secure bool
+	// Proxy, when set, is a reverse proxy whose user header names who a
+	// request from it is (--auth-proxy-header, --auth-proxy-from).
+	Proxy *Proxy
 
 	once  sync.Once
 	local map[string]bool // on a wildcard listener: this machine's interface addresses
@@ -71,6 +74,7 @@ const (
 	ViaBearer            // Authorization: Bearer
 	ViaCookie            // the listener's page cookie
 	ViaLegacy            // the old tether_token cookie
+	ViaProxy             // a trusted reverse proxy's user header
 )
 
 // Decision is what Check decided of a new connection.
@@ -129,12 +133,17 @@ func (a *Access) Verify(secret string) (Identity, error) {
 	return a.Book.Verify(secret)
 }
 
-// credential looks for a credential in ?token=, Authorization: Bearer,
-// the listener's page cookie and the legacy cookie, in that order: the
-// first place that has one decides (a wrong ?token= is not rescued by a
-// good cookie: its user should learn that the URL is stale). Several
-// values in one place are tried each.
+// credential looks for a credential in a trusted proxy's user header,
+// ?token=, Authorization: Bearer, the listener's page cookie and the
+// legacy cookie, in that order: the first place that has one decides (a
+// wrong ?token= is not rescued by a good cookie: its user should learn
+// that the URL is stale; a request the proxy names a user in is that
+// user, whatever token it carries). Several values in one place are
+// tried each, except the proxy's: it must name one user.
 func (a *Access) credential(ev contract.Event) Decision {
+	if d, ok := a.Proxy.decide(ev); ok {
+		return d
+	}
 	// ParseQuery keeps the well-formed pairs of a malformed query, so a
 	// good token next to a bad attach is still found (then 4400, not 4401).
 	q, _ := url.ParseQuery(ev.Query)
@@ -348,6 +357,8 @@ const ReasonNoCredential = "no credential"
 // NeedsCookie reports whether the page request ev, admitted as d, gets
 // the listener's page cookie: it signed in with ?token= (and has no
 // page cookie of that credential yet), or still carries the old cookie.
+// A request named by the proxy never does: the proxy vouches for each
+// request, and a cookie would outlive its sign-out there.
 func (a *Access) NeedsCookie(ev contract.Event, d Decision) bool {
 	switch d.Via {
 	case ViaLegacy:
