@@ -46,6 +46,7 @@ type serveFlags struct {
 	tlsCert, tlsKey                    string
 	maxConns                           int
 	cluster                            *clusterFlags
+	proxy                              *proxyFlags
 
 	// Set by validate.
 	log           zerolog.Logger
@@ -56,6 +57,7 @@ type serveFlags struct {
 	backend       host.PluginSpec
 	extra         []host.TransportSpec
 	clusterConfig *host.ClusterConfig
+	authProxy     *host.AuthProxy
 }
 
 // newServeFlags defines tether serve's flags on fs.
@@ -99,6 +101,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.IntVar(&f.maxConns, "max-connections", 20000, "open connections per transport at most (every accepted TCP connection counts); past it a new one gets HTTP 503")
 	f.cluster = addClusterFlags(fs)
+	f.proxy = addProxyFlags(fs)
 	fs.Var(&f.ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB/GiB suffix (up to 1GiB)")
 	fs.Var(&f.ptyMaxSize, "pty-max-size", "largest PTY size a resize may ask for, `COLSxROWS`, each 1-10000; a larger resize is dropped")
 	fs.Var(&f.journalBytes, "journal-bytes-per-session", "bytes of events kept per session in the journal (older ones are pruned; the newest is always kept): a `size` in bytes, or with a KiB/MiB/GiB suffix")
@@ -146,6 +149,9 @@ func (f *serveFlags) validate(self string) (err error) {
 		return err
 	}
 	if f.clusterConfig, err = f.cluster.config(); err != nil {
+		return err
+	}
+	if f.authProxy, err = f.proxy.config(); err != nil {
 		return err
 	}
 	if f.restartLimit < 0 {
@@ -231,6 +237,7 @@ func (f *serveFlags) hostConfig() host.Config {
 			PeerTimeout:    f.peerTimeout,
 			AllowOrigins:   f.allowOrigins,
 			AllowHosts:     f.allowHosts,
+			AuthProxy:      f.authProxy,
 		},
 		Agents:       f.agents,
 		ACPAgent:     f.acpArgv,

@@ -84,6 +84,10 @@ type TransportSettings struct {
 	// AllowHosts are extra accepted Host names ("NAME" with any port or
 	// none, "NAME:PORT" exactly), e.g. behind a reverse proxy.
 	AllowHosts []string
+	// AuthProxy, when set, is a reverse proxy whose user header names
+	// who its requests are (--auth-proxy-header, --auth-proxy-from,
+	// --auth-proxy-users).
+	AuthProxy *access.Proxy
 }
 
 // startRequest is the StartRequest of a process of the transport named
@@ -287,7 +291,7 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 			Endpoints: t.opts.Endpoints,
 			Access: &access.Access{Book: t.opts.Credentials, Cookie: access.CookieName(t.addr), Bound: t.addr,
 				AllowHosts: t.opts.AllowHosts, AllowOrigins: t.opts.AllowOrigins,
-				Secure: t.name == PrimaryTransport && t.opts.TLSCert != ""},
+				Secure: t.name == PrimaryTransport && t.opts.TLSCert != "", Proxy: t.opts.AuthProxy},
 			Metrics: t.metrics,
 			Log:     t.log,
 		}),
