@@ -392,3 +392,103 @@ func TestScopesOverRealHost(t *testing.T) {
 		}
 	})
 }
+
+// openAll opens, with secret, an /api/ws socket (gateway.ready seen), an
+// /api/pty socket on a new PTY (replay seen) and an /acp socket
+// (initialize answered) on h, and returns their watchers.
+func openAll(tb testing.TB, h acpHost, secret string) []<-chan sockClose {
+	tb.Helper()
+	ws := as(h.Server, secret).Dial(tb)
+	p := ptyDial(tb, as(h.Server, secret), "attach="+attachToken(tb))
+	replayOf(tb, p)
+	a := dialACPAs(tb, h, secret)
+	return []<-chan sockClose{watchWS("/api/ws", ws), watchPTY("/api/pty", p), a.watch("/acp")}
+}
+
+// waitClosed waits up to 10 s for every watcher and returns how each
+// socket was closed; it fails the test for one still open.
+func waitClosed(tb testing.TB, ws []<-chan sockClose) []sockClose {
+	tb.Helper()
+	timeout := time.After(10 * time.Second)
+	var out []sockClose
+	for _, w := range ws {
+		select {
+		case c := <-w:
+			out = append(out, c)
+		case <-timeout:
+			tb.Fatalf("sockets still open 10 s on: %d of %d closed (%+v)", len(out), len(ws), out)
+		}
+	}
+	return out
+}
+
+// refusedWith dials /api/ws and /api/pty on s with secret and fails the
+// test unless both are refused 4401.
+func refusedWith(tb testing.TB, s *e2e.Server, secret, what string) {
+	tb.Helper()
+	c, err := as(s, secret).DialRaw(ctxT(tb, 10*time.Second), "/api/ws", wsclient.Options{Token: secret})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	if code := closeCodeOf(tb, c); code != wire.CloseUnauthorized {
+		tb.Errorf("/api/ws with the %s credential: closed %d, want 4401", what, code)
+	}
+	p := ptyDial(tb, as(s, secret), "attach="+attachToken(tb))
+	if code, reason, err := p.CloseCode(ctxT(tb, 10*time.Second)); err != nil || code != wire.CloseUnauthorized {
+		tb.Errorf("/api/pty with the %s credential: closed %d %q (%v), want 4401", what, code, reason, err)
+	}
+}
+
+// TestRevokeClosesSocketsWithin1s: `tether token revoke` closes the
+// /api/ws, /api/pty and /acp sockets opened with the credential within
+// a second of the command's return, 4401 "credential revoked", and the
+// credential is refused from then on; a credential made with --ttl
+// closes its sockets within a second of its expiry, 4401 "credential
+// expired", and not before it.
+func TestRevokeClosesSocketsWithin1s(t *testing.T) {
+	h := startACPHost(t, acpHostConfig{Args: []string{"--pty-command", "sh"}})
+	s := h.Server
+
+	t.Run("revoked", func(t *testing.T) {
+		cred := tokenCreate(t, s, "carol")
+		watch := openAll(t, h, cred.Secret)
+		// Another credential's sockets stay open.
+		other := tokenCreate(t, s, "dave")
+		keep := as(s, other.Secret).Dial(t)
+		revoked := tokenRevoke(t, s, "carol")
+		for _, c := range waitClosed(t, watch) {
+			took := c.at.Sub(revoked)
+			t.Logf("%s: closed %d %q %v after the revoke returned", c.what, c.code, c.reason, took)
+			if c.err != nil || c.code != wire.CloseUnauthorized || c.reason != "credential revoked" || took > revokeBound {
+				t.Errorf("%s after tether token revoke: closed %d %q (%v) %v after it returned; want 4401 %q within %v", c.what, c.code, c.reason, c.err, took, "credential revoked", revokeBound)
+			}
+		}
+		refusedWith(t, s, cred.Secret, "revoked")
+		var active wire.ActiveList
+		if err := keep.Call(ctxT(t, 10*time.Second), wire.MethodActiveList, nil, &active); err != nil {
+			t.Errorf("another credential's socket after carol's revocation: %v, want it open", err)
+		}
+	})
+
+	t.Run("expired", func(t *testing.T) {
+		// 3 s: time for the three sockets to open on a loaded machine.
+		const ttl = 3 * time.Second
+		asked := time.Now()
+		cred := tokenCreate(t, s, "erin", "--ttl", "3s")
+		made := time.Now()
+		if exp := time.Unix(cred.Credential.Expires, 0); exp.Before(asked.Add(ttl).Truncate(time.Second)) || exp.After(made.Add(ttl)) {
+			t.Errorf("--ttl 3s: expires_at %v, want between %v and %v", exp, asked.Add(ttl), made.Add(ttl))
+		}
+		watch := openAll(t, h, cred.Secret)
+		for _, c := range waitClosed(t, watch) {
+			// The credential expires between asked+ttl and made+ttl.
+			early, late := c.at.Sub(asked.Add(ttl)), c.at.Sub(made.Add(ttl))
+			t.Logf("%s: closed %d %q %v after the expiry (at the latest)", c.what, c.code, c.reason, late)
+			if c.err != nil || c.code != wire.CloseUnauthorized || c.reason != "credential expired" || early < 0 || late > revokeBound {
+				t.Errorf("%s of a --ttl 3s credential: closed %d %q (%v) %v after the expiry; want 4401 %q after the expiry and within %v of it", c.what, c.code, c.reason, c.err, late, "credential expired", revokeBound)
+			}
+		}
+		refusedWith(t, s, cred.Secret, "expired")
+	})
+}
