@@ -1,0 +1,99 @@
+package e2e_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tether-agent/tether/testing/e2e"
+	"github.com/tether-agent/tether/testing/wsclient"
+	"github.com/tether-agent/tether/wire"
+)
+
+// dialWhenKnown dials /api/ws on s with secret until s admits it: a
+// credential made on another host of the cluster reaches s through the
+// cluster's bucket a moment later. It fails the test after 10 s.
+func dialWhenKnown(tb testing.TB, s *e2e.Server, secret string) *wsclient.Client {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := as(s, secret).DialRaw(ctxT(tb, 10*time.Second), "/api/ws", wsclient.Options{Token: secret})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		code := closeCodeOf(tb, c)
+		if code == 0 {
+			tb.Cleanup(func() { c.Close() })
+			return c
+		}
+		c.Close()
+		if code != wire.CloseUnauthorized || time.Now().After(deadline) {
+			tb.Fatalf("a credential made on another host, on %s: closed %d, want admitted", s.Addr, code)
+		}
+	}
+}
+
+// TestRevokeAcrossCluster: on a two-host embedded cluster, a credential
+// made on h1 is honoured on h2 with its scope — a session view of a
+// session live on h1, resumed on h2 (relayed to h1), reads it, and its
+// prompt and close are 4030 with the journal unchanged; a credential for
+// another session is 4030 there — and revoking it on h1 closes its
+// sockets on h2 (a plain one, one relayed to h1 for the session, a PTY
+// of h2) within 1 s, 4401 "credential revoked"; h2 then refuses it.
+func TestRevokeAcrossCluster(t *testing.T) {
+	hosts := startClusterOf(t, 2, clusterSecret(t), nil, "--pty-command", "sh")
+	h1, h2 := hosts[0], hosts[1]
+	admin := h1.Dial(t)
+	var a, b wire.Snapshot
+	call(t, admin, wire.MethodCreate, wire.CreateParams{Title: "on-h1"}, &a)
+	call(t, admin, wire.MethodCreate, wire.CreateParams{Title: "other"}, &b)
+	submitAndWait(t, admin, a.SessionID, "first")
+	before := journal(t, admin, a.SessionID)
+
+	t.Run("scope on h2", func(t *testing.T) {
+		view := shareCLI(t, h1.Server, "session", a.SessionKey, "--view")
+		v := dialWhenKnown(t, h2.Server, view.Secret)
+		var snap wire.Snapshot
+		call(t, v, wire.MethodResume, wire.ResumeParams{SessionID: a.SessionKey}, &snap)
+		if snap.SessionID != a.SessionID {
+			t.Fatalf("the view's resume on h2: session %s, want h1's live %s", snap.SessionID, a.SessionID)
+		}
+		if got := journal(t, v, snap.SessionID); got.LatestSeq != before.LatestSeq {
+			t.Errorf("the view's events.since on h2: latest %d, want %d", got.LatestSeq, before.LatestSeq)
+		}
+		wantForbidden(t, v, "session view on h2", wire.MethodSubmit, wire.SubmitParams{SessionID: snap.SessionID, Text: "from the view"})
+		wantForbidden(t, v, "session view on h2", wire.MethodInterrupt, wire.SessionParams{SessionID: snap.SessionID})
+		wantForbidden(t, v, "session view on h2", wire.MethodClose, wire.SessionParams{SessionID: snap.SessionID})
+		if after := journal(t, admin, a.SessionID); after.LatestSeq != before.LatestSeq {
+			t.Errorf("the journal on h1 after the view's refused calls on h2: latest %d, was %d", after.LatestSeq, before.LatestSeq)
+		}
+
+		bob := tokenCreate(t, h1.Server, "bob", "--scope", "session:"+b.SessionKey)
+		c := dialWhenKnown(t, h2.Server, bob.Secret)
+		wantForbidden(t, c, "session:B on h2", wire.MethodResume, wire.ResumeParams{SessionID: a.SessionKey})
+	})
+
+	t.Run("revoke", func(t *testing.T) {
+		cred := tokenCreate(t, h1.Server, "frank", "--scope", "session:"+a.SessionKey, "--scope", "new")
+		plain := dialWhenKnown(t, h2.Server, cred.Secret)
+		relayed := as(h2.Server, cred.Secret).Dial(t)
+		var snap wire.Snapshot
+		call(t, relayed, wire.MethodResume, wire.ResumeParams{SessionID: a.SessionKey}, &snap)
+		p := ptyDial(t, as(h2.Server, cred.Secret), "attach="+attachToken(t))
+		replayOf(t, p)
+		watch := []<-chan sockClose{watchWS("/api/ws on h2", plain), watchWS("/api/ws on h2 relayed to h1", relayed), watchPTY("/api/pty on h2", p)}
+
+		revoked := tokenRevoke(t, h1.Server, "frank")
+		for _, c := range waitClosed(t, watch) {
+			took := c.at.Sub(revoked)
+			t.Logf("%s: closed %d %q %v after the revoke on h1 returned", c.what, c.code, c.reason, took)
+			if c.err != nil || c.code != wire.CloseUnauthorized || c.reason != "credential revoked" || took > revokeBound {
+				t.Errorf("%s after tether token revoke on h1: closed %d %q (%v) %v after it returned; want 4401 %q within %v", c.what, c.code, c.reason, c.err, took, "credential revoked", revokeBound)
+			}
+		}
+		refusedWith(t, h2.Server, cred.Secret, "revoked")
+		refusedWith(t, h1.Server, cred.Secret, "revoked")
+		if live := liveForKey(activeList(t, admin), a.SessionKey); len(live) != 1 {
+			t.Errorf("session A after the revoked viewer's sockets closed: %d live, want 1 (a revocation closes sockets, not sessions)", len(live))
+		}
+	})
+}
