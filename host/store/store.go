@@ -53,6 +53,22 @@ var (
 // connection (another process on the same file) before failing.
 const busyTimeout = 5 * time.Second
 
+// walCheckpointPages is the size of the WAL, in pages of 4 KiB, past
+// which a commit checkpoints it into the database file (so the next
+// write starts it again from its beginning), and walSizeLimit the bytes
+// the WAL file is cut back to when it starts again. SQLite's default
+// threshold, 1,000 pages, is about 4 MiB: on a disk with less room than
+// that the WAL was never checkpointed, it grew until it had taken all
+// the room there was, and from then on every write failed with
+// SQLITE_FULL for good, even once room was made elsewhere, for the
+// WAL took that room too and a checkpoint needs room for the database
+// file to grow into (TestWritesRecoverAfterDiskFull). A checkpoint
+// every 1 MiB or so costs a commit little (BenchmarkCommitEvents).
+const (
+	walCheckpointPages = 256
+	walSizeLimit       = 1 << 20
+)
+
 // defaultListLimit is the number of sessions List returns when asked for
 // limit <= 0.
 const defaultListLimit = 100
@@ -223,8 +239,10 @@ func openDBMode(path, mode string) (*sql.DB, error) {
 	// ('?', '#', '%') is taken for URI syntax. _txlock=immediate makes every
 	// transaction take the write lock at BEGIN, so a transaction that reads
 	// before it writes never fails to upgrade its lock.
-	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)",
-		escapePath(abs), busyTimeout.Milliseconds())
+	// The WAL is checkpointed and cut back every walCheckpointPages.
+	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)"+
+		"&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)",
+		escapePath(abs), busyTimeout.Milliseconds(), walCheckpointPages, walSizeLimit)
 	if mode != "" {
 		dsn = fmt.Sprintf("file:%s?mode=%s&_pragma=busy_timeout(%d)", escapePath(abs), mode, busyTimeout.Milliseconds())
 	}

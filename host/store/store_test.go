@@ -251,6 +251,9 @@ func TestConnectionSettings(t *testing.T) {
 		{"journal_mode", "wal"},
 		{"foreign_keys", "1"},
 		{"busy_timeout", fmt.Sprint(busyTimeout.Milliseconds())},
+		{"wal_autocheckpoint", fmt.Sprint(walCheckpointPages)},
+		{"journal_size_limit", fmt.Sprint(walSizeLimit)},
+		{"page_size", "4096"},
 		{"user_version", fmt.Sprint(latestVersion)},
 	}
 	for _, tt := range tests {
