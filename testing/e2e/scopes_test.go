@@ -492,3 +492,77 @@ func TestRevokeClosesSocketsWithin1s(t *testing.T) {
 		refusedWith(t, s, cred.Secret, "expired")
 	})
 }
+
+// TestScopesPermissionAndCancelBy: an ACP agent's permission request on
+// session A is answered only by a credential that may write A — a view
+// share or a session:B credential, on a socket bound to nothing or to A
+// as a viewer, gets 4030 and the request stays open and never reaches
+// the agent — and the answer and an interrupt are journaled with the
+// answering credential's name (permission.resolved and message.complete
+// by alice), replayed by session.events.since.
+func TestScopesPermissionAndCancelBy(t *testing.T) {
+	h := startACPHost(t, acpHostConfig{})
+	s := h.Server
+	admin := s.Dial(t)
+	var a, b wire.Snapshot
+	call(t, admin, wire.MethodCreate, wire.CreateParams{Title: "perm-a"}, &a)
+	call(t, admin, wire.MethodCreate, wire.CreateParams{Title: "perm-b"}, &b)
+	alice := tokenCreate(t, s, "alice", "--scope", "session:"+a.SessionKey)
+	view := shareCLI(t, s, "session", a.SessionKey, "--view")
+	bob := tokenCreate(t, s, "bob", "--scope", "session:"+b.SessionKey)
+
+	call(t, admin, wire.MethodSubmit, wire.SubmitParams{SessionID: a.SessionID, Text: "permission"}, nil)
+	pr, _ := waitPermissionEvent(t, admin, wire.EventPermissionRequest)
+	answer := func(sid string) map[string]any {
+		return map[string]any{"session_id": sid, "request_id": pr.RequestID, "option_id": "allow"}
+	}
+	for _, cr := range []struct {
+		name   string
+		secret string
+	}{{"a view share", view.Secret}, {"session:B", bob.Secret}} {
+		c := as(s, cr.secret).Dial(t)
+		wantForbidden(t, c, cr.name+" bound to nothing", wire.MethodPermissionRespond, answer(a.SessionID))
+	}
+	v := as(s, view.Secret).Dial(t)
+	var vs wire.Snapshot
+	call(t, v, wire.MethodResume, wire.ResumeParams{SessionID: a.SessionKey}, &vs)
+	wantForbidden(t, v, "a view share viewing A", wire.MethodPermissionRespond, answer(vs.SessionID))
+
+	al := as(s, alice.Secret).Dial(t)
+	var asnap wire.Snapshot
+	call(t, al, wire.MethodResume, wire.ResumeParams{SessionID: a.SessionKey}, &asnap)
+	if len(asnap.PendingPermissions) != 1 {
+		t.Fatalf("after the refused answers: %d pending permissions, want the one still open", len(asnap.PendingPermissions))
+	}
+	call(t, al, wire.MethodPermissionRespond, answer(asnap.SessionID), nil)
+	res, _ := waitPermissionEvent(t, admin, wire.EventPermissionResolved)
+	if opt := ""; res.OptionID == nil || *res.OptionID != "allow" || res.By != "alice" {
+		if res.OptionID != nil {
+			opt = *res.OptionID
+		}
+		t.Errorf("permission.resolved: option %q by %q, want allow by alice", opt, res.By)
+	}
+	if _, status := waitComplete(t, admin, a.SessionID); status != "complete" {
+		t.Errorf("the permission turn: %s, want complete", status)
+	}
+
+	call(t, admin, wire.MethodSubmit, wire.SubmitParams{SessionID: a.SessionID, Text: "slow 20"}, nil)
+	wantForbidden(t, v, "a view share viewing A", wire.MethodInterrupt, wire.SessionParams{SessionID: vs.SessionID})
+	call(t, al, wire.MethodInterrupt, wire.SessionParams{SessionID: asnap.SessionID}, nil)
+	if _, status := waitComplete(t, admin, a.SessionID); status != "interrupted" {
+		t.Errorf("the slow turn after alice's interrupt: %s, want interrupted", status)
+	}
+
+	j := journal(t, admin, a.SessionID)
+	if got := payloadsOf(t, j, wire.EventPermissionResolved); len(got) != 1 || got[0]["by"] != "alice" {
+		t.Errorf("permission.resolved in the journal: %v, want one by alice", got)
+	}
+	var stopped []string
+	for _, p := range payloadsOf(t, j, wire.EventMessageComplete) {
+		stopped = append(stopped, fmt.Sprintf("%v:%v", p["status"], p["by"]))
+	}
+	if want := []string{"complete:<nil>", "interrupted:alice"}; fmt.Sprint(stopped) != fmt.Sprint(want) {
+		t.Errorf("message.complete status:by in the journal: %q, want %q", stopped, want)
+	}
+	checkOneAnswer(t, h.log(t), "allow")
+}
