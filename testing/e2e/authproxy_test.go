@@ -105,13 +105,13 @@ func dialAs(tb testing.TB, s *e2e.Server, relay string, hdr http.Header, token s
 // names who a connection from 127.0.0.1 is — with the users file's
 // scopes, journaled as that user — and is ignored from 127.0.0.2, where
 // the token alone counts. A page the proxy names a user for is served
-// without a page cookie.
+// without a page cookie; /api/pty goes by the same user.
 func TestAuthProxy(t *testing.T) {
 	users := filepath.Join(t.TempDir(), "users")
 	if err := os.WriteFile(users, []byte("# who may do what\nalice admin\nvera session:nothing:view\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "",
+	s := e2e.Start(t, e2e.Config{Args: []string{"--pty-command", "cat",
 		"--auth-proxy-from", "127.0.0.1/32", "--auth-proxy-header", "X-Forwarded-User", "--auth-proxy-users", users}})
 	proxy, other := relayFrom(t, s, "127.0.0.1"), relayFrom(t, s, "127.0.0.2")
 	as := func(name string) http.Header { return http.Header{"X-Forwarded-User": {name}} }
@@ -164,6 +164,30 @@ func TestAuthProxy(t *testing.T) {
 	t.Run("from another peer the token counts", func(t *testing.T) {
 		if _, code, who := dialAs(t, s, other, as("vera"), s.Token); code != 0 || who != "admin admin" {
 			t.Errorf("dial as vera with the token from 127.0.0.2: code %d, identity %q; want admitted as admin", code, who)
+		}
+	})
+	t.Run("/api/pty gets the proxy's user", func(t *testing.T) {
+		attach := func(relay string, hdr http.Header, token string) int {
+			o := client.PTYOptions{Options: client.Options{Host: s.Addr, Header: hdr, Token: token}}
+			p, err := client.AttachURL(ctxT(t, 10*time.Second), "ws://"+relay+"/api/pty?attach="+attachToken(t), o)
+			var ce *client.CloseError
+			switch {
+			case errors.As(err, &ce):
+				return ce.Code
+			case err != nil:
+				t.Fatalf("attach through %s: %v", relay, err)
+			}
+			p.Close()
+			return 0
+		}
+		if code := attach(proxy, as("alice"), ""); code != 0 {
+			t.Errorf("a new PTY as alice from the proxy: code %d, want admitted", code)
+		}
+		if code := attach(proxy, as("vera"), s.Token); code != wire.CloseForbidden {
+			t.Errorf("a new PTY as view-only vera (a token beside): code %d, want 4403", code)
+		}
+		if code := attach(other, as("alice"), ""); code != wire.CloseUnauthorized {
+			t.Errorf("a new PTY as alice from 127.0.0.2: code %d, want 4401", code)
 		}
 	})
 	t.Run("the proxy's page gets no page cookie", func(t *testing.T) {
