@@ -370,8 +370,26 @@ func TestScopesOverRealHost(t *testing.T) {
 
 		view := shareCLI(t, s, "session", sess.SessionID, "--view")
 		v := dialACPAs(t, h, view.Secret)
-		if r, _ := v.call(2, "session/load", map[string]any{"sessionId": sess.SessionID, "cwd": h.AgentDir, "mcpServers": []any{}}); r.Error != nil {
-			t.Fatalf("/acp session/load with a view share: %+v, want it loaded", r.Error)
+		load := func(c acpSock, id int) []acpRawMsg {
+			r, notes := c.call(id, "session/load", map[string]any{"sessionId": sess.SessionID, "cwd": h.AgentDir, "mcpServers": []any{}})
+			if r.Error != nil {
+				t.Fatalf("/acp session/load: %+v, want it loaded", r.Error)
+			}
+			return notes
+		}
+		// The replay names who prompted: _meta["tether/by"].
+		if by, ok := promptBy(load(v, 2), "admin one"); !ok || by != "admin" {
+			t.Errorf("/acp replay to a view share: the prompt's user_message_chunk by %q (found %v), want admin", by, ok)
+		}
+		// So does the live update of another credential's prompt.
+		wendy := tokenCreate(t, s, "wendy", "--scope", "session:"+sess.SessionID)
+		wd := dialACPAs(t, h, wendy.Secret)
+		load(wd, 2)
+		if r := prompt(wd, 3, "wendy says"); r.Error != nil {
+			t.Fatalf("/acp prompt by a session:KEY credential: %+v", r.Error)
+		}
+		if by := v.promptByLive(t, "wendy says"); by != "wendy" {
+			t.Errorf("/acp live update of wendy's prompt at the view: by %q, want wendy", by)
 		}
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": map[string]any{"sessionId": sess.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "VIEW-PROMPT"}}}})
 		v.send(string(b))
@@ -565,4 +583,55 @@ func TestScopesPermissionAndCancelBy(t *testing.T) {
 		t.Errorf("message.complete status:by in the journal: %q, want %q", stopped, want)
 	}
 	checkOneAnswer(t, h.log(t), "allow")
+}
+
+// acpPromptNote is the part of a session/update a prompt's
+// user_message_chunk is checked by.
+type acpPromptNote struct {
+	Meta   map[string]any `json:"_meta"`
+	Update struct {
+		SessionUpdate string `json:"sessionUpdate"`
+		Content       struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"update"`
+}
+
+// promptBy finds in notes the user_message_chunk of the prompt text and
+// returns its _meta["tether/by"].
+func promptBy(notes []acpRawMsg, text string) (by string, found bool) {
+	for _, n := range notes {
+		var p acpPromptNote
+		if n.Method != "session/update" || json.Unmarshal(n.Params, &p) != nil {
+			continue
+		}
+		if p.Update.SessionUpdate == "user_message_chunk" && p.Update.Content.Text == text {
+			by, _ := p.Meta["tether/by"].(string)
+			return by, true
+		}
+	}
+	return "", false
+}
+
+// promptByLive reads notifications until the user_message_chunk of the
+// prompt text and returns its _meta["tether/by"].
+func (c acpSock) promptByLive(tb testing.TB, text string) string {
+	tb.Helper()
+	_ = c.nc.SetReadDeadline(time.Now().Add(errsStep))
+	for {
+		f, err := badReadFrame(c.r)
+		if err != nil {
+			tb.Fatalf("/acp: waiting for the user_message_chunk %q: %v", text, err)
+		}
+		if f.Header.OpCode == gobws.OpClose {
+			tb.Fatalf("/acp: closed (%x) before the user_message_chunk %q", f.Payload, text)
+		}
+		var m acpRawMsg
+		if f.Header.OpCode != gobws.OpText || json.Unmarshal(f.Payload, &m) != nil {
+			continue
+		}
+		if by, ok := promptBy([]acpRawMsg{m}, text); ok {
+			return by
+		}
+	}
 }
