@@ -148,9 +148,43 @@ var (
 		"The credential this request carried has expired: ask for a new link.", 1))
 )
 
+// unauthorizedProxyPage is the 401 page for a person a reverse proxy
+// signed in whom the host does not let in (docs/PROTOCOL.md, section 18,
+// "People from a reverse proxy"); %s is the first paragraph.
+const unauthorizedProxyPage = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>tether — not let in</title>
+<style>
+body { font: 16px/1.5 system-ui, sans-serif; max-width: 40em; margin: 3em auto; padding: 0 1em; color: #222; }
+code { background: #eee; padding: 0 .2em; }
+</style>
+</head>
+<body>
+<h1>Not let in</h1>
+<p>%s</p>
+<p>Ask whoever runs this tether server.</p>
+</body>
+</html>
+`
+
+// The host's reasons for refusing a user its reverse proxy named, and
+// the 401 page of each.
+var unauthorizedProxy = map[string][]byte{
+	"unknown user": []byte(strings.Replace(unauthorizedProxyPage, "%s",
+		"You are signed in, but not as a user this server lets in: its <code>--auth-proxy-users</code> file does not list you.", 1)),
+	"empty proxy user": []byte(strings.Replace(unauthorizedProxyPage, "%s",
+		"The proxy in front of this server passed this request on without naming who you are.", 1)),
+	"ambiguous proxy user": []byte(strings.Replace(unauthorizedProxyPage, "%s",
+		"The proxy in front of this server named more than one user for this request.", 1)),
+}
+
 // refused answers a page request the host refused with code: the 401
-// page for 4401 (saying whether a credential was given), 403 for a
-// forbidden Host or Origin or a peer that is not loopback, else 503.
+// page for 4401 (saying whether a credential was given, or why a user
+// named by a reverse proxy is not let in), 403 for a forbidden Host or
+// Origin or a peer that is not loopback, else 503.
 func refused(w http.ResponseWriter, r *http.Request, code int, reason string) {
 	status, body := http.StatusServiceUnavailable, []byte(reason+"\n")
 	switch code {
@@ -161,6 +195,10 @@ func refused(w http.ResponseWriter, r *http.Request, code int, reason string) {
 			body = unauthorizedMissing
 		case "credential expired":
 			body = unauthorizedExpired
+		default:
+			if b, ok := unauthorizedProxy[reason]; ok {
+				body = b
+			}
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
 	case wire.CloseForbidden, wire.CloseNotLoopback:

@@ -112,6 +112,8 @@ func TestPageAsksTheHost(t *testing.T) {
 			return contract.Command{Kind: contract.CommandAdmit, Header: map[string][]string{"Set-Cookie": {cookie, "tether_token=; Path=/; Max-Age=0"}}}
 		case tok == "expired":
 			return contract.Command{Kind: contract.CommandClose, Code: wire.CloseUnauthorized, Reason: "credential expired"}
+		case len(e.Header["X-Forwarded-User"]) > 0:
+			return contract.Command{Kind: contract.CommandClose, Code: wire.CloseUnauthorized, Reason: "unknown user"}
 		case tok != "":
 			return contract.Command{Kind: contract.CommandClose, Code: wire.CloseUnauthorized, Reason: "unauthorized"}
 		case e.Host == "evil.example":
@@ -139,6 +141,7 @@ func TestPageAsksTheHost(t *testing.T) {
 		{name: "no credential", path: "/", wantStatus: 401, wantBody: "had none", wantAsked: true},
 		{name: "wrong credential", path: "/?token=nope", wantStatus: 401, wantBody: "not one this server accepts", wantAsked: true},
 		{name: "expired credential", path: "/?token=expired", wantStatus: 401, wantBody: "expired", wantAsked: true},
+		{name: "a proxy's user not let in", path: "/", header: http.Header{"X-Forwarded-User": {"mallory"}}, wantStatus: 401, wantBody: "does not list you", wantAsked: true},
 		{name: "head, refused", method: http.MethodHead, path: "/", wantStatus: 401, wantAsked: true},
 		{name: "forbidden host", path: "/", header: http.Header{"Host": {"evil.example"}}, wantStatus: 403, wantBody: "forbidden", wantAsked: true},
 		{name: "script is public", path: "/app.js", wantStatus: 200, wantBody: "/api/pty"},
@@ -184,8 +187,12 @@ func TestPageAsksTheHost(t *testing.T) {
 				if strings.Contains(body, pageMarker) {
 					t.Error("the 401 page contains the page")
 				}
-				if method == http.MethodGet && !strings.Contains(body, "&lt;state-dir&gt;/token") {
+				proxied := tt.header.Get("X-Forwarded-User") != "" // a person the proxy named holds no token
+				if method == http.MethodGet && !proxied && !strings.Contains(body, "&lt;state-dir&gt;/token") {
 					t.Error("the 401 page does not name the token file")
+				}
+				if proxied && strings.Contains(body, "token") {
+					t.Error("the 401 page of a proxy's user speaks of a token")
 				}
 			}
 		})
