@@ -1,7 +1,9 @@
 // Package access decides whether a new connection may talk to the host:
-// the access token, the Host and Origin checks against DNS rebinding and
-// cross-site pages, and the loopback-peer check, in that order, before any
-// frame of the connection is read.
+// its credential (the access token, a scoped credential, a page
+// sign-in, or the user a trusted reverse proxy names), the Host and
+// Origin checks against DNS rebinding and cross-site pages, and the
+// loopback-peer check, in that order, before any frame of the
+// connection is read.
 package access
 
 import (
