@@ -65,12 +65,18 @@ type Config struct {
 	// HealthInterval and HealthTimeout: the agent is pinged this often
 	// (an extension request, "_tether/ping": any answer, an error
 	// included, is alive), and one that does not answer in time is killed
-	// and restarted with reason unresponsive (0 interval: no pings).
+	// and restarted with reason unresponsive (0 interval: no pings). An
+	// agent that answers the ping with an error is not pinged again: its
+	// process state is watched instead (see watch).
 	HealthInterval, HealthTimeout time.Duration
 	// Version is tether's, told to the agent in initialize.
 	Version string
 	Log     zerolog.Logger
 	Metrics *metrics.Metrics
+
+	// watched, when set (tests), is sent at each health check whether
+	// the check still pings, when it can take it at once.
+	watched chan bool
 }
 
 // Factory is the agent.Factory of ACP sessions: it owns the agent process.
@@ -186,41 +192,6 @@ func (f *Factory) launch(ctx context.Context, gen int) (*process, error) {
 	f.log.Info().Int("pid", cmd.Process.Pid).Int("generation", gen).Bool("load_session", p.caps.LoadSession).
 		Int("protocol", int(resp.ProtocolVersion)).Msg("acp agent started")
 	return p, nil
-}
-
-// pingMethod is the health ping: an ACP extension method no agent
-// implements, so a live agent answers "method not found".
-const pingMethod = "_tether/ping"
-
-// watch pings p every HealthInterval until it exits; a ping not answered
-// within HealthTimeout kills it (supervise restarts it).
-func (f *Factory) watch(p *process) {
-	defer f.wg.Done()
-	timeout := cmpOr(f.cfg.HealthTimeout, 3*time.Second)
-	tick := time.NewTicker(f.cfg.HealthInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-p.done:
-			return
-		case <-f.stop:
-			return
-		case <-tick.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		_, err := p.conn.CallExtension(ctx, pingMethod, struct{}{})
-		cancel()
-		var re *acp.RequestError
-		if err == nil || errors.As(err, &re) && re.Code != -32603 || p.dead() {
-			continue // answered (or gone, which supervise sees)
-		}
-		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			p.unresponsive.Store(true)
-			f.log.Warn().Int("pid", p.cmd.Process.Pid).Str("timeout", timeout.String()).Msg("acp agent did not answer its health ping in time; killing it to restart it")
-			p.kill()
-			return
-		}
-	}
 }
 
 // warnWriter logs each line written to it at warn level.

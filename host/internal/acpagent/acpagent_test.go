@@ -31,6 +31,7 @@ const (
 	envAgent  = "ACPAGENT_TEST_AGENT"  // "1": be the agent
 	envLoad   = "ACPAGENT_TEST_LOAD"   // "1": advertise loadSession
 	envOnTerm = "ACPAGENT_TEST_ONTERM" // a file the agent writes on SIGTERM, before it exits
+	envMoan   = "ACPAGENT_TEST_MOAN"   // "1": complain on stderr about every unknown extension request
 )
 
 func TestMain(m *testing.M) {
@@ -86,6 +87,15 @@ func (a *testAgent) Initialize(context.Context, acp.InitializeRequest) (acp.Init
 		LoadSession:        os.Getenv(envLoad) == "1",
 		PromptCapabilities: acp.PromptCapabilities{EmbeddedContext: true},
 	}}, nil
+}
+
+// HandleExtensionMethod knows no extension method; with envMoan it says
+// so on stderr each time, as many real agents do.
+func (a *testAgent) HandleExtensionMethod(_ context.Context, method string, _ json.RawMessage) (any, error) {
+	if os.Getenv(envMoan) == "1" {
+		fmt.Fprintf(os.Stderr, "error: unknown method %s\n", method)
+	}
+	return nil, acp.NewMethodNotFound(method)
 }
 
 func (a *testAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
@@ -497,6 +507,76 @@ func TestHungAgentRestarted(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "did not answer its health ping") {
 		t.Errorf("no log of the unresponsive agent: %s", logs)
+	}
+}
+
+// TestAgentThatDoesNotKnowThePing: an agent that answers the health ping
+// with "method not found" and complains on stderr about it is alive: it
+// is pinged once, complains at most once, is never restarted, and the
+// error answer is logged at debug only; from then on its process state
+// is watched, so a SIGSTOP still gets it restarted.
+func TestAgentThatDoesNotKnowThePing(t *testing.T) {
+	t.Setenv(envMoan, "1")
+	watched := make(chan bool)
+	f, logs := start(t, true, func(c *Config) {
+		c.HealthInterval, c.HealthTimeout = 10*time.Millisecond, 300*time.Millisecond
+		c.watched = watched
+	})
+	a, err := f.NewAgent(context.Background(), "k1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for n := 0; <-watched; n++ { // pings until the error answer
+		if n == 100 {
+			t.Fatal("still pinging after 100 error answers")
+		}
+	}
+	for range 20 { // twenty more checks, none a ping
+		if <-watched {
+			t.Fatal("pinged again after an error answer")
+		}
+	}
+	if n := strings.Count(logs.String(), "unknown method "+pingMethod); n > 1 {
+		t.Errorf("the agent complained %d times about the ping, want at most once:\n%s", n, logs)
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "health ping with an error") && !strings.Contains(line, `"level":"debug"`) {
+			t.Errorf("the error answer is logged above debug: %s", line)
+		}
+	}
+	for _, r := range []string{"crashed", "unresponsive"} {
+		if got := testutil.ToFloat64(f.cfg.Metrics.PluginRestarts.WithLabelValues("agent", r)); got != 0 {
+			t.Errorf("restarts{agent,%s} = %v, want 0", r, got)
+		}
+	}
+	ev := newEvents("")
+	if reason, err := turn(t, a, "echo still here", ev); err != nil || reason != "end_turn" || ev.text() != "still here" {
+		t.Fatalf("turn = %q, %v, %q", reason, err, ev.text())
+	}
+
+	// Not pinged, and stopped: restarted all the same.
+	p, err := f.current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	select { // (watch's sends do not wait for a reader)
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stopped agent that is not pinged was not restarted within 10 s")
+	}
+	ev = newEvents("")
+	if reason, err := turn(t, a, "echo back", ev); err != nil || reason != "end_turn" || ev.text() != "back" {
+		t.Fatalf("turn after the restart = %q, %v, %q", reason, err, ev.text())
+	}
+	if got := testutil.ToFloat64(f.cfg.Metrics.PluginRestarts.WithLabelValues("agent", "unresponsive")); got != 1 {
+		t.Errorf("restarts{agent,unresponsive} after a SIGSTOP = %v, want 1", got)
+	}
+	if !strings.Contains(logs.String(), "stopped (SIGSTOP)") {
+		t.Errorf("no log of the stopped agent: %s", logs)
 	}
 }
 
