@@ -39,6 +39,8 @@ func dialWhenKnown(tb testing.TB, s *e2e.Server, secret string) *wsclient.Client
 // another session is 4030 there — and revoking it on h1 closes its
 // sockets on h2 (a plain one, one relayed to h1 for the session, a PTY
 // of h2) within 1 s, 4401 "credential revoked"; h2 then refuses it.
+// A --ttl credential made on h1 closes its socket on h2 within 1 s of
+// its expiry, "credential expired".
 func TestRevokeAcrossCluster(t *testing.T) {
 	hosts := startClusterOf(t, 2, clusterSecret(t), nil, "--pty-command", "sh")
 	h1, h2 := hosts[0], hosts[1]
@@ -95,5 +97,20 @@ func TestRevokeAcrossCluster(t *testing.T) {
 		if live := liveForKey(activeList(t, admin), a.SessionKey); len(live) != 1 {
 			t.Errorf("session A after the revoked viewer's sockets closed: %d live, want 1 (a revocation closes sockets, not sessions)", len(live))
 		}
+	})
+
+	t.Run("expired", func(t *testing.T) {
+		const ttl = 3 * time.Second
+		asked := time.Now()
+		cred := tokenCreate(t, h1.Server, "gina", "--ttl", "3s")
+		made := time.Now()
+		c := dialWhenKnown(t, h2.Server, cred.Secret)
+		got := waitClosed(t, []<-chan sockClose{watchWS("/api/ws on h2", c)})[0]
+		early, late := got.at.Sub(asked.Add(ttl)), got.at.Sub(made.Add(ttl))
+		t.Logf("%s: closed %d %q %v after the expiry (at the latest)", got.what, got.code, got.reason, late)
+		if got.code != wire.CloseUnauthorized || got.reason != "credential expired" || early < 0 || late > revokeBound {
+			t.Errorf("%s with a --ttl 3s credential made on h1: closed %d %q %v after the expiry; want 4401 %q after it and within %v", got.what, got.code, got.reason, late, "credential expired", revokeBound)
+		}
+		refusedWith(t, h2.Server, cred.Secret, "expired")
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -434,7 +435,11 @@ func waitClosed(tb testing.TB, ws []<-chan sockClose) []sockClose {
 		case c := <-w:
 			out = append(out, c)
 		case <-timeout:
-			tb.Fatalf("sockets still open 10 s on: %d of %d closed (%+v)", len(out), len(ws), out)
+			var closed []string
+			for _, c := range out {
+				closed = append(closed, fmt.Sprintf("%s %d %q", c.what, c.code, c.reason))
+			}
+			tb.Fatalf("sockets still open 10 s on: %d of %d closed %q", len(out), len(ws), closed)
 		}
 	}
 	return out
@@ -471,6 +476,20 @@ func TestRevokeClosesSocketsWithin1s(t *testing.T) {
 	t.Run("revoked", func(t *testing.T) {
 		cred := tokenCreate(t, s, "carol")
 		watch := openAll(t, h, cred.Secret)
+		// A browser signed in with it: its page credential goes with it.
+		br := newBrowser(t)
+		if status, set, _ := br.get(t, s.URL+"/?token="+cred.Secret); status != 200 || len(set) != 1 {
+			t.Fatalf("page sign-in with carol's credential: %d, Set-Cookie %q; want 200 and one cookie", status, set)
+		}
+		page, err := s.DialRaw(ctxT(t, 10*time.Second), "/api/ws", wsclient.Options{Header: http.Header{"Cookie": {br.cookieHeader(s)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { page.Close() })
+		if code := closeCodeOf(t, page); code != 0 {
+			t.Fatalf("/api/ws with the page cookie of carol's sign-in: closed %d, want admitted", code)
+		}
+		watch = append(watch, watchWS("/api/ws with the page cookie", page))
 		// Another credential's sockets stay open.
 		other := tokenCreate(t, s, "dave")
 		keep := as(s, other.Secret).Dial(t)
@@ -483,6 +502,9 @@ func TestRevokeClosesSocketsWithin1s(t *testing.T) {
 			}
 		}
 		refusedWith(t, s, cred.Secret, "revoked")
+		if code := br.dialWithCookies(t, s); code != wire.CloseUnauthorized {
+			t.Errorf("/api/ws with the page cookie of a revoked credential's sign-in: closed %d, want 4401", code)
+		}
 		var active wire.ActiveList
 		if err := keep.Call(ctxT(t, 10*time.Second), wire.MethodActiveList, nil, &active); err != nil {
 			t.Errorf("another credential's socket after carol's revocation: %v, want it open", err)
