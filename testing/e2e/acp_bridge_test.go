@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tether-agent/tether/testing/e2e"
@@ -69,6 +70,58 @@ func TestACPStdioBridge(t *testing.T) {
 	for _, ex := range []exitStatus{out.Exit, out.LoadExit} {
 		if ex.Code == nil || *ex.Code != 0 {
 			t.Errorf("bridge exit %+v after its stdin ended, want code 0", ex)
+		}
+	}
+}
+
+// TestACPBridgeStdinEndsFirst: an editor (or a shell pipe) that writes
+// its requests and closes stdin at once still gets every answer: `tether
+// acp` keeps the connection until each forwarded request is answered,
+// then exits 0. A refused credential is exit 1 with the reason, also
+// when stdin ended first or was empty; a credential on the command line
+// or in the URL is refused before anything is sent (exit 2), and never
+// printed.
+func TestACPBridgeStdinEndsFirst(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{})
+	base := "http://" + s.Addr
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`
+	const newSession = `{"jsonrpc":"2.0","id":"two","method":"session/new","params":{"cwd":"/","mcpServers":[]}}`
+
+	out, errOut, code := runCLIEnv(t, []string{"TETHER_TOKEN=" + s.Token}, initialize+"\n"+newSession+"\n", "acp", "--url", base)
+	var answers []struct {
+		ID     any             `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var a struct {
+			ID     any             `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if line != "" && json.Unmarshal([]byte(line), &a) == nil && a.ID != nil {
+			answers = append(answers, a)
+		}
+	}
+	if code != 0 || errOut != "" || len(answers) != 2 || answers[0].ID != float64(1) || answers[1].ID != "two" ||
+		len(answers[0].Result) == 0 || !strings.Contains(string(answers[1].Result), "sessionId") {
+		t.Errorf("tether acp with stdin closed after two requests: exit %d\nstdout:\n%s\nstderr:\n%s\nwant 0 and both answers (initialize, session/new)", code, out, errOut)
+	}
+
+	for _, stdin := range []string{initialize + "\n", ""} {
+		out, errOut, code = runCLIEnv(t, []string{"TETHER_TOKEN=wrong"}, stdin, "acp", "--url", base)
+		if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "4401") {
+			t.Errorf("tether acp with a wrong credential, stdin %q: exit %d, stdout %q, stderr %q; want 1, nothing, one line naming 4401", stdin, code, out, errOut)
+		}
+	}
+
+	for name, args := range map[string][]string{
+		"--token":     {"acp", "--url", base, "--token", s.Token},
+		"URL ?token=": {"acp", "--url", base + "/?token=" + s.Token},
+	} {
+		out, errOut, code = runCLIEnv(t, []string{"TETHER_TOKEN=" + s.Token}, initialize+"\n", args...)
+		if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 || strings.Contains(errOut, s.Token) || !strings.Contains(errOut, "TETHER_TOKEN") {
+			t.Errorf("tether acp with a credential in %s: exit %d, stdout %q, stderr %q; want 2, nothing, one line pointing at TETHER_TOKEN without the token", name, code, out, errOut)
 		}
 	}
 }
