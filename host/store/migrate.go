@@ -92,6 +92,17 @@ var migrations = []string{
 	// submitted its prompt), for the listing's "who started the last
 	// run".
 	`ALTER TABLE runs ADD COLUMN started_by TEXT NOT NULL DEFAULT '';`,
+
+	// 8: the notifications' outbox: each notification (its body, as
+	// sent) once per notifier, stored before it is sent and deleted once
+	// delivered or given up.
+	`CREATE TABLE IF NOT EXISTS outbox (
+		id         TEXT NOT NULL,
+		notifier   TEXT NOT NULL,
+		body       TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (id, notifier)
+	) WITHOUT ROWID;`,
 }
 
 // latestVersion is the schema version Open migrates to.
