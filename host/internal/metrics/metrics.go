@@ -40,6 +40,8 @@ type Metrics struct {
 	StoreErrors      prometheus.Counter
 	RPCDuration      *prometheus.HistogramVec
 	PTYAttach        prometheus.Histogram
+	// Notify are the notifications' series (notify.go).
+	Notify NotifyMetrics
 
 	ptySource atomic.Pointer[func() PTYStats] // describes the live PTYs; nil: none
 	cluster   clusterMetrics
@@ -93,6 +95,8 @@ func New() *Metrics {
 		m.AgentCloses, m.CASConflicts, m.OwnerErrors, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
 		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs, m.ScreenRebuilds, m.BuildInfo, m.TransportRefused, m.TransportConns, m.StoreErrors, m.RPCDuration, m.PTYAttach)
 	m.Registry.MustRegister(newClusterMetrics(m)...)
+	m.Notify = newNotifyMetrics()
+	m.Registry.MustRegister(m.Notify.collectors()...)
 	return m
 }
 

@@ -47,6 +47,8 @@ type Router struct {
 	maxRows int
 	wg      sync.WaitGroup // per-socket workers and detaches
 	book    *access.Book   // the host's credentials (SetCredentials); nil: identities as given
+	// onExit is told of each PTY's exit (SetOnExit); nil: none.
+	onExit func(token string, code int)
 
 	mu      sync.Mutex // guards the fields below
 	backend contract.Backend
@@ -76,6 +78,11 @@ func New(log zerolog.Logger, m *metrics.Metrics, maxCols, maxRows int) *Router {
 // the first socket.
 func (r *Router) SetCredentials(b *access.Book) { r.book = b }
 
+// SetOnExit makes the router tell f of each PTY whose process exited
+// (its token and exit status), from the output stream, with no lock
+// held; f must not block. Call it before the backend starts.
+func (r *Router) SetOnExit(f func(token string, code int)) { r.onExit = f }
+
 // SetBackend sets the backend new attaches go to.
 func (r *Router) SetBackend(b contract.Backend) {
 	r.mu.Lock()
@@ -100,6 +107,13 @@ func (r *Router) OnOutput(ctx context.Context, outs []contract.Output) error {
 		}
 	})
 	r.mu.Unlock()
+	if r.onExit != nil {
+		for _, o := range outs {
+			if o.Exited {
+				r.onExit(o.Token, o.ExitCode)
+			}
+		}
+	}
 	for _, l := range links {
 		if !l.WaitRoom(ctx, ptyStallTimeout) {
 			r.cutStalled(l)

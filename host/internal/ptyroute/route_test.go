@@ -468,3 +468,23 @@ func TestAttachSizeFromQuery(t *testing.T) {
 		})
 	}
 }
+
+// TestOnExit: the output stream's end of a PTY tells SetOnExit's
+// function, with the token and the exit status, attached sockets or not;
+// output that is not an end tells nothing.
+func TestOnExit(t *testing.T) {
+	r := New(zerolog.Nop(), metrics.New(), 0, 0)
+	type exit struct {
+		token string
+		code  int
+	}
+	var got []exit
+	r.SetOnExit(func(token string, code int) { got = append(got, exit{token, code}) })
+	outs := []contract.Output{{Token: "a", Data: []byte("hi")}, {Token: "a", Exited: true, ExitCode: 3}, {Token: "b", Exited: true}}
+	if err := r.OnOutput(context.Background(), outs); err != nil {
+		t.Fatal(err)
+	}
+	if want := []exit{{"a", 3}, {"b", 0}}; !slices.Equal(got, want) {
+		t.Errorf("exits: got %v, want %v", got, want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/notify"
 	"github.com/tether-agent/tether/wire"
 )
 
@@ -92,7 +93,13 @@ func (s *Session) askPermission(ctx context.Context, req agent.PermissionRequest
 	s.emitLocked(wire.EventPermissionRequest, map[string]any{"request_id": p.id, "tool_call": req.ToolCall, "options": req.Options})
 	p.seq = s.seq
 	s.perms[p.id] = p
+	var runID string
+	if s.run != nil {
+		runID = s.run.id
+	}
+	note := s.notifyLocked(notify.Event{Type: notify.TypePermissionRequested, RunID: runID, RequestID: p.id, Tool: toolTitle(req.ToolCall)})
 	s.mu.Unlock()
+	s.t.tell(note)
 	select {
 	case a := <-p.answer:
 		return a.option, a.ok, nil

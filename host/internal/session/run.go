@@ -9,6 +9,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/notify"
 	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/wire"
 )
@@ -178,10 +179,18 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 		runEnds:  []store.RunEnd{{Key: s.key, RunID: ru.id, Status: status, At: now}},
 		cursor:   &store.Cursor{Key: s.key, Epoch: s.epoch, LastSeq: s.seq + 1},
 	})
+	var note *notify.Event
+	switch status {
+	case statusComplete:
+		note = s.notifyLocked(notify.Event{Type: notify.TypeRunCompleted, RunID: ru.id})
+	case statusFailed:
+		note = s.notifyLocked(notify.Event{Type: notify.TypeRunFailed, RunID: ru.id, Reason: complete["reason"]})
+	}
 	gen := s.gen
 	idle := len(s.viewers) == 0 && !s.closing
 	s.mu.Unlock()
 	close(ru.done)
+	t.tell(note)
 
 	if idle {
 		t.release(releaseRef{s: s, gen: gen}, settled)

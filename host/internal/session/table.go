@@ -15,6 +15,7 @@ import (
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/agent"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/notify"
 	"github.com/tether-agent/tether/host/internal/ownership"
 	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/wire"
@@ -67,6 +68,10 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Notify, when set, is told of each permission request and each run
+	// that completed or failed (notice.go); it is called with no lock
+	// held and must not block.
+	Notify func(notify.Event)
 }
 
 // Table is the authoritative table of live sessions: a map under one
@@ -85,6 +90,7 @@ type Table struct {
 	ring          int
 	log           zerolog.Logger
 	metrics       *metrics.Metrics
+	notify        func(notify.Event) // Config.Notify; nil: none
 	now           func() time.Time
 	newKey        func(time.Time) string // store.NewKey; tests replace it
 	journal       *journal
@@ -152,6 +158,7 @@ func NewTable(cfg Config) *Table {
 		ring:          cfg.RingSize,
 		log:           cfg.Log,
 		metrics:       cfg.Metrics,
+		notify:        cfg.Notify,
 		now:           cfg.Now,
 		newKey:        store.NewKey,
 		journal:       newJournal(cfg.Store, cfg.Retention, cfg.Log, cfg.Metrics),
