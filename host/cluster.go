@@ -234,33 +234,46 @@ func (c *ClusterConfig) load() (clusterAuth, error) {
 // (this process's), readable and writable by nobody else, of at least
 // embedded.MinSecretBytes (surrounding white space aside).
 func readSecretFile(path string, uid int) ([]byte, error) {
-	f, err := os.Open(path)
+	b, err := readOwnFile("--cluster-secret-file", path, uid)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w (make one with %s)", err, makeSecret)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("--cluster-secret-file: %w (make one with %s)", err, makeSecret)
+		return nil, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("--cluster-secret-file %s: not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("--cluster-secret-file %s: mode %04o lets other users read or change it: chmod 600 %s", path, perm, path)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid {
-		return nil, fmt.Errorf("--cluster-secret-file %s: owned by uid %d, not by this user (uid %d)", path, st.Uid, uid)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
-	if err != nil {
-		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
-	}
-	b = bytes.TrimSpace(b)
 	if len(b) < embedded.MinSecretBytes {
 		return nil, fmt.Errorf("--cluster-secret-file %s: %d bytes, want at least %d random bytes: make one with %s", path, len(b), embedded.MinSecretBytes, makeSecret)
 	}
 	return b, nil
+}
+
+// readOwnFile reads the secret file path given by flag: a regular file
+// of user uid's (this process's), readable and writable by nobody else;
+// surrounding white space is trimmed.
+func readOwnFile(flag, path string, uid int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s %s: not a regular file", flag, path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s %s: mode %04o lets other users read or change it: chmod 600 %s", flag, path, perm, path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid {
+		return nil, fmt.Errorf("%s %s: owned by uid %d, not by this user (uid %d)", flag, path, st.Uid, uid)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return bytes.TrimSpace(b), nil
 }
 
 // DefaultClusterTTL is --cluster-ttl's default.

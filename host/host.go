@@ -150,6 +150,12 @@ type Config struct {
 	// reverse proxy, say): the base of the URLs tether token create and
 	// tether share print. Empty: the listener's own.
 	PublicURL string
+	// NotifyWebhooks are the URLs of --notify-webhook: each is sent
+	// every notification (docs/NOTIFICATIONS.md).
+	NotifyWebhooks []string
+	// NotifySecret signs the webhooks' bodies (--notify-secret-file);
+	// nil: unsigned.
+	NotifySecret []byte
 	// AdminListen, if set, serves /metrics, /healthz and (with Pprof)
 	// /debug/pprof, behind the access token and the Host check.
 	AdminListen string

@@ -15,6 +15,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/cluster"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/notify"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
 	"github.com/tether-agent/tether/host/internal/rpc"
 	"github.com/tether-agent/tether/host/internal/session"
@@ -37,6 +38,10 @@ type hostParts struct {
 	st      store.Backend
 	node    *cluster.Node // nil on a single host
 	creds   *access.Book
+	outbox  *notify.Outbox // nil: no notifier
+	// notifyStore keeps the outbox when it is not the store's (a
+	// cluster member's, in the state dir); nil otherwise.
+	notifyStore *store.Store
 	// stopUpkeep ends the credentials' upkeep (keepCredentials).
 	stopUpkeep func(context.Context)
 	agents     agent.Factory
@@ -76,6 +81,7 @@ func (h *hostParts) parts() []part {
 		{name: "control socket", start: h.listenControl, stop: h.closeControlSocket}, // bound now, served by "control server"
 		{name: "store", start: h.openStore, stop: h.closeStore},                      // state.db, or the cluster joined and its store
 		{name: "credentials", start: h.openCredentials, stop: h.stopCredentials},     // the access token, scoped credentials, page sign-ins; their upkeep
+		{name: "notifications", start: h.startNotify, stop: h.stopNotify},            // the outbox and its notifiers (notify.go)
 		{name: "acp agent", start: h.startACPAgent, stop: h.closeACPAgent},           // --agent acp only
 		{name: "gateway", start: h.startGateway, stop: h.closeGateway},               // the session table, /api/ws, /acp
 		{name: "public listener", start: h.listenPublic, stop: h.closePublic},        // a TCP --listen, lent to every transport process
@@ -225,6 +231,7 @@ func (h *hostParts) startGateway(context.Context) error {
 		SessionTTL:    cfg.SessionTTL,
 		MaxLive:       cfg.MaxLiveSessions,
 		Retention:     store.Retention{PerSession: cfg.JournalPerSession, Total: cfg.JournalTotal, PerSessionBytes: cfg.JournalBytes},
+		Notify:        h.notifyFunc(),
 	})
 	h.gw = rpc.New(h.table, h.st, cfg.Version, cfg.Log, h.m)
 	h.gw.SetCredentials(h.creds)
@@ -276,6 +283,7 @@ func (h *hostParts) startBackend(ctx context.Context) error {
 	bc := h.cfg.PTY.BackendConfig
 	h.router = ptyroute.New(h.cfg.Log, h.m, bc.MaxCols, bc.MaxRows)
 	h.router.SetCredentials(h.creds)
+	h.router.SetOnExit(h.ptyExitFunc())
 	if h.node != nil {
 		h.router.SetRemote(clusterPTYs{h.node})
 	}
@@ -427,6 +435,9 @@ func (h *hostParts) writeURL(context.Context) error {
 	}
 	h.publicURL = scheme + "://" + access.BrowserAddr(h.sup.Addr())
 	h.gw.SetPageURL(cmp.Or(h.cfg.PublicURL, h.publicURL))
+	if h.outbox != nil {
+		h.outbox.SetLinkBase(cmp.Or(h.cfg.PublicURL, h.publicURL))
+	}
 	if !supervise.HostListens(h.cfg.Listen) {
 		return nil
 	}

@@ -47,6 +47,7 @@ type serveFlags struct {
 	maxConns                           int
 	cluster                            *clusterFlags
 	proxy                              *proxyFlags
+	notify                             *notifyFlags
 
 	// Set by validate.
 	log           zerolog.Logger
@@ -102,6 +103,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.IntVar(&f.maxConns, "max-connections", 20000, "open connections per transport at most (every accepted TCP connection counts); past it a new one gets HTTP 503")
 	f.cluster = addClusterFlags(fs)
 	f.proxy = addProxyFlags(fs)
+	f.notify = addNotifyFlags(fs)
 	fs.Var(&f.ptyBuffer, "pty-buffer", "replay ring size per PTY: bytes, or with a KiB/MiB/GiB suffix (up to 1GiB)")
 	fs.Var(&f.ptyMaxSize, "pty-max-size", "largest PTY size a resize may ask for, `COLSxROWS`, each 1-10000; a larger resize is dropped")
 	fs.Var(&f.journalBytes, "journal-bytes-per-session", "bytes of events kept per session in the journal (older ones are pruned; the newest is always kept): a `size` in bytes, or with a KiB/MiB/GiB suffix")
@@ -156,6 +158,9 @@ func (f *serveFlags) validate(self string) (err error) {
 	}
 	if f.restartLimit < 0 {
 		return errors.New("--plugin-restart-limit must be at least 0")
+	}
+	if err := f.notify.validate(); err != nil {
+		return err
 	}
 	if f.tokenFile == "" {
 		f.tokenFile = filepath.Join(f.stateDir, "token")
@@ -265,5 +270,8 @@ func (f *serveFlags) hostConfig() host.Config {
 		PublicURL:   strings.TrimRight(f.publicURL, "/"),
 		Version:     version,
 		Log:         f.log,
+
+		NotifyWebhooks: f.notify.webhooks,
+		NotifySecret:   f.notify.secret,
 	}
 }

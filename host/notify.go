@@ -1,0 +1,128 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/tether-agent/tether/host/internal/notify"
+	"github.com/tether-agent/tether/host/store"
+)
+
+// outboxFile is a cluster member's outbox, in its state dir: a cluster's
+// notifications are each host's own (the host that runs a session's
+// agent tells of it), kept where that host alone reads them.
+const outboxFile = "outbox.db"
+
+// startNotify makes the notifiers (--notify-webhook) and starts the
+// outbox, which sends what the last host left in it. On a single host
+// the outbox is in state.db; a cluster member keeps its own in
+// <state-dir>/outbox.db.
+func (h *hostParts) startNotify(ctx context.Context) error {
+	var ns []notify.Notifier
+	for _, u := range h.cfg.NotifyWebhooks {
+		w, err := notify.NewWebhook(u, h.cfg.NotifySecret)
+		if err != nil {
+			return err
+		}
+		ns = append(ns, w)
+	}
+	if len(ns) == 0 {
+		return nil
+	}
+	if len(h.cfg.NotifySecret) == 0 {
+		h.cfg.Log.Warn().Msg("webhook notifications are not signed: give --notify-secret-file")
+	}
+	ob, ok := h.st.(store.Outbox)
+	if h.node != nil || !ok {
+		st, err := store.Open(ctx, filepath.Join(h.cfg.StateDir, outboxFile))
+		if err != nil {
+			return fmt.Errorf("notifications: open the outbox: %w", err)
+		}
+		h.notifyStore, ob = st, st
+	}
+	o, err := notify.New(notify.Config{Store: ob, Notifiers: ns, LinkBase: h.cfg.PublicURL, Log: h.cfg.Log.With().Str("part", "notify").Logger(), Metrics: h.m})
+	if err == nil {
+		err = o.Start(ctx)
+	}
+	if err != nil {
+		if h.notifyStore != nil {
+			_ = h.notifyStore.Close()
+		}
+		return err
+	}
+	h.outbox = o
+	return nil
+}
+
+// stopNotify stops the outbox (what is not yet delivered stays stored
+// for the next host).
+func (h *hostParts) stopNotify(context.Context) error {
+	if h.outbox != nil {
+		h.outbox.Close()
+	}
+	if h.notifyStore != nil {
+		return h.notifyStore.Close()
+	}
+	return nil
+}
+
+// notifyFunc is the session table's Config.Notify: nil with no notifier.
+func (h *hostParts) notifyFunc() func(notify.Event) {
+	if h.outbox == nil {
+		return nil
+	}
+	return h.outbox.Enqueue
+}
+
+// ptyExitFunc tells the outbox of a PTY's exit; nil with no notifier.
+func (h *hostParts) ptyExitFunc() func(token string, code int) {
+	if h.outbox == nil {
+		return nil
+	}
+	return func(token string, code int) {
+		h.outbox.Enqueue(notify.Event{Type: notify.TypePTYExited, PTY: token, ExitCode: &code})
+	}
+}
+
+// NotifyResult is one notifier's answer to tether notify test.
+type NotifyResult struct {
+	Notifier string `json:"notifier"`
+	Answer   string `json:"answer,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// testNotify sends one test notification to every notifier.
+func (h *hostParts) testNotify(ctx context.Context) []NotifyResult {
+	if h.outbox == nil {
+		return []NotifyResult{}
+	}
+	var out []NotifyResult
+	for _, r := range h.outbox.Test(ctx) {
+		nr := NotifyResult{Notifier: r.Notifier, Answer: r.Answer}
+		if r.Err != nil {
+			nr.Error = r.Err.Error()
+		}
+		out = append(out, nr)
+	}
+	return out
+}
+
+// MinNotifySecretBytes is the shortest secret --notify-secret-file may
+// hold.
+const MinNotifySecretBytes = 16
+
+// ReadNotifySecret reads --notify-secret-file: a regular file of this
+// user's, readable and writable by nobody else, of at least
+// MinNotifySecretBytes (surrounding white space aside).
+func ReadNotifySecret(path string) ([]byte, error) {
+	b, err := readOwnFile("--notify-secret-file", path, os.Getuid())
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < MinNotifySecretBytes {
+		return nil, fmt.Errorf("--notify-secret-file %s: %d bytes, want at least %d (make one with: (umask 077; openssl rand -hex 32 > FILE))", path, len(b), MinNotifySecretBytes)
+	}
+	return b, nil
+}
