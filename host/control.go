@@ -50,6 +50,9 @@ const (
 	// token) to type into its PTY: the socket's mode keeps it to the
 	// host's user.
 	OpPTYs = "ptys"
+	// OpNotifyTest: send one test notification through every notifier
+	// (Notifiers holds each one's answer), for `tether notify test`.
+	OpNotifyTest = "notify-test"
 )
 
 // Control errors.
@@ -86,6 +89,8 @@ type ControlResponse struct {
 	Error   string         `json:"error,omitempty"`
 	Plugins []PluginStatus `json:"plugins,omitempty"`
 	PTYs    []PTYStatus    `json:"ptys,omitempty"`
+	// Notifiers (OpNotifyTest) are the notifiers' answers.
+	Notifiers []NotifyResult `json:"notifiers,omitempty"`
 }
 
 // PTYStatus describes one live PTY (OpPTYs).

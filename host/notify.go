@@ -96,7 +96,7 @@ type NotifyResult struct {
 // testNotify sends one test notification to every notifier.
 func (h *hostParts) testNotify(ctx context.Context) []NotifyResult {
 	if h.outbox == nil {
-		return []NotifyResult{}
+		return nil
 	}
 	var out []NotifyResult
 	for _, r := range h.outbox.Test(ctx) {
@@ -125,4 +125,15 @@ func ReadNotifySecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("--notify-secret-file %s: %d bytes, want at least %d (make one with: (umask 077; openssl rand -hex 32 > FILE))", path, len(b), MinNotifySecretBytes)
 	}
 	return b, nil
+}
+
+// notifyControl answers OpNotifyTest on the control socket, and hands
+// every other request to next.
+func (h *hostParts) notifyControl(next func(context.Context, ControlRequest) (ControlResponse, error)) func(context.Context, ControlRequest) (ControlResponse, error) {
+	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
+		if req.Op != OpNotifyTest {
+			return next(ctx, req)
+		}
+		return ControlResponse{Notifiers: h.testNotify(ctx)}, nil
+	}
 }

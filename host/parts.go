@@ -403,7 +403,7 @@ func (h *hostParts) drainTransports(context.Context) error {
 }
 
 func (h *hostParts) serveControl(context.Context) error {
-	h.ctl = newControlServer(h.ctlLn, controlHandler(h.ts, h.backend), h.cfg.Log)
+	h.ctl = newControlServer(h.ctlLn, h.notifyControl(controlHandler(h.ts, h.backend)), h.cfg.Log)
 	return nil
 }
 

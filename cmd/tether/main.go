@@ -67,6 +67,8 @@ func run(args []string) int {
 		return shareCmd(args[1:])
 	case "doctor":
 		return doctor(args[1:])
+	case "notify":
+		return notifyCmd(args[1:], os.Stdout, os.Stderr)
 	case "version", "--version", "-version":
 		fmt.Println("tether", version)
 		return 0
@@ -96,6 +98,7 @@ commands:
   token      create, list or revoke scoped credentials (create --name N --scope S --ttl D)
   share      print a link to one terminal or chat, read-only with --view (share pty TOKEN | session KEY)
   doctor     check the state dir, database, plugins, disk, port and token file
+  notify     "notify test": send a test notification through every notifier of a running host
   version    print the version
 
 Run "tether <command> -h" for a command's flags. Every flag can also be set

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"slices"
+	"time"
 
 	"github.com/tether-agent/tether/host"
 )
@@ -55,4 +58,67 @@ func redacted(u string) string {
 		return "(unparsable)"
 	}
 	return p.Scheme + "://" + p.Host + "/…"
+}
+
+const notifyUsage = `usage: tether notify test [--state-dir DIR] [--timeout D]
+
+Sends one test notification (type "test", not stored nor retried) through
+every notifier of the host running on the state dir (--notify-webhook),
+through its control socket, and prints what each one answered. Exits 1
+when any failed, or when the host has no notifier.
+
+flags:
+`
+
+// notifyCmd is `tether notify test`.
+func notifyCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tether notify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), notifyUsage)
+		fs.PrintDefaults()
+	}
+	if len(args) == 0 || args[0] != "test" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		fs.Usage()
+		return 2
+	}
+	stateDir := fs.String("state-dir", defaultStateDir(), "state dir of the running host")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the host and its notifiers")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "tether notify test:", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tether notify test: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	resp, err := host.Control(ctx, *stateDir, host.ControlRequest{Op: host.OpNotifyTest})
+	if err != nil {
+		fmt.Fprintln(stderr, "tether notify test:", err)
+		return 1
+	}
+	if len(resp.Notifiers) == 0 {
+		fmt.Fprintln(stderr, "tether notify test: the host has no notifier (give tether serve --notify-webhook URL)")
+		return 1
+	}
+	code := 0
+	for _, r := range resp.Notifiers {
+		if r.Error != "" {
+			code = 1
+			fmt.Fprintf(stdout, "%s: failed: %s\n", r.Notifier, r.Error)
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: ok: %s\n", r.Notifier, r.Answer)
+	}
+	return code
 }

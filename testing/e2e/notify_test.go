@@ -316,3 +316,34 @@ func TestNotifyPermission(t *testing.T) {
 	waitComplete(t, nv, sid)
 	checkHook(t, r.next(t, "run.completed").ev, "run.completed", key, runID)
 }
+
+// TestNotifyTestCommand: tether notify test sends a test notification
+// through every webhook and prints each answer; one that failed makes it
+// exit 1; it is not retried.
+func TestNotifyTestCommand(t *testing.T) {
+	a := startReceiver(t, nil, 500)
+	b := startReceiver(t, nil)
+	args := append(notifyArgs(t, a.url), "--notify-webhook", b.url)
+	s := e2e.Start(t, e2e.Config{Args: args})
+
+	stdout, stderr, exit := e2e.Tether(t, "notify", "test", "--state-dir", s.StateDir)
+	if exit != 1 || strings.Count(stdout, ": failed: ") != 1 || strings.Count(stdout, ": ok: 204 No Content") != 1 {
+		t.Errorf("notify test with a failing webhook: exit %d, stdout %q, stderr %q; want 1, one failed and one ok line", exit, stdout, stderr)
+	}
+	for _, r := range []*receiver{a, b} {
+		if c := r.next(t, "the test notification"); c.ev.Type != "test" || c.ev.ID == "" {
+			t.Errorf("test notification: got %+v, want type test with an id", c.ev)
+		}
+	}
+	stdout, stderr, exit = e2e.Tether(t, "notify", "test", "--state-dir", s.StateDir)
+	if exit != 0 || strings.Count(stdout, ": ok: 204 No Content") != 2 {
+		t.Errorf("notify test: exit %d, stdout %q, stderr %q; want 0, two ok lines", exit, stdout, stderr)
+	}
+	a.next(t, "the second test notification")
+	b.next(t, "the second test notification")
+	select {
+	case c := <-a.calls:
+		t.Errorf("a test notification was retried: %+v", c.ev)
+	default:
+	}
+}
