@@ -36,7 +36,8 @@ func dialWhenKnown(tb testing.TB, s *e2e.Server, secret string) *wsclient.Client
 // made on h1 is honoured on h2 with its scope — a session view of a
 // session live on h1, resumed on h2 (relayed to h1), reads it, and its
 // prompt and close are 4030 with the journal unchanged; a credential for
-// another session is 4030 there — and revoking it on h1 closes its
+// another session is 4030 there; h2's cluster-wide session.active_list
+// shows each only what it reaches — and revoking it on h1 closes its
 // sockets on h2 (a plain one, one relayed to h1 for the session, a PTY
 // of h2) within 1 s, 4401 "credential revoked"; h2 then refuses it.
 // A --ttl credential made on h1 closes its socket on h2 within 1 s of
@@ -72,6 +73,24 @@ func TestRevokeAcrossCluster(t *testing.T) {
 		bob := tokenCreate(t, h1.Server, "bob", "--scope", "session:"+b.SessionKey)
 		c := dialWhenKnown(t, h2.Server, bob.Secret)
 		wantForbidden(t, c, "session:B on h2", wire.MethodResume, wire.ResumeParams{SessionID: a.SessionKey})
+
+		// The cluster-wide active list, at h2, shows each only its own.
+		for _, w := range []struct {
+			who  string
+			c    *wsclient.Client
+			want string
+		}{{"the view of A", v, a.SessionKey}, {"session:B", c, b.SessionKey}} {
+			var keys []string
+			for _, e := range activeList(t, w.c) {
+				keys = append(keys, e.SessionKey)
+			}
+			if len(keys) != 1 || keys[0] != w.want {
+				t.Errorf("session.active_list on h2 for %s: %q, want only %s", w.who, keys, w.want)
+			}
+		}
+		if n := len(activeList(t, h2.Dial(t))); n != 2 {
+			t.Errorf("session.active_list on h2 for admin: %d sessions, want both of h1's", n)
+		}
 	})
 
 	t.Run("revoke", func(t *testing.T) {
