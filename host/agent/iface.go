@@ -18,6 +18,11 @@ const (
 type Message struct {
 	Role Role   `json:"role"`
 	Text string `json:"text"`
+	// Content is a prompt's content blocks as its client sent them, a
+	// JSON array of ACP content blocks (docs/PROTOCOL.md, "Prompts carry
+	// the whole content"); empty when the prompt was text only. Text is
+	// then the text of its text blocks.
+	Content json.RawMessage `json:"content,omitempty"`
 }
 
 // Agent answers prompts for one live session. The host builds one per live

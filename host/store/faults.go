@@ -191,8 +191,8 @@ func (s *Store) commit(ctx context.Context, b Batch, keep Retention) error {
 				return fmt.Errorf("commit: messages of %s: %w", m.Key, err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO messages (session_key, seq, role, text) VALUES (?, ?, ?, ?)`,
-			m.Key, n, string(m.Role), m.Text); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO messages (session_key, seq, role, text, content) VALUES (?, ?, ?, ?, ?)`,
+			m.Key, n, string(m.Role), m.Text, string(m.Content)); err != nil {
 			return fmt.Errorf("commit: message of %s: %w", m.Key, err)
 		}
 		next[m.Key] = n + 1
@@ -242,8 +242,8 @@ func (s *Store) StartTurn(ctx context.Context, key string, prompt agent.Message,
 			return fmt.Errorf("start turn: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO messages (session_key, seq, role, text) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_key = ?), ?, ?)`,
-			key, key, string(prompt.Role), prompt.Text); err != nil {
+			`INSERT INTO messages (session_key, seq, role, text, content) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_key = ?), ?, ?, ?)`,
+			key, key, string(prompt.Role), prompt.Text, string(prompt.Content)); err != nil {
 			return fmt.Errorf("start turn of %s: prompt: %w", key, err)
 		}
 		if _, err := tx.ExecContext(ctx,

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -36,8 +37,8 @@ func (s *Store) appendMessages(ctx context.Context, key string, msgs ...agent.Me
 	}
 	for i, m := range msgs {
 		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO messages (session_key, seq, role, text) VALUES (?, ?, ?, ?)`,
-			key, next+int64(i), string(m.Role), m.Text); err != nil {
+			`INSERT INTO messages (session_key, seq, role, text, content) VALUES (?, ?, ?, ?, ?)`,
+			key, next+int64(i), string(m.Role), m.Text, string(m.Content)); err != nil {
 			return fmt.Errorf("append messages to %s: %w", key, err)
 		}
 	}
@@ -83,18 +84,22 @@ func (s *Store) Messages(ctx context.Context, key string) ([]agent.Message, erro
 // when limit < 0), never nil.
 func ownMessages(ctx context.Context, q queryer, key string, limit int) ([]agent.Message, error) {
 	rows, err := q.QueryContext(ctx,
-		`SELECT role, text FROM messages WHERE session_key = ? ORDER BY seq LIMIT ?`, key, limit)
+		`SELECT role, text, content FROM messages WHERE session_key = ? ORDER BY seq LIMIT ?`, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: messages: %w", key, err)
 	}
 	defer rows.Close()
 	out := []agent.Message{}
 	for rows.Next() {
-		var role, text string
-		if err := rows.Scan(&role, &text); err != nil {
+		var role, text, content string
+		if err := rows.Scan(&role, &text, &content); err != nil {
 			return nil, fmt.Errorf("session %s: messages: %w", key, err)
 		}
-		out = append(out, agent.Message{Role: agent.Role(role), Text: text})
+		m := agent.Message{Role: agent.Role(role), Text: text}
+		if content != "" {
+			m.Content = json.RawMessage(content)
+		}
+		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("session %s: messages: %w", key, err)

@@ -103,6 +103,10 @@ var migrations = []string{
 		created_at INTEGER NOT NULL,
 		PRIMARY KEY (id, notifier)
 	) WITHOUT ROWID;`,
+
+	// 9: a prompt's content blocks as its client sent them (a JSON
+	// array of ACP content blocks; '' for a text-only row).
+	`ALTER TABLE messages ADD COLUMN content TEXT NOT NULL DEFAULT '';`,
 }
 
 // latestVersion is the schema version Open migrates to.

@@ -3,11 +3,14 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/tether-agent/tether/host/agent"
 )
 
 // openRaw opens the database at path without migrating it and closes it
@@ -118,6 +121,24 @@ func TestMigrateFromEveryVersion(t *testing.T) {
 			}
 			if l, err := s.List(ctx, 0); err != nil || len(l) != 1 || l[0].LastRunBy != "dana" {
 				t.Errorf("List after the migration: got %+v, %v; want LastRunBy dana", l, err)
+			}
+			// Rows stored before content blocks were have none; a new
+			// prompt keeps its blocks.
+			blocks := json.RawMessage(`[{"type":"text","text":"look"},{"type":"image","mimeType":"image/png","data":"AA=="}]`)
+			if err := s.AppendMessages(ctx, key, agent.Message{Role: agent.RoleUser, Text: "look", Content: blocks}); err != nil {
+				t.Fatalf("AppendMessages with content: %v", err)
+			}
+			msgs, err = s.Messages(ctx, key)
+			if err != nil || len(msgs) != len(wantTexts)+2 {
+				t.Fatalf("Messages after the appends: got %d rows, %v; want %d", len(msgs), err, len(wantTexts)+2)
+			}
+			for _, m := range msgs[:len(msgs)-1] {
+				if m.Content != nil {
+					t.Errorf("a row stored without content reads back with %s, want none", m.Content)
+				}
+			}
+			if last := msgs[len(msgs)-1]; string(last.Content) != string(blocks) {
+				t.Errorf("content of the new row: got %s, want %s", last.Content, blocks)
 			}
 		})
 	}

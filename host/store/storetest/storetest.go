@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"EndFirstReasonWins", testEndFirstReasonWins},
 		{"SetCursorTitleAgentState", testSetCursorTitleAgentState},
 		{"MessagesInOrder", testMessagesInOrder},
+		{"MessageContent", testMessageContent},
 		{"DisplayLineage", testDisplayLineage},
 		{"FindByTitle", testFindByTitle},
 		{"List", testList},
@@ -270,9 +271,80 @@ func testMessagesInOrder(t *testing.T, s Store) {
 	mustAppend(t, s, key, "3")
 	got, err = s.Messages(ctx, key)
 	want := []agent.Message{{Role: agent.RoleUser, Text: "1"}, {Role: agent.RoleAssistant, Text: "2"}, {Role: agent.RoleUser, Text: "3"}}
-	if err != nil || !slices.Equal(got, want) {
+	if err != nil || !slices.EqualFunc(got, want, sameMessage) {
 		t.Errorf("Messages: got %v, %v; want %v", got, err, want)
 	}
+}
+
+// sameMessage reports whether two display rows are equal, content
+// compared as JSON.
+func sameMessage(a, b agent.Message) bool {
+	return a.Role == b.Role && a.Text == b.Text && sameJSON(a.Content, b.Content)
+}
+
+// sameJSON reports whether a and b are the same JSON value (both empty
+// counts as the same).
+func sameJSON(a, b json.RawMessage) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	ja, _ := json.Marshal(va)
+	jb, _ := json.Marshal(vb)
+	return string(ja) == string(jb)
+}
+
+// testMessageContent: a prompt's content blocks are stored beside its
+// text by every write (AppendMessages, StartTurn, Commit) and read back
+// as given, by Messages and by a fork's DisplayMessages; a text-only row
+// reads back with no content.
+func testMessageContent(t *testing.T, s Store) {
+	ctx := context.Background()
+	key, fork := Key(1), Key(2)
+	mustCreate(t, s, store.Session{Key: key, StartedAt: T0})
+	blocks := func(text string) json.RawMessage {
+		return json.RawMessage(`[{"type":"text","text":"` + text + `"},{"type":"image","mimeType":"image/png","data":"iVBORw0KGgo="},` +
+			`{"type":"resource","resource":{"uri":"file:///a.go","mimeType":"text/x-go","text":"package a\n"}}]`)
+	}
+	want := []agent.Message{
+		{Role: agent.RoleUser, Text: "one", Content: blocks("one")},
+		{Role: agent.RoleAssistant, Text: "answer"},
+		{Role: agent.RoleUser, Text: "two", Content: blocks("two")},
+		{Role: agent.RoleAssistant, Text: "answer 2"},
+		{Role: agent.RoleUser, Text: "three", Content: blocks("three")},
+	}
+	if err := s.AppendMessages(ctx, key, want[0], want[1]); err != nil {
+		t.Fatalf("AppendMessages: %v", err)
+	}
+	if err := s.StartTurn(ctx, key, want[2], store.Run{ID: "r1", Status: "running", StartedAt: T0}); err != nil {
+		t.Fatalf("StartTurn: %v", err)
+	}
+	if err := s.Commit(ctx, store.Batch{Messages: []store.Message{{Key: key, Message: want[3]}, {Key: key, Message: want[4]}}}, store.Retention{}); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	got, err := s.Messages(ctx, key)
+	if err != nil || !slices.EqualFunc(got, want, sameMessage) {
+		t.Fatalf("Messages: got %s, %v; want %s", showMessages(got), err, showMessages(want))
+	}
+	for _, m := range got {
+		if m.Role == agent.RoleAssistant && m.Content != nil {
+			t.Errorf("a text-only row reads back with content %s, want none", m.Content)
+		}
+	}
+	mustCreate(t, s, store.Session{Key: fork, Parent: key, ForkCount: 3, StartedAt: T0})
+	got, err = s.DisplayMessages(ctx, fork)
+	if err != nil || !slices.EqualFunc(got, want[:3], sameMessage) {
+		t.Errorf("DisplayMessages of a fork: got %s, %v; want %s", showMessages(got), err, showMessages(want[:3]))
+	}
+}
+
+// showMessages prints rows with their content as JSON text.
+func showMessages(msgs []agent.Message) string {
+	b, _ := json.Marshal(msgs)
+	return string(b)
 }
 
 func testDisplayLineage(t *testing.T, s Store) {

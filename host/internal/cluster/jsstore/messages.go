@@ -30,8 +30,9 @@ func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...agent.Me
 
 // storedRow is one display row as a messages message holds it.
 type storedRow struct {
-	Role string `json:"role"`
-	Text string `json:"text"`
+	Role    string          `json:"role"`
+	Text    string          `json:"text"`
+	Content json.RawMessage `json:"content,omitempty"`
 }
 
 // appendMessages appends msgs to key's display rows as one message. A
@@ -63,7 +64,7 @@ func (s *Store) appendMessages(ctx context.Context, key string, msgs []agent.Mes
 		}
 		rows := make([]storedRow, len(todo))
 		for i, m := range todo {
-			rows[i] = storedRow{Role: string(m.Role), Text: m.Text}
+			rows[i] = storedRow{Role: string(m.Role), Text: m.Text, Content: m.Content}
 		}
 		data, err := json.Marshal(rows)
 		if err != nil {
@@ -144,7 +145,7 @@ func (s *Store) ownMessages(ctx context.Context, key string, limit int) ([]agent
 			if len(out) == limit {
 				break
 			}
-			out = append(out, agent.Message{Role: agent.Role(r.Role), Text: r.Text})
+			out = append(out, agent.Message{Role: agent.Role(r.Role), Text: r.Text, Content: r.Content})
 		}
 		if len(out) == limit {
 			return 0, nil
