@@ -19,6 +19,7 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
+	"github.com/tether-agent/tether/host/internal/acpgw"
 	"github.com/tether-agent/tether/host/internal/cluster"
 	"github.com/tether-agent/tether/host/internal/cluster/embedded"
 	"github.com/tether-agent/tether/host/internal/link"
@@ -408,6 +409,20 @@ var _ rpc.Remote = clusterRemote{}
 // Dial implements rpc.Remote.
 func (r clusterRemote) Dial(ctx context.Context, host, inst string, who access.Identity, onCommand func(contract.Command)) (rpc.RemoteLeg, error) {
 	l, err := r.n.Relay().Dial(ctx, host, inst, wire.PathRPC, "", who, onCommand)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// clusterACP is the /acp endpoint's view of the cluster (acpgw.Remote).
+type clusterACP struct{ n *cluster.Node }
+
+var _ acpgw.Remote = clusterACP{}
+
+// Dial implements acpgw.Remote.
+func (r clusterACP) Dial(ctx context.Context, host, inst string, who access.Identity, onCommand func(contract.Command)) (acpgw.RemoteLeg, error) {
+	l, err := r.n.Relay().Dial(ctx, host, inst, wire.PathACP, "", who, onCommand)
 	if err != nil {
 		return nil, err
 	}

@@ -240,6 +240,9 @@ func (h *hostParts) startGateway(context.Context) error {
 	}
 	h.acpGW = acpgw.New(acpgw.Config{Table: h.table, Store: h.st, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: h.m})
 	h.acpGW.SetCredentials(h.creds)
+	if node != nil {
+		h.acpGW.SetRemote(clusterACP{node}) // before any connection
+	}
 	h.endpoints = map[string]link.Endpoint{wire.PathRPC: h.gw, wire.PathACP: h.acpGW}
 	return nil
 }

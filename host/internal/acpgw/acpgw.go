@@ -82,6 +82,7 @@ type Config struct {
 type Gateway struct {
 	cfg    Config
 	book   *access.Book // the host's credentials (SetCredentials); nil: identities as given
+	remote Remote       // the other hosts of a cluster (SetRemote); nil: none
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -196,6 +197,8 @@ type conn struct {
 	// closed: the connection has ended (or is ending): no binding is
 	// kept and no request asked.
 	closed bool
+	// rs is what a cluster host's connection relays (remote.go).
+	rs remoteState
 }
 
 // askState is one permission request open at the client.

@@ -102,6 +102,9 @@ func (a *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (a
 	}
 	var from uint64
 	_, truncated, err := a.c.bind(ctx, string(p.SessionId), &from, nil, leave)
+	if held := a.c.heldBy(err); held != nil {
+		return acp.LoadSessionResponse{}, a.c.relayBind(string(p.SessionId), held)
+	}
 	if err != nil {
 		return acp.LoadSessionResponse{}, tableError(err)
 	}
@@ -128,6 +131,9 @@ func (a *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest
 		after = &n
 	}
 	_, truncated, err := a.c.bind(ctx, string(p.SessionId), after, nil, leave)
+	if held := a.c.heldBy(err); held != nil {
+		return acp.ResumeSessionResponse{}, a.c.relayBind(string(p.SessionId), held)
+	}
 	if err != nil {
 		return acp.ResumeSessionResponse{}, tableError(err)
 	}

@@ -72,6 +72,9 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 		}
 		return
 	}
+	if c.g.remote != nil && c.fromClient(trimmed, method, id) {
+		return
+	}
 	// A JSON message holds newlines only as white space: one line.
 	l := inLine{data: bytes.Map(func(r rune) rune {
 		if r == '\n' || r == '\r' {
@@ -283,6 +286,7 @@ func (c *conn) finish(drained bool) {
 	}
 	c.bindings = nil
 	c.mu.Unlock()
+	c.closeLegs()
 	close(c.stop)
 	close(c.lines)
 	c.g.cfg.Table.Detach(c.id, bs)
@@ -339,8 +343,9 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 			break
 		}
 		if line := bytes.TrimSpace(w.buf[:i]); len(line) > 0 {
-			w.c.sent(line)
-			w.c.sendFrame(bytes.Clone(line))
+			if w.c.sent(line) {
+				w.c.sendFrame(bytes.Clone(line))
+			}
 		}
 		w.buf = w.buf[i+1:]
 	}
@@ -353,10 +358,12 @@ var rpcPrefix = []byte(`{"jsonrpc":"2.0","id":`)
 
 // sent notes a message to the client before it goes out: a response
 // starts the request it answers (pumpIn waits for that); a permission
-// request gets the JSON-RPC id its answer will carry.
-func (c *conn) sent(line []byte) {
+// request gets the JSON-RPC id its answer will carry. It reports whether
+// the message goes out: not the answer to a bind another host answers
+// (remote.go).
+func (c *conn) sent(line []byte) bool {
 	if !bytes.HasPrefix(line, rpcPrefix) {
-		return
+		return true
 	}
 	var m struct {
 		ID     json.RawMessage `json:"id"`
@@ -368,11 +375,14 @@ func (c *conn) sent(line []byte) {
 		} `json:"params"`
 	}
 	if json.Unmarshal(line, &m) != nil {
-		return
+		return true
 	}
 	switch m.Method {
 	case "":
 		c.started(compactID(m.ID))
+		if c.g.remote != nil && c.dropAnswer(m.ID) {
+			return false
+		}
 	case acp.ClientMethodSessionRequestPermission:
 		c.mu.Lock()
 		if a := c.asks[m.Params.Meta.RequestID]; a != nil {
@@ -380,4 +390,5 @@ func (c *conn) sent(line []byte) {
 		}
 		c.mu.Unlock()
 	}
+	return true
 }
