@@ -343,4 +343,3 @@ func withID(data []byte, id json.RawMessage) []byte {
 	}
 	return b
 }
-
