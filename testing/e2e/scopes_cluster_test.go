@@ -1,6 +1,9 @@
 package e2e_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,6 +96,60 @@ func TestRevokeAcrossCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("pty scope", func(t *testing.T) {
+		// A PTY of h1, its writer the admin on h1.
+		tok := attachToken(t)
+		w := ptyDial(t, h1.Server, "attach="+tok)
+		replayOf(t, w)
+		view := shareCLI(t, h1.Server, "pty", tok, "--view")
+		nick := tokenCreate(t, h1.Server, "nick")
+		dialWhenKnown(t, h2.Server, nick.Secret).Close()
+		refused := func(what string, s *e2e.Server, secret, query string) {
+			t.Helper()
+			c := ptyDial(t, as(s, secret), query)
+			if code, reason, err := c.CloseCode(ctxT(t, 10*time.Second)); err != nil || code != wire.CloseForbidden {
+				t.Errorf("%s: closed %d %q (%v), want 4403", what, code, reason, err)
+			}
+		}
+		// A new credential may make PTYs, never join one that exists:
+		// on the PTY's host and from another.
+		refused("a new credential attaching h1's PTY on h1", h1.Server, nick.Secret, "attach="+tok)
+		refused("a new credential attaching h1's PTY from h2", h2.Server, nick.Secret, "attach="+tok)
+		refused("a pty view share attaching as the writer from h2", h2.Server, view.Secret, "attach="+tok)
+		v := ptyDial(t, as(h2.Server, view.Secret), "view=1&attach="+tok)
+		replayOf(t, v)
+		if err := w.Write([]byte("echo W-MARK$((2+3))\r")); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.WaitOutput(ctxT(t, 10*time.Second), func(o []byte) bool { return bytes.Contains(o, []byte("W-MARK5\r\n")) }); err != nil {
+			t.Fatalf("the pty view share on h2 does not see h1's PTY: %v", err)
+		}
+		select {
+		case <-w.Closed():
+			code, reason, _ := w.CloseCode(ctxT(t, time.Second))
+			t.Errorf("the admin's writer on h1 closed %d %q: another credential took the PTY", code, reason)
+		default:
+		}
+
+		// What a new credential makes, it reaches again (from another
+		// socket, either host).
+		mine := attachToken(t)
+		m := ptyDial(t, as(h1.Server, nick.Secret), "attach="+mine)
+		replayOf(t, m)
+		m.Close()
+		for _, s := range []*e2e.Server{h1.Server, h2.Server} {
+			// The grant is stored after the attach, and reaches h2
+			// through the cluster's bucket.
+			waitGranted(t, s, "nick", "pty:"+mine)
+			again := ptyDial(t, as(s, nick.Secret), "attach="+mine)
+			if _, err := again.Replay(ctxT(t, 10*time.Second)); err != nil {
+				code, reason, _ := again.CloseCode(ctxT(t, time.Second))
+				t.Errorf("the new credential reattaching the PTY it made, on %s: %v (closed %d %q)", s.Addr, err, code, reason)
+			}
+			again.Close()
+		}
+	})
+
 	t.Run("revoke", func(t *testing.T) {
 		cred := tokenCreate(t, h1.Server, "frank", "--scope", "session:"+a.SessionKey, "--scope", "new")
 		plain := dialWhenKnown(t, h2.Server, cred.Secret)
@@ -132,4 +189,32 @@ func TestRevokeAcrossCluster(t *testing.T) {
 		}
 		refusedWith(t, h2.Server, cred.Secret, "expired")
 	})
+}
+
+// waitGranted polls `tether token list --json` on s until the
+// credential called name has scope (a grant is stored after the attach
+// or create that earns it, and reaches other hosts through the
+// cluster's bucket). It fails the test after 10 s.
+func waitGranted(tb testing.TB, s *e2e.Server, name, scope string) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, stderr, code := e2e.Tether(tb, "token", "list", "--json", "--state-dir", s.StateDir)
+		if code != 0 {
+			tb.Fatalf("tether token list: exit %d: %s", code, stderr)
+		}
+		var creds []wire.CredentialInfo
+		if err := json.Unmarshal([]byte(out), &creds); err != nil {
+			tb.Fatalf("tether token list --json: %v\n%s", err, out)
+		}
+		for _, c := range creds {
+			if c.Name == name && slices.Contains(c.Scopes, scope) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s on %s: no scope %s after 10 s: %s", name, s.Addr, scope, out)
+		}
+		time.Sleep(50 * time.Millisecond) // polling another process's state
+	}
 }

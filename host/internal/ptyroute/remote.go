@@ -94,8 +94,10 @@ func (l legConn) OnClosed()                        { l.leg.Close() }
 // openClustered opens a socket on a cluster host: it locates the PTY
 // (claiming the token for this host on a first attach), then serves the
 // socket here or relays it. A PTY's host that cannot be reached closes
-// the socket with 1013 (try again).
-func (r *Router) openClustered(rem Remote, id contract.TransportID, who access.Identity, q PTYQuery, out link.FlowSender) link.Conn {
+// the socket with 1013 (try again). create is Router.authorize's: a
+// socket served here is refused a PTY that exists (and granted one it
+// makes) as on a single host; a relayed one, by the PTY's host.
+func (r *Router) openClustered(rem Remote, id contract.TransportID, who access.Identity, create bool, q PTYQuery, out link.FlowSender) link.Conn {
 	cc := &clusterConn{}
 	r.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), locateTimeout)
@@ -109,6 +111,7 @@ func (r *Router) openClustered(rem Remote, id contract.TransportID, who access.I
 		if host == "" {
 			c := r.newConn(id, q, out)
 			c.who = who
+			c.create = create
 			if cc.become(c) {
 				c.start()
 			}

@@ -74,7 +74,7 @@ func (r *Router) Open(o link.Opening) link.Conn {
 	if remote != nil && q.Attach != "" && o.Transport != link.RelayTransport {
 		// The host that has the PTY checks a creation again (it knows
 		// whether the PTY exists).
-		return r.openClustered(remote, id, o.Who, q, out)
+		return r.openClustered(remote, id, o.Who, create, q, out)
 	}
 	c := r.newConn(id, q, out)
 	c.who = o.Who
