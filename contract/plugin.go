@@ -32,6 +32,7 @@ func PluginMap() map[string]plugin.Plugin {
 	return map[string]plugin.Plugin{
 		KindTransport: &TransportPlugin{},
 		KindBackend:   &BackendPlugin{},
+		KindNotify:    &NotifyPlugin{},
 	}
 }
 

@@ -156,6 +156,9 @@ type Config struct {
 	// NotifySecret signs the webhooks' bodies (--notify-secret-file);
 	// nil: unsigned.
 	NotifySecret []byte
+	// Notifiers are notifier plugins (--plugin notify:NAME=PATH), each
+	// sent every notification like a webhook.
+	Notifiers []PluginSpec
 	// AdminListen, if set, serves /metrics, /healthz and (with Pprof)
 	// /debug/pprof, behind the access token and the Host check.
 	AdminListen string

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/tether-agent/tether/host/internal/notify"
+	"github.com/tether-agent/tether/host/internal/supervise"
 	"github.com/tether-agent/tether/host/store"
 )
 
@@ -15,7 +16,8 @@ import (
 // agent tells of it), kept where that host alone reads them.
 const outboxFile = "outbox.db"
 
-// startNotify makes the notifiers (--notify-webhook) and starts the
+// startNotify makes the notifiers (--notify-webhook, and the notifier
+// plugins, started here) and starts the
 // outbox, which sends what the last host left in it. On a single host
 // the outbox is in state.db; a cluster member keeps its own in
 // <state-dir>/outbox.db.
@@ -28,10 +30,19 @@ func (h *hostParts) startNotify(ctx context.Context) error {
 		}
 		ns = append(ns, w)
 	}
+	for _, spec := range h.cfg.Notifiers {
+		sup := supervise.NewNotifier(h.supervise(), spec)
+		if err := sup.Start(ctx); err != nil {
+			h.stopNotifyPlugins(ctx)
+			return err
+		}
+		h.notifyPlugins = append(h.notifyPlugins, sup)
+		ns = append(ns, pluginNotifier{sup})
+	}
 	if len(ns) == 0 {
 		return nil
 	}
-	if len(h.cfg.NotifySecret) == 0 {
+	if len(h.cfg.NotifyWebhooks) > 0 && len(h.cfg.NotifySecret) == 0 {
 		h.cfg.Log.Warn().Msg("webhook notifications are not signed: give --notify-secret-file")
 	}
 	ob, ok := h.st.(store.Outbox)
@@ -50,18 +61,37 @@ func (h *hostParts) startNotify(ctx context.Context) error {
 		if h.notifyStore != nil {
 			_ = h.notifyStore.Close()
 		}
+		h.stopNotifyPlugins(ctx)
 		return err
 	}
 	h.outbox = o
 	return nil
 }
 
+// pluginNotifier is a notifier plugin as the outbox sends to it.
+type pluginNotifier struct{ sup *supervise.Notifier }
+
+func (p pluginNotifier) Name() string { return "plugin:" + p.sup.Name() }
+
+func (p pluginNotifier) Send(ctx context.Context, id string, body []byte) (string, error) {
+	return p.sup.Notify(ctx, id, body)
+}
+
+// stopNotifyPlugins stops the notifier plugins.
+func (h *hostParts) stopNotifyPlugins(ctx context.Context) {
+	for _, sup := range h.notifyPlugins {
+		sup.Stop(ctx)
+	}
+	h.notifyPlugins = nil
+}
+
 // stopNotify stops the outbox (what is not yet delivered stays stored
 // for the next host).
-func (h *hostParts) stopNotify(context.Context) error {
+func (h *hostParts) stopNotify(ctx context.Context) error {
 	if h.outbox != nil {
 		h.outbox.Close()
 	}
+	h.stopNotifyPlugins(ctx)
 	if h.notifyStore != nil {
 		return h.notifyStore.Close()
 	}

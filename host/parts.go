@@ -39,6 +39,8 @@ type hostParts struct {
 	node    *cluster.Node // nil on a single host
 	creds   *access.Book
 	outbox  *notify.Outbox // nil: no notifier
+	// notifyPlugins are the notifier plugins' supervisors.
+	notifyPlugins []*supervise.Notifier
 	// notifyStore keeps the outbox when it is not the store's (a
 	// cluster member's, in the state dir); nil otherwise.
 	notifyStore *store.Store

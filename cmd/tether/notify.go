@@ -18,7 +18,21 @@ type notifyFlags struct {
 	webhooks   strList
 	secretFile string
 
-	secret []byte // read by validate
+	secret  []byte            // read by validate
+	plugins []host.PluginSpec // --plugin notify:NAME=PATH
+}
+
+// addPlugin adds the notifier plugin of flag (--plugin notify:NAME=PATH).
+func (n *notifyFlags) addPlugin(flag, name string, spec host.PluginSpec) error {
+	if err := host.CheckTransportName(name); err != nil {
+		return fmt.Errorf("--plugin %s: %w", flag, err)
+	}
+	if slices.ContainsFunc(n.plugins, func(p host.PluginSpec) bool { return p.Name == name }) {
+		return fmt.Errorf("--plugin %s: notifier %s given twice", flag, name)
+	}
+	spec.Name = name
+	n.plugins = append(n.plugins, spec)
+	return nil
 }
 
 func addNotifyFlags(fs *flag.FlagSet) *notifyFlags {

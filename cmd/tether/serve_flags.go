@@ -109,7 +109,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.Var(&f.journalBytes, "journal-bytes-per-session", "bytes of events kept per session in the journal (older ones are pruned; the newest is always kept): a `size` in bytes, or with a KiB/MiB/GiB suffix")
 	fs.Var(&f.allowOrigins, "allow-origin", "an extra accepted Origin (repeatable)")
 	fs.Var(&f.allowHosts, "allow-host", "an extra accepted Host name: NAME (any port or none, as behind a reverse proxy) or NAME:PORT (repeatable)")
-	fs.Var(&f.plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one; transport:NAME=PATH[#sha256] adds a transport named NAME (repeatable)")
+	fs.Var(&f.plugins, "plugin", "KIND=PATH[#sha256]: run an external plugin binary instead of the built-in one; transport:NAME=PATH[#sha256] adds a transport named NAME, notify:NAME=PATH[#sha256] a notifier (repeatable)")
 	fs.Var(&f.listens, "transport-listen", "NAME=ADDR: the address an added transport serves (default unix:<state-dir>/NAME.sock; a TCP host:port is bound by the host) (repeatable)")
 	return f
 }
@@ -182,6 +182,12 @@ func (f *serveFlags) pluginSpecs(self string) error {
 		if err != nil {
 			return err
 		}
+		if name, ok := strings.CutPrefix(kind, contract.KindNotify+":"); ok {
+			if err := f.notify.addPlugin(p, name, spec); err != nil {
+				return err
+			}
+			continue
+		}
 		if name, ok := strings.CutPrefix(kind, contract.KindTransport+":"); ok {
 			if err := host.CheckTransportName(name); err != nil {
 				return fmt.Errorf("--plugin %s: %w", p, err)
@@ -201,7 +207,7 @@ func (f *serveFlags) pluginSpecs(self string) error {
 			spec.Name = "pty"
 			f.backend = spec
 		default:
-			return fmt.Errorf("--plugin %s: kind %q is not supported (supported: transport, transport:NAME, backend)", p, kind)
+			return fmt.Errorf("--plugin %s: kind %q is not supported (supported: transport, transport:NAME, backend, notify:NAME)", p, kind)
 		}
 	}
 	for _, l := range f.listens {
@@ -273,5 +279,6 @@ func (f *serveFlags) hostConfig() host.Config {
 
 		NotifyWebhooks: f.notify.webhooks,
 		NotifySecret:   f.notify.secret,
+		Notifiers:      f.notify.plugins,
 	}
 }

@@ -19,6 +19,11 @@ func TestMain(m *testing.M) {
 		serveFakeTransport(os.Getenv(fakeTransportEnv))
 		return
 	}
+	if os.Getenv(hookPluginEnv) != "" {
+		// Re-executed as a notifier plugin (see hookPluginScript).
+		serveHookPlugin()
+		return
+	}
 	e2e.Main(m)
 }
 

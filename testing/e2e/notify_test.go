@@ -1,21 +1,27 @@
 package e2e_test
 
 import (
+	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/testing/e2e"
 	"github.com/tether-agent/tether/testing/wsclient"
 )
@@ -53,8 +59,9 @@ type receiver struct {
 	url   string
 	calls chan hookCall
 
-	mu     sync.Mutex // guards the fields below
-	script []int
+	mu       sync.Mutex // guards the fields below
+	script   []int
+	unsigned bool // a notifier plugin's posts: no signature to check
 }
 
 // startReceiver serves a receiver on ln (a new 127.0.0.1:0 listener
@@ -89,7 +96,10 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	m := hmac.New(sha256.New, []byte(notifySecret))
 	m.Write(body)
-	if want := "sha256=" + hex.EncodeToString(m.Sum(nil)); !hmac.Equal([]byte(req.Header.Get("X-Tether-Signature")), []byte(want)) {
+	r.mu.Lock()
+	unsigned := r.unsigned
+	r.mu.Unlock()
+	if want := "sha256=" + hex.EncodeToString(m.Sum(nil)); !unsigned && !hmac.Equal([]byte(req.Header.Get("X-Tether-Signature")), []byte(want)) {
 		r.t.Errorf("receiver: X-Tether-Signature %q, want %q", req.Header.Get("X-Tether-Signature"), want)
 	}
 	if ct := req.Header.Get("Content-Type"); ct != "application/json" || req.Method != http.MethodPost {
@@ -346,4 +356,100 @@ func TestNotifyTestCommand(t *testing.T) {
 		t.Errorf("a test notification was retried: %+v", c.ev)
 	default:
 	}
+}
+
+// hookPluginEnv makes the test binary serve a notifier plugin that posts
+// each notification to $hookPluginEnv, as a webhook without signature,
+// after writing its pid to $hookPluginPidEnv (hookPluginScript).
+const (
+	hookPluginEnv    = "E2E_HOOK_PLUGIN_URL"
+	hookPluginPidEnv = "E2E_HOOK_PLUGIN_PID"
+)
+
+// hookPlugin is the notifier the test binary serves as a plugin.
+type hookPlugin struct{ url string }
+
+func (h hookPlugin) Notify(ctx context.Context, id string, body []byte) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Tether-Event-Id", id)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return resp.Status, errors.New("rejected: " + resp.Status)
+	}
+	return resp.Status, nil
+}
+
+func serveHookPlugin() {
+	_ = os.WriteFile(os.Getenv(hookPluginPidEnv), []byte(strconv.Itoa(os.Getpid())), 0o600)
+	contract.ServeNotifier(hookPlugin{url: os.Getenv(hookPluginEnv)})
+}
+
+// hookPluginScript is a notifier plugin posting to url: the test binary
+// re-executed. While the file gate exists it waits before starting (a
+// plugin down for as long as the test wants); pidFile gets its pid.
+func hookPluginScript(t *testing.T, url, gate, pidFile string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "hook.sh")
+	body := fmt.Sprintf("#!/bin/sh\nwhile [ -e %q ]; do sleep 0.05; done\n%s=%q %s=%q exec %q \"$@\"\n", gate, hookPluginEnv, url, hookPluginPidEnv, pidFile, self)
+	if err := os.WriteFile(p, []byte(body), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestNotifyPlugin: a notifier plugin (--plugin notify:NAME=PATH), built
+// in the test, gets every notification; killed, it is restarted, and a
+// notification raised while it was down is delivered once it is back.
+func TestNotifyPlugin(t *testing.T) {
+	r := startReceiver(t, nil)
+	r.mu.Lock()
+	r.unsigned = true
+	r.mu.Unlock()
+	dir := t.TempDir()
+	gate, pidFile := filepath.Join(dir, "gate"), filepath.Join(dir, "pid")
+	s := e2e.Start(t, e2e.Config{Args: []string{"--agent", "exec", "--agent-command", "cat",
+		"--plugin", "notify:hook=" + hookPluginScript(t, r.url, gate, pidFile), "--public-url", "https://tether.example/t"}})
+	c := s.Dial(t)
+	sid, key, runID := newSessionRun(t, c, "one")
+	waitComplete(t, c, sid)
+	checkHook(t, r.next(t, "run.completed through the plugin").ev, "run.completed", key, runID)
+
+	// Down: killed, and held from starting again.
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(pidFile)
+	pid, _ := strconv.Atoi(string(b))
+	if err != nil || pid <= 0 {
+		t.Fatalf("plugin pid file: %q, %v", b, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitLogLine(t, s, "notify plugin ended; restarting", map[string]any{"plugin": "hook"})
+	sid2, key2, runID2 := newSessionRun(t, c, "two")
+	waitComplete(t, c, sid2)
+	waitLogLine(t, s, "notification not delivered: retrying", map[string]any{"notifier": "plugin:hook"})
+	select {
+	case call := <-r.calls:
+		t.Fatalf("delivered while the plugin was down: %+v", call.ev)
+	default:
+	}
+	// Back: the pending notification arrives.
+	if err := os.Remove(gate); err != nil {
+		t.Fatal(err)
+	}
+	checkHook(t, r.next(t, "the notification pending while the plugin was down").ev, "run.completed", key2, runID2)
 }

@@ -58,6 +58,7 @@ type pluginProc struct {
 	rpc    plugin.ClientProtocol
 	tr     *contract.TransportGRPCClient // kind transport
 	be     *contract.BackendGRPCClient   // kind backend
+	nt     *contract.NotifyGRPCClient    // kind notify
 	pid    int
 	addr   net.Addr
 	logw   *pluginLogWriter // nil for a reattached plugin (its stderr is not ours)
@@ -306,6 +307,8 @@ func dispense(client *plugin.Client, rpc plugin.ClientProtocol, name, kind strin
 		p.tr, ok = raw.(*contract.TransportGRPCClient)
 	case contract.KindBackend:
 		p.be, ok = raw.(*contract.BackendGRPCClient)
+	case contract.KindNotify:
+		p.nt, ok = raw.(*contract.NotifyGRPCClient)
 	}
 	if !ok {
 		return nil, fmt.Errorf("plugin %s: dispensed %T, not a %s", name, raw, kind)
