@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+
+	"github.com/tether-agent/tether/contract"
 )
 
 // SignatureHeader carries a webhook body's signature:
@@ -100,4 +102,12 @@ func (w *Webhook) Send(ctx context.Context, id string, body []byte) (string, err
 		return resp.Status, fmt.Errorf("%s answered %s: %w", w.name, resp.Status, ErrRejected)
 	}
 	return resp.Status, nil
+}
+
+var _ contract.Notifier = (*Webhook)(nil)
+
+// Notify implements contract.Notifier (the notifier plugins' interface,
+// which testing/notifytest checks): it is Send.
+func (w *Webhook) Notify(ctx context.Context, id string, body []byte) (string, error) {
+	return w.Send(ctx, id, body)
 }
