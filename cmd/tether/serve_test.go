@@ -123,7 +123,7 @@ func TestServeFlagsValidate(t *testing.T) {
 		{"pty max sessions", []string{"--pty-max-sessions", "0"}, "--pty-max-sessions must be at least 1"},
 		{"plugin form", []string{"--plugin", "transport"}, `--plugin "transport": want KIND=PATH[#sha256]`},
 		{"plugin missing file", []string{"--plugin", "transport=" + dir + "/none"}, `--plugin "transport=` + dir + `/none": …`},
-		{"plugin kind", []string{"--plugin", "gpu=/bin/sh"}, `--plugin gpu=/bin/sh: kind "gpu" is not supported (supported: transport, transport:NAME, backend)`},
+		{"plugin kind", []string{"--plugin", "gpu=/bin/sh"}, `--plugin gpu=/bin/sh: kind "gpu" is not supported (supported: transport, transport:NAME, backend, notify:NAME)`},
 		{"transport name", []string{"--plugin", "transport:pty=/bin/sh"}, `--plugin transport:pty=/bin/sh: "pty" is the PTY backend's name: …`},
 		{"transport twice", []string{"--plugin", "transport:x=/bin/sh", "--plugin", "transport:x=/bin/sh"}, "--plugin transport:x=/bin/sh: transport x given twice"},
 		{"transport listen form", []string{"--transport-listen", "x"}, `--transport-listen "x": want NAME=ADDR`},
