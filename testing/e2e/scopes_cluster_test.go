@@ -3,7 +3,11 @@ package e2e_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,5 +220,91 @@ func waitGranted(tb testing.TB, s *e2e.Server, name, scope string) {
 			tb.Fatalf("%s on %s: no scope %s after 10 s: %s", name, s.Addr, scope, out)
 		}
 		time.Sleep(50 * time.Millisecond) // polling another process's state
+	}
+}
+
+// acpClusterArgs are the flags of host i of a cluster running the ACP
+// test agent, each host with its agent's directory and log under base.
+func acpClusterArgs(tb testing.TB, base string) func(i int) []string {
+	kit, node := acpKit(tb)
+	return func(i int) []string {
+		dir := filepath.Join(base, fmt.Sprintf("agent%d", i+1))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			tb.Fatal(err)
+		}
+		words := []string{node, filepath.Join(kit, "agent.mjs"), "--dir", dir, "--log", filepath.Join(dir, "agent.log")}
+		for j, w := range words {
+			words[j] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+		}
+		return []string{"--agent", "acp", "--agent-command", strings.Join(words, " "), "--agent-cwd", dir}
+	}
+}
+
+// TestScopesACPAcrossCluster: /acp on h2 for a session live on h1 (the
+// connection relayed to h1's /acp with the identity h2 verified): a
+// view share made on h1 loads it, sees who prompted, and its
+// session/prompt closes its socket 4403 and never reaches h1's agent; a
+// session:B credential's load of it is refused 4403.
+func TestScopesACPAcrossCluster(t *testing.T) {
+	base := t.TempDir()
+	hosts := startClusterOf(t, 2, clusterSecret(t), acpClusterArgs(t, base))
+	h1, h2 := acpHost{Server: hosts[0].Server, AgentDir: filepath.Join(base, "agent1"), AgentLog: filepath.Join(base, "agent1", "agent.log")},
+		acpHost{Server: hosts[1].Server, AgentDir: filepath.Join(base, "agent2"), AgentLog: filepath.Join(base, "agent2", "agent.log")}
+
+	ad := dialACPAs(t, h1, h1.Token)
+	nw, _ := ad.call(2, "session/new", map[string]any{"cwd": h1.AgentDir, "mcpServers": []any{}})
+	var sess struct {
+		SessionID string `json:"sessionId"`
+	}
+	if nw.Error != nil || json.Unmarshal(nw.Result, &sess) != nil || sess.SessionID == "" {
+		t.Fatalf("/acp session/new on h1: %+v %s", nw.Error, nw.Result)
+	}
+	promptParams := func(text string) map[string]any {
+		return map[string]any{"sessionId": sess.SessionID, "prompt": []any{map[string]any{"type": "text", "text": text}}}
+	}
+	if r, _ := ad.call(3, "session/prompt", promptParams("admin one")); r.Error != nil {
+		t.Fatalf("/acp prompt on h1: %+v", r.Error)
+	}
+	loadParams := map[string]any{"sessionId": sess.SessionID, "cwd": h2.AgentDir, "mcpServers": []any{}}
+
+	view := shareCLI(t, h1.Server, "session", sess.SessionID, "--view")
+	dialWhenKnown(t, h2.Server, view.Secret).Close()
+	v := dialACPAs(t, h2, view.Secret)
+	r, notes := v.call(2, "session/load", loadParams)
+	if r.Error != nil {
+		t.Fatalf("/acp session/load on h2 of h1's session with a view share: %+v, want it loaded", r.Error)
+	}
+	if by, ok := promptBy(notes, "admin one"); !ok || by != "admin" {
+		t.Errorf("/acp replay on h2: the prompt's user_message_chunk by %q (found %v), want admin", by, ok)
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": promptParams("VIEW-PROMPT")})
+	v.send(string(b))
+	if code, reason, err := v.readClose(10 * time.Second); err != nil || code != wire.CloseForbidden || !strings.Contains(reason, forbiddenReason) {
+		t.Errorf("/acp session/prompt on h2 with a view share: closed %d %q (%v), want 4403 %q", code, reason, err, forbiddenReason)
+	}
+
+	bob := tokenCreate(t, h1.Server, "bob", "--scope", "session:20990101_000000_abcdef")
+	dialWhenKnown(t, h2.Server, bob.Secret).Close()
+	bc := dialACPAs(t, h2, bob.Secret)
+	lb, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "session/load", "params": loadParams})
+	bc.send(string(lb))
+	if code, reason, err := bc.readClose(10 * time.Second); err != nil || code != wire.CloseForbidden {
+		t.Errorf("/acp session/load on h2 of h1's session with another session's credential: closed %d %q (%v), want 4403", code, reason, err)
+	}
+
+	// One more prompt through h1's agent: the view's would be in its
+	// log by now.
+	if r, _ := ad.call(4, "session/prompt", promptParams("admin two")); r.Error != nil {
+		t.Fatalf("/acp prompt on h1 after the view's: %+v", r.Error)
+	}
+	if loads := received(h2.log(t), "session/load"); len(loads) != 0 {
+		t.Errorf("h2's agent loaded %d sessions: the loads were not relayed to h1, where the session is live", len(loads))
+	}
+	for _, h := range []acpHost{h1, h2} {
+		for _, e := range received(h.log(t), "session/prompt") {
+			if strings.Contains(string(e.Params), "VIEW-PROMPT") {
+				t.Errorf("the view share's prompt reached the agent of %s: %s", h.Addr, e.Params)
+			}
+		}
 	}
 }
