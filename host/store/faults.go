@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"syscall"
@@ -169,20 +170,19 @@ func (b Batch) Empty() bool {
 	return len(b.Messages) == 0 && len(b.RunSeqs) == 0 && len(b.RunEnds) == 0 && len(b.Events) == 0 && len(b.Cursors) == 0 && len(b.Ends) == 0
 }
 
-// Commit writes b in one transaction.
+// Commit writes b in one transaction (with other writes queued with it:
+// see group.go), all or nothing.
 func (s *Store) Commit(ctx context.Context, b Batch, keep Retention) error {
 	if b.Empty() {
 		return nil
 	}
-	return s.write(func() error { return s.commit(ctx, b, keep) })
+	return s.write(func() error {
+		return s.group(ctx, "commit", func(ctx context.Context, tx *sql.Tx) error { return commitTx(ctx, tx, b, keep) })
+	})
 }
 
-func (s *Store) commit(ctx context.Context, b Batch, keep Retention) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("commit: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
+// commitTx writes b in tx.
+func commitTx(ctx context.Context, tx *sql.Tx, b Batch, keep Retention) error {
 	next := map[string]int64{}
 	for _, m := range b.Messages {
 		n, ok := next[m.Key]
@@ -223,37 +223,34 @@ func (s *Store) commit(ctx context.Context, b Batch, keep Retention) error {
 			return fmt.Errorf("commit: end of %s: %w", e.Key, err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
 	return nil
 }
 
 // StartTurn stores, in one transaction, a prompt's display row and its
-// run in flight: a turn is accepted only once both are stored.
+// run in flight: a turn is accepted only once both are stored. A burst
+// of them is committed in groups (group.go); one that waited for the
+// writer until ctx ended is an *OverloadError, and nothing was stored.
 func (s *Store) StartTurn(ctx context.Context, key string, prompt agent.Message, r Run) error {
 	return s.write(func() error {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("start turn of %s: begin: %w", key, err)
-		}
-		defer func() { _ = tx.Rollback() }()
-		if err := mustExist(ctx, tx, key); err != nil {
-			return fmt.Errorf("start turn: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO messages (session_key, seq, role, text, content) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_key = ?), ?, ?, ?)`,
-			key, key, string(prompt.Role), prompt.Text, string(prompt.Content)); err != nil {
-			return fmt.Errorf("start turn of %s: prompt: %w", key, err)
-		}
-		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO runs (session_key, run_id, status, started_at, start_seq, started_by) VALUES (?, ?, ?, ?, ?, ?)`,
-			key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq), r.By); err != nil {
-			return fmt.Errorf("start turn of %s: run: %w", key, err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("start turn of %s: commit: %w", key, err)
-		}
-		return nil
+		return s.group(ctx, "start turn of "+key, func(ctx context.Context, tx *sql.Tx) error {
+			return startTurnTx(ctx, tx, key, prompt, r)
+		})
 	})
+}
+
+func startTurnTx(ctx context.Context, tx *sql.Tx, key string, prompt agent.Message, r Run) error {
+	if err := mustExist(ctx, tx, key); err != nil {
+		return fmt.Errorf("start turn: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO messages (session_key, seq, role, text, content) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_key = ?), ?, ?, ?)`,
+		key, key, string(prompt.Role), prompt.Text, string(prompt.Content)); err != nil {
+		return fmt.Errorf("start turn of %s: prompt: %w", key, err)
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO runs (session_key, run_id, status, started_at, start_seq, started_by) VALUES (?, ?, ?, ?, ?, ?)`,
+		key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq), r.By); err != nil {
+		return fmt.Errorf("start turn of %s: run: %w", key, err)
+	}
+	return nil
 }

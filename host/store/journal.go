@@ -46,29 +46,19 @@ func (r Retention) WithDefaults() Retention {
 	return r
 }
 
-// AppendEvents journals events in one transaction, then prunes the
-// sessions it touched to the retention bounds. Events whose seq is already
-// journaled for their session are ignored.
+// AppendEvents journals events in one transaction (with other writes
+// queued with it: see group.go), then prunes the sessions it touched to
+// the retention bounds. Events whose seq is already journaled for their
+// session are ignored.
 func (s *Store) AppendEvents(ctx context.Context, events []Event, keep Retention) error {
-	return s.write(func() error { return s.appendEvents(ctx, events, keep) })
-}
-
-func (s *Store) appendEvents(ctx context.Context, events []Event, keep Retention) error {
 	if len(events) == 0 {
 		return nil
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("append events: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := appendEventsTx(ctx, tx, events, keep); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("append events: commit: %w", err)
-	}
-	return nil
+	return s.write(func() error {
+		return s.group(ctx, "append events", func(ctx context.Context, tx *sql.Tx) error {
+			return appendEventsTx(ctx, tx, events, keep)
+		})
+	})
 }
 
 // appendEventsTx journals events in tx and prunes the sessions it touched
@@ -304,32 +294,32 @@ type Run struct {
 
 // StartRun records a run in flight.
 func (s *Store) StartRun(ctx context.Context, key string, r Run) error {
-	return s.write(func() error { return s.startRun(ctx, key, r) })
-}
-
-func (s *Store) startRun(ctx context.Context, key string, r Run) error {
-	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO runs (session_key, run_id, status, started_at, start_seq, started_by) VALUES (?, ?, ?, ?, ?, ?)`,
-		key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq), r.By)
-	if err != nil {
-		return fmt.Errorf("start run %s of %s: %w", r.ID, key, err)
-	}
-	return nil
+	return s.write(func() error {
+		return s.group(ctx, "start run "+r.ID+" of "+key, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx,
+				`INSERT INTO runs (session_key, run_id, status, started_at, start_seq, started_by) VALUES (?, ?, ?, ?, ?, ?)`,
+				key, r.ID, r.Status, unixOf(r.StartedAt), int64(r.StartSeq), r.By)
+			if err != nil {
+				return fmt.Errorf("start run %s of %s: %w", r.ID, key, err)
+			}
+			return nil
+		})
+	})
 }
 
 // EndRun records how a run ended; a run already ended keeps its status.
 func (s *Store) EndRun(ctx context.Context, key, runID, status string, at time.Time) error {
-	return s.write(func() error { return s.endRun(ctx, key, runID, status, at) })
-}
-
-func (s *Store) endRun(ctx context.Context, key, runID, status string, at time.Time) error {
-	_, err := s.db.ExecContext(ctx,
-		`UPDATE runs SET status = ?, ended_at = ? WHERE session_key = ? AND run_id = ? AND ended_at IS NULL`,
-		status, unixOf(at), key, runID)
-	if err != nil {
-		return fmt.Errorf("end run %s of %s: %w", runID, key, err)
-	}
-	return nil
+	return s.write(func() error {
+		return s.group(ctx, "end run "+runID+" of "+key, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx,
+				`UPDATE runs SET status = ?, ended_at = ? WHERE session_key = ? AND run_id = ? AND ended_at IS NULL`,
+				status, unixOf(at), key, runID)
+			if err != nil {
+				return fmt.Errorf("end run %s of %s: %w", runID, key, err)
+			}
+			return nil
+		})
+	})
 }
 
 // Runs lists the runs of key, oldest first.

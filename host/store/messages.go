@@ -11,22 +11,18 @@ import (
 )
 
 // AppendMessages appends msgs, in order, to the own rows of the session with
-// that key, in one transaction: either all are stored or none. It returns an
-// error wrapping ErrNotFound when there is no such session.
+// that key, in one transaction (with other writes queued with it: see
+// group.go): either all are stored or none. It returns an error wrapping
+// ErrNotFound when there is no such session.
 func (s *Store) AppendMessages(ctx context.Context, key string, msgs ...agent.Message) error {
-	return s.write(func() error { return s.appendMessages(ctx, key, msgs...) })
+	return s.write(func() error {
+		return s.group(ctx, "append messages to "+key, func(ctx context.Context, tx *sql.Tx) error {
+			return appendMessagesTx(ctx, tx, key, msgs...)
+		})
+	})
 }
 
-func (s *Store) appendMessages(ctx context.Context, key string, msgs ...agent.Message) (err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("append messages to %s: begin: %w", key, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
+func appendMessagesTx(ctx context.Context, tx *sql.Tx, key string, msgs ...agent.Message) error {
 	if err := mustExist(ctx, tx, key); err != nil {
 		return fmt.Errorf("append messages: %w", err)
 	}
@@ -41,9 +37,6 @@ func (s *Store) appendMessages(ctx context.Context, key string, msgs ...agent.Me
 			key, next+int64(i), string(m.Role), m.Text, string(m.Content)); err != nil {
 			return fmt.Errorf("append messages to %s: %w", key, err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("append messages to %s: commit: %w", key, err)
 	}
 	return nil
 }

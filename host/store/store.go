@@ -6,7 +6,9 @@
 // numbered, forward-only migrations, each applied in its own transaction
 // together with the bump of PRAGMA user_version. A Store is safe for use by
 // many goroutines: it writes through a single connection, so writes and
-// write transactions are serialised, and reads through a small pool of
+// write transactions are serialised (the writes of a burst, prompts,
+// runs, journal appends and display rows, are committed in groups by one
+// writer goroutine: see group.go), and reads through a small pool of
 // read-only connections, which in WAL mode read the last committed state
 // without waiting for a write in progress.
 //
@@ -79,6 +81,7 @@ type Store struct {
 	rdb     *sql.DB                      // the connections that read (nil: reads go to db)
 	fault   atomic.Pointer[func() error] // SetWriteFault's hook; nil: none
 	onFault atomic.Pointer[func(error)]  // OnWriteFault's hook; nil: none
+	w       *committer                   // the writer of grouped writes (group.go); nil: each alone
 
 	closeOnce sync.Once
 	closeErr  error
@@ -149,6 +152,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	st.startWriter()
 	return st, nil
 }
 
@@ -287,6 +291,7 @@ func escapePath(p string) string {
 // Close closes the database. It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.stopWriter() // what is queued is committed first
 		var rerr error
 		if s.rdb != nil {
 			rerr = s.rdb.Close()
@@ -590,12 +595,12 @@ func (s *Store) SetAgentState(ctx context.Context, key, state string) error {
 // SetTitle sets the session's title. It returns an error wrapping
 // ErrNotFound when key is not stored.
 func (s *Store) SetTitle(ctx context.Context, key, title string) error {
-	return s.write(func() error { return s.setTitle(ctx, key, title) })
-}
-
-func (s *Store) setTitle(ctx context.Context, key, title string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET title = ? WHERE key = ?`, title, key)
-	return s.checkUpdate(ctx, "set title of", key, res, err)
+	return s.write(func() error {
+		return s.group(ctx, "set title of "+key, func(ctx context.Context, tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `UPDATE sessions SET title = ? WHERE key = ?`, title, key)
+			return checkUpdateIn(ctx, tx, "set title of", key, res, err)
+		})
+	})
 }
 
 // checkUpdate turns the outcome of an UPDATE … WHERE key = ? into an error:
@@ -603,6 +608,11 @@ func (s *Store) setTitle(ctx context.Context, key, title string) error {
 // is not stored. An UPDATE that touched no row of a stored session (End
 // after an earlier End) is not an error.
 func (s *Store) checkUpdate(ctx context.Context, op, key string, res sql.Result, err error) error {
+	return checkUpdateIn(ctx, s.db, op, key, res, err)
+}
+
+// checkUpdateIn is checkUpdate asking q whether key is stored.
+func checkUpdateIn(ctx context.Context, q queryer, op, key string, res sql.Result, err error) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, key, err)
 	}
@@ -613,7 +623,7 @@ func (s *Store) checkUpdate(ctx context.Context, op, key string, res sql.Result,
 	if n > 0 {
 		return nil
 	}
-	if err := mustExist(ctx, s.db, key); err != nil {
+	if err := mustExist(ctx, q, key); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
