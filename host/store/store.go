@@ -339,10 +339,12 @@ func ValidKey(k string) bool {
 // stored (ErrExists otherwise); sess.Parent, when set, must be a stored
 // session. MessageCount is ignored.
 func (s *Store) CreateSession(ctx context.Context, sess Session) error {
-	return s.write(func() error { return s.createSession(ctx, sess) })
+	return s.write(func() error {
+		return s.group(ctx, "create session "+sess.Key, func(ctx context.Context, tx *sql.Tx) error { return createSessionTx(ctx, tx, sess) })
+	})
 }
 
-func (s *Store) createSession(ctx context.Context, sess Session) error {
+func createSessionTx(ctx context.Context, tx *sql.Tx, sess Session) error {
 	if sess.Key == "" {
 		return fmt.Errorf("create session: empty key: %w", ErrInvalid)
 	}
@@ -357,7 +359,7 @@ func (s *Store) createSession(ctx context.Context, sess Session) error {
 	if !sess.EndedAt.IsZero() {
 		ended = sess.EndedAt.Unix()
 	}
-	_, err := s.db.ExecContext(ctx,
+	_, err := tx.ExecContext(ctx,
 		`INSERT INTO sessions (key, title, parent, fork_count, started_at, ended_at, end_reason, epoch, last_seq, agent_state)
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sess.Key, sess.Title, parent, sess.ForkCount, unixOf(sess.StartedAt), ended, sess.EndReason,
@@ -545,50 +547,58 @@ func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 // and returns nil. It returns an error wrapping ErrNotFound when key is not
 // stored, and ErrInvalid for an empty reason.
 func (s *Store) End(ctx context.Context, key, reason string, at time.Time) error {
-	return s.write(func() error { return s.end(ctx, key, reason, at) })
+	return s.write(func() error {
+		return s.group(ctx, "end session "+key, func(ctx context.Context, tx *sql.Tx) error { return endTx(ctx, tx, key, reason, at) })
+	})
 }
 
-func (s *Store) end(ctx context.Context, key, reason string, at time.Time) error {
+func endTx(ctx context.Context, tx *sql.Tx, key, reason string, at time.Time) error {
 	if reason == "" {
 		return fmt.Errorf("end session %s: empty reason: %w", key, ErrInvalid)
 	}
-	res, err := s.db.ExecContext(ctx,
+	res, err := tx.ExecContext(ctx,
 		`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE key = ? AND end_reason = ''`,
 		unixOf(at), reason, key)
-	return s.checkUpdate(ctx, "end session", key, res, err)
+	return checkUpdateIn(ctx, tx, "end session", key, res, err)
 }
 
 // Reopen clears the end time and end reason of a stored session that becomes
 // live again. It returns an error wrapping ErrNotFound when key is not
 // stored.
 func (s *Store) Reopen(ctx context.Context, key string) error {
-	return s.write(func() error { return s.reopen(ctx, key) })
+	return s.write(func() error {
+		return s.group(ctx, "reopen session "+key, func(ctx context.Context, tx *sql.Tx) error { return reopenTx(ctx, tx, key) })
+	})
 }
 
-func (s *Store) reopen(ctx context.Context, key string) error {
-	res, err := s.db.ExecContext(ctx,
+func reopenTx(ctx context.Context, tx *sql.Tx, key string) error {
+	res, err := tx.ExecContext(ctx,
 		`UPDATE sessions SET ended_at = NULL, end_reason = '' WHERE key = ?`, key)
-	return s.checkUpdate(ctx, "reopen session", key, res, err)
+	return checkUpdateIn(ctx, tx, "reopen session", key, res, err)
 }
 
 // SetCursor persists the session's event cursor. It returns an error
 // wrapping ErrNotFound when key is not stored.
 func (s *Store) SetCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
-	return s.write(func() error { return s.setCursor(ctx, key, epoch, lastSeq) })
+	return s.write(func() error {
+		return s.group(ctx, "set cursor of "+key, func(ctx context.Context, tx *sql.Tx) error { return setCursorTx(ctx, tx, key, epoch, lastSeq) })
+	})
 }
 
-func (s *Store) setCursor(ctx context.Context, key, epoch string, lastSeq uint64) error {
-	res, err := s.db.ExecContext(ctx,
+func setCursorTx(ctx context.Context, tx *sql.Tx, key, epoch string, lastSeq uint64) error {
+	res, err := tx.ExecContext(ctx,
 		`UPDATE sessions SET epoch = ?, last_seq = ? WHERE key = ?`, epoch, int64(lastSeq), key)
-	return s.checkUpdate(ctx, "set cursor of", key, res, err)
+	return checkUpdateIn(ctx, tx, "set cursor of", key, res, err)
 }
 
 // SetAgentState stores what the session's agent keeps across lives. It
 // returns an error wrapping ErrNotFound when key is not stored.
 func (s *Store) SetAgentState(ctx context.Context, key, state string) error {
 	return s.write(func() error {
-		res, err := s.db.ExecContext(ctx, `UPDATE sessions SET agent_state = ? WHERE key = ?`, state, key)
-		return s.checkUpdate(ctx, "set agent state of", key, res, err)
+		return s.group(ctx, "set agent state of "+key, func(ctx context.Context, tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `UPDATE sessions SET agent_state = ? WHERE key = ?`, state, key)
+			return checkUpdateIn(ctx, tx, "set agent state of", key, res, err)
+		})
 	})
 }
 
@@ -603,15 +613,11 @@ func (s *Store) SetTitle(ctx context.Context, key, title string) error {
 	})
 }
 
-// checkUpdate turns the outcome of an UPDATE … WHERE key = ? into an error:
+// checkUpdateIn turns the outcome of an UPDATE … WHERE key = ? into an error:
 // the statement's own error, or ErrNotFound when it touched no row and key
 // is not stored. An UPDATE that touched no row of a stored session (End
 // after an earlier End) is not an error.
-func (s *Store) checkUpdate(ctx context.Context, op, key string, res sql.Result, err error) error {
-	return checkUpdateIn(ctx, s.db, op, key, res, err)
-}
-
-// checkUpdateIn is checkUpdate asking q whether key is stored.
+// q says whether key is stored.
 func checkUpdateIn(ctx context.Context, q queryer, op, key string, res sql.Result, err error) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, key, err)

@@ -1,6 +1,11 @@
 package session
 
-import "errors"
+import (
+	"errors"
+	"time"
+
+	"github.com/tether-agent/tether/host/store"
+)
 
 // Session table errors. Test for them with errors.Is.
 var (
@@ -27,6 +32,11 @@ var (
 	// I/O error, read-only file system), so a call that must write was
 	// refused; reads keep working.
 	ErrStorageUnavailable = errors.New("storage unavailable")
+	// ErrOverloaded: the store could not take a write in time (a burst
+	// of them queued ahead): nothing of the call was written, and asking
+	// again after RetryAfter(err) is the remedy. It is answered 5003
+	// with data.retry_after_ms (docs/PROTOCOL.md, "Errors").
+	ErrOverloaded = errors.New("storage overloaded")
 	// ErrOwnersUnavailable: the ownership store could not be reached, so
 	// a bind could not be recorded and was refused.
 	ErrOwnersUnavailable = errors.New("ownership store unavailable")
@@ -36,3 +46,20 @@ var (
 	// was bound. Retried like an owner that cannot be reached.
 	ErrStoreUnreachable = errors.New("cluster store unreachable")
 )
+
+// defaultRetryAfter is RetryAfter's hint for a write that ran out of
+// time without the store's own hint.
+const defaultRetryAfter = time.Second
+
+// RetryAfter returns when to ask again after an ErrOverloaded: the
+// store's hint (its queue at its recent pace), and whether err is one.
+func RetryAfter(err error) (time.Duration, bool) {
+	if !errors.Is(err, ErrOverloaded) {
+		return 0, false
+	}
+	var oe *store.OverloadError
+	if errors.As(err, &oe) && oe.RetryAfter > 0 {
+		return oe.RetryAfter, true
+	}
+	return defaultRetryAfter, true
+}

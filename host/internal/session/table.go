@@ -215,11 +215,21 @@ func (t *Table) storeFault(err error) {
 	t.log.Error().Err(err).Msg("cannot write the database (disk full, I/O error or read-only); writes fail with storage unavailable (5003) until it can")
 }
 
-// storageErr maps a failed call to the store: a storage fault (a write
-// the database refused, or a cluster store that did not answer) becomes
+// storageErr maps a failed call to the store: a write that ran out of
+// time in the writer's queue (store.ErrOverloaded), or a write of the
+// host's own store that ran out of time otherwise, becomes ErrOverloaded
+// (5003 with a retry hint: nothing was written); a storage fault (a
+// write the database refused, or a cluster store that did not answer)
 // ErrStorageUnavailable (5003), anything else other.
 func storageErr(op string, err error, other error) error {
-	if errors.Is(err, store.ErrUnavailable) {
+	switch {
+	case errors.Is(err, store.ErrOverloaded):
+		return fmt.Errorf("%s: %w: %w", op, err, ErrOverloaded)
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, store.ErrUnavailable):
+		// A cluster's store says ErrUnavailable when it does not know
+		// whether a write was made; SQLite's rolled back.
+		return fmt.Errorf("%s: %w: %w", op, err, ErrOverloaded)
+	case errors.Is(err, store.ErrUnavailable):
 		return fmt.Errorf("%s: %v: %w", op, err, ErrStorageUnavailable)
 	}
 	return fmt.Errorf("%s: %v: %w", op, err, other)
@@ -263,6 +273,9 @@ func (t *Table) storeReachable(ctx context.Context, op string) error {
 // journal's commits are failing (ErrStorageUnavailable), else nil.
 func (t *Table) writable() error {
 	if err := t.journal.health(); err != nil {
+		if errors.Is(err, store.ErrOverloaded) {
+			return fmt.Errorf("%w: %w", err, ErrOverloaded)
+		}
 		return fmt.Errorf("%v: %w", err, ErrStorageUnavailable)
 	}
 	return nil
