@@ -57,3 +57,11 @@ const (
 	CodeOwnerUnreachable   = 5002 // the session's owner host cannot be reached: retry
 	CodeStorageUnavailable = 5003 // a call that must write found the storage failing
 )
+
+// RetryData is the data of a 5003 answered for an overload (a burst of
+// writes queued ahead of the call's): nothing of the call was written,
+// and asking again after RetryAfterMS milliseconds is the remedy. A
+// 5003 for a storage fault has no data.
+type RetryData struct {
+	RetryAfterMS int64 `json:"retry_after_ms"`
+}

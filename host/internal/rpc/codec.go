@@ -15,6 +15,7 @@ import (
 type rpcError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
 }
 
 func (e *rpcError) Error() string { return fmt.Sprintf("%d %s", e.Code, e.Message) }

@@ -114,6 +114,13 @@ func toRPCError(err error) *rpcError {
 	case errors.Is(err, session.ErrStoreUnreachable):
 		// A cluster electing leaders: retried like an unreachable owner.
 		return errorf(wire.CodeOwnerUnreachable, "owner unreachable; retry: %s", strings.ReplaceAll(err.Error(), ": storage unreachable", ""))
+	case errors.Is(err, session.ErrOverloaded):
+		// Nothing was written: the client may ask again after the hint.
+		ra, _ := session.RetryAfter(err)
+		ms := max(ra.Milliseconds(), 1)
+		re := errorf(wire.CodeStorageUnavailable, "storage overloaded; retry after %d ms (nothing was written)", ms)
+		re.Data = wire.RetryData{RetryAfterMS: ms}
+		return re
 	case errors.Is(err, session.ErrStorageUnavailable):
 		return errorf(wire.CodeStorageUnavailable, "storage unavailable: %s", strings.ReplaceAll(err.Error(), ": storage unavailable", ""))
 	case errors.Is(err, session.ErrOwnersUnavailable):

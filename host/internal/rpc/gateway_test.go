@@ -47,6 +47,7 @@ func TestToRPCError(t *testing.T) {
 		// (a cluster electing leaders): retry, not a storage fault.
 		{"cluster store unreachable", fmt.Errorf("load k: %v: %w", fmt.Errorf("%w: %w: %w", context.DeadlineExceeded, store.ErrUnreachable, store.ErrUnavailable), session.ErrStoreUnreachable), wire.CodeOwnerUnreachable},
 		{"storage fault", fmt.Errorf("load k: %v: %w", store.ErrUnavailable, session.ErrStorageUnavailable), wire.CodeStorageUnavailable},
+		{"overloaded", fmt.Errorf("submit to s: %w: %w", &store.OverloadError{RetryAfter: time.Second, Err: context.DeadlineExceeded}, session.ErrOverloaded), wire.CodeStorageUnavailable},
 		{"rpc error kept", errorf(wire.CodeInvalidParams, "x must be a string"), wire.CodeInvalidParams},
 		{"rpc error wrapped", fmt.Errorf("outer: %w", errorf(wire.CodeSessionRequired, "session_id required")), wire.CodeSessionRequired},
 		// Anything else is a bug or an unexpected failure: -32603.
@@ -72,6 +73,14 @@ func TestToRPCError(t *testing.T) {
 	unreachable := fmt.Errorf("load k: asking the cluster's meta leader: %v: %w", fmt.Errorf("%w: %w", context.DeadlineExceeded, store.ErrUnreachable), session.ErrStoreUnreachable)
 	if got, want := toRPCError(unreachable).Message, "owner unreachable; retry: load k: asking the cluster's meta leader: context deadline exceeded: cluster store unreachable"; got != want {
 		t.Errorf("toRPCError(store unreachable): got message %q, want %q", got, want)
+	}
+	// Only an overload's 5003 carries a retry hint: a storage fault's
+	// write may be refused again at once.
+	if got := toRPCError(fmt.Errorf("load k: %v: %w", store.ErrUnavailable, session.ErrStorageUnavailable)); got.Data != nil {
+		t.Errorf("toRPCError(storage fault): got data %v, want none", got.Data)
+	}
+	if got := toRPCError(fmt.Errorf("submit: %w", session.ErrOverloaded)); got.Data != (wire.RetryData{RetryAfterMS: 1000}) {
+		t.Errorf("toRPCError(overloaded, no hint of the store's): got data %v, want retry_after_ms 1000", got.Data)
 	}
 	// The internal error names its cause, so a bug report carries it.
 	if got := toRPCError(errors.New("disk on fire")); !strings.Contains(got.Message, "disk on fire") {
