@@ -157,10 +157,18 @@ func ReadNotifySecret(path string) ([]byte, error) {
 	return b, nil
 }
 
-// notifyControl answers OpNotifyTest on the control socket, and hands
-// every other request to next.
+// notifyControl answers OpNotifyTest on the control socket, adds the
+// notifier plugins to OpList's, and hands every other request to next
+// (a notifier plugin is not reloaded or stopped on its own).
 func (h *hostParts) notifyControl(next func(context.Context, ControlRequest) (ControlResponse, error)) func(context.Context, ControlRequest) (ControlResponse, error) {
 	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
+		if req.Op == OpList {
+			resp, err := next(ctx, req)
+			for _, sup := range h.notifyPlugins {
+				resp.Plugins = append(resp.Plugins, sup.Status())
+			}
+			return resp, err
+		}
 		if req.Op != OpNotifyTest {
 			return next(ctx, req)
 		}

@@ -425,6 +425,9 @@ func TestNotifyPlugin(t *testing.T) {
 	sid, key, runID := newSessionRun(t, c, "one")
 	waitComplete(t, c, sid)
 	checkHook(t, r.next(t, "run.completed through the plugin").ev, "run.completed", key, runID)
+	if p := pluginsJSON(t, s.StateDir)["hook"]; p.Kind != "notify" || p.State != "running" || p.Pid == 0 {
+		t.Errorf("tether plugins list: hook is %+v, want a running notify plugin", p)
+	}
 
 	// Down: killed, and held from starting again.
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
@@ -452,4 +455,7 @@ func TestNotifyPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHook(t, r.next(t, "the notification pending while the plugin was down").ev, "run.completed", key2, runID2)
+	if p := pluginsJSON(t, s.StateDir)["hook"]; p.Restarts != 1 || p.State != "running" {
+		t.Errorf("tether plugins list after the kill: hook is %+v, want running, 1 restart", p)
+	}
 }
