@@ -81,12 +81,29 @@ func TestRevokeAcrossCluster(t *testing.T) {
 		c := dialWhenKnown(t, h2.Server, bob.Secret)
 		wantForbidden(t, c, "session:B on h2", wire.MethodResume, wire.ResumeParams{SessionID: a.SessionKey})
 
+		// A new credential's session made on h2 is granted to it
+		// cluster-wide: it resumes and prompts it from h1 (relayed to
+		// h2, which applies the grant).
+		nina := tokenCreate(t, h1.Server, "nina")
+		n2 := dialWhenKnown(t, h2.Server, nina.Secret)
+		var own wire.Snapshot
+		call(t, n2, wire.MethodCreate, wire.CreateParams{Title: "nina's"}, &own)
+		waitGranted(t, h1.Server, "nina", "session:"+own.SessionKey)
+		n1 := as(h1.Server, nina.Secret).Dial(t)
+		var there wire.Snapshot
+		call(t, n1, wire.MethodResume, wire.ResumeParams{SessionID: own.SessionKey}, &there)
+		if there.SessionID != own.SessionID {
+			t.Errorf("nina's resume on h1 of her session live on h2: %s, want %s", there.SessionID, own.SessionID)
+		}
+		submitAndWait(t, n1, there.SessionID, "from h1")
+		wantForbidden(t, n1, "new on h1", wire.MethodResume, wire.ResumeParams{SessionID: a.SessionKey})
+
 		// The cluster-wide active list, at h2, shows each only its own.
 		for _, w := range []struct {
 			who  string
 			c    *wsclient.Client
 			want string
-		}{{"the view of A", v, a.SessionKey}, {"session:B", c, b.SessionKey}} {
+		}{{"the view of A", v, a.SessionKey}, {"session:B", c, b.SessionKey}, {"nina", n2, own.SessionKey}} {
 			var keys []string
 			for _, e := range activeList(t, w.c) {
 				keys = append(keys, e.SessionKey)
@@ -95,8 +112,8 @@ func TestRevokeAcrossCluster(t *testing.T) {
 				t.Errorf("session.active_list on h2 for %s: %q, want only %s", w.who, keys, w.want)
 			}
 		}
-		if n := len(activeList(t, h2.Dial(t))); n != 2 {
-			t.Errorf("session.active_list on h2 for admin: %d sessions, want both of h1's", n)
+		if n := len(activeList(t, h2.Dial(t))); n != 3 {
+			t.Errorf("session.active_list on h2 for admin: %d sessions, want 3 (h1's two and nina's)", n)
 		}
 	})
 
