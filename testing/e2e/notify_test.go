@@ -459,3 +459,32 @@ func TestNotifyPlugin(t *testing.T) {
 		t.Errorf("tether plugins list after the kill: hook is %+v, want running, 1 restart", p)
 	}
 }
+
+// TestNotifyPTYExited: a terminal whose process exits tells the webhook
+// its attach token and exit status, with a link that opens it.
+func TestNotifyPTYExited(t *testing.T) {
+	r := startReceiver(t, nil)
+	s := e2e.Start(t, e2e.Config{Args: append([]string{"--pty-command", `sh -c 'read x; exit 3'`}, notifyArgs(t, r.url)...)})
+	tok := attachToken(t)
+	c := ptyDial(t, s, "attach="+tok)
+	replayOf(t, c)
+	if err := c.Write([]byte("\r")); err != nil {
+		t.Fatal(err)
+	}
+	if code := closeCode(t, c); code != 4410 {
+		t.Fatalf("close code %d, want 4410", code)
+	}
+	got := r.next(t, "pty.exited")
+	var ev struct {
+		Type     string `json:"type"`
+		PTY      string `json:"pty"`
+		ExitCode *int   `json:"exit_code"`
+		Link     string `json:"link"`
+	}
+	if err := json.Unmarshal([]byte(got.body), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != "pty.exited" || ev.PTY != tok || ev.ExitCode == nil || *ev.ExitCode != 3 || ev.Link != "https://tether.example/t/?attach="+tok {
+		t.Errorf("webhook: got %s, want pty.exited of %s with exit_code 3 and its link", got.body, tok)
+	}
+}
