@@ -488,3 +488,22 @@ func TestNotifyPTYExited(t *testing.T) {
 		t.Errorf("webhook: got %s, want pty.exited of %s with exit_code 3 and its link", got.body, tok)
 	}
 }
+
+// TestNotifyCluster: each cluster member tells of the runs it runs (the
+// session's owner), from an outbox of its own, <state-dir>/outbox.db: a
+// run is told once, not by every member.
+func TestNotifyCluster(t *testing.T) {
+	r := startReceiver(t, nil)
+	hosts := startCluster3(t, notifyArgs(t, r.url)...)
+	for i, h := range hosts[:2] {
+		c := h.Dial(t)
+		sid, key, runID := newSessionRun(t, c, fmt.Sprintf("run %d", i))
+		waitComplete(t, c, sid)
+		// The next call is this run's: the previous one was not told
+		// again by another member.
+		checkHook(t, r.next(t, "run.completed").ev, "run.completed", key, runID)
+		if _, err := os.Stat(filepath.Join(h.StateDir, "outbox.db")); err != nil {
+			t.Errorf("%s's outbox: %v", h.ID, err)
+		}
+	}
+}
