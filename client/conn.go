@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ type Conn struct {
 	onUnmatched func([]byte, bool)
 	maxMessage  int64
 	closeWait   time.Duration
+	retries     int // Options.OverloadRetries
 	nextID      atomic.Int64
 	done        chan struct{} // closed when the reader has returned
 	once        sync.Once     // Close or Abort, whichever comes first
@@ -99,6 +101,7 @@ func dial(ctx context.Context, u *url.URL, o Options) (*Conn, error) {
 		onUnmatched: o.OnUnmatched,
 		maxMessage:  o.maxMessage(),
 		closeWait:   o.closeWait(),
+		retries:     o.overloadRetries(),
 		done:        make(chan struct{}),
 		pending:     make(map[int64]chan wire.Envelope),
 	}
@@ -170,7 +173,44 @@ func (c *Conn) closedErr() error {
 // unless it is nil. An error response is an *Error in the returned
 // error's chain; an ended connection a *CloseError; ctx ending first
 // ctx.Err() (a response that arrives later goes to Options.OnUnmatched).
+// A call the host answers 5003 with data.retry_after_ms is sent again
+// after it, as Options.OverloadRetries says.
 func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	for attempt := 0; ; attempt++ {
+		err := c.call(ctx, method, params, result)
+		wait, ok := RetryAfter(err)
+		if !ok || attempt >= c.retries || !overloadRetried[method] {
+			return err
+		}
+		wait += rand.N(wait/2 + 1)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-c.done:
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// overloadRetried are the methods Call sends again after an overload's
+// 5003: a second try cannot double what the first did, for the first
+// wrote nothing (prompt.submit) or a second writes the same again.
+var overloadRetried = map[string]bool{
+	wire.MethodSubmit:      true,
+	wire.MethodResume:      true,
+	wire.MethodActivate:    true,
+	wire.MethodEventsSince: true,
+	wire.MethodList:        true,
+	wire.MethodRuns:        true,
+	wire.MethodActiveList:  true,
+}
+
+// call is one try of Call.
+func (c *Conn) call(ctx context.Context, method string, params, result any) error {
 	req := wire.Request{JSONRPC: wire.JSONRPCVersion, Method: method}
 	switch p := params.(type) {
 	case nil:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/tether-agent/tether/wire"
 )
@@ -48,6 +49,25 @@ func (e *Error) Error() string {
 func IsCode(err error, code int) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
+}
+
+// maxRetryAfter bounds RetryAfter's hint.
+const maxRetryAfter = 30 * time.Second
+
+// RetryAfter reports whether err is the host's answer that its store
+// was overloaded and wrote nothing of the call (5003 with
+// data.retry_after_ms), and when to ask again (at most 30 s). A 5003
+// without it (a storage fault) is not one.
+func RetryAfter(err error) (time.Duration, bool) {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != wire.CodeStorageUnavailable || len(e.Data) == 0 {
+		return 0, false
+	}
+	var d wire.RetryData
+	if json.Unmarshal(e.Data, &d) != nil || d.RetryAfterMS <= 0 {
+		return 0, false
+	}
+	return min(time.Duration(d.RetryAfterMS)*time.Millisecond, maxRetryAfter), true
 }
 
 // ErrorCode returns the code of the *Error in err's chain, or 0.

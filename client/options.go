@@ -16,6 +16,8 @@ const (
 	DefaultCloseWait    = 2 * time.Second
 	DefaultEventBuffer  = 1024
 	DefaultMaxMessage   = 64 << 20
+	// DefaultOverloadRetries is Options.OverloadRetries by default.
+	DefaultOverloadRetries = 5
 )
 
 // Options configure a connection. The zero value works for a host on
@@ -70,6 +72,15 @@ type Options struct {
 	// MaxMessage bounds a message from the host (0: DefaultMaxMessage);
 	// a longer one ends the connection.
 	MaxMessage int64
+	// OverloadRetries is how many times a call answered 5003 with
+	// data.retry_after_ms (the host's store was overloaded and wrote
+	// nothing of the call) is sent again, each after retry_after_ms and
+	// up to half as much again at random, within ctx. Only calls that a
+	// second try cannot double are retried: prompt.submit (such a 5003
+	// says the prompt was not stored) and session.resume, .activate,
+	// .events.since, .list, .runs, .active_list; never session.create or
+	// .branch. Zero means DefaultOverloadRetries, negative none.
+	OverloadRetries int
 }
 
 func (o Options) dialTimeout() time.Duration  { return orDefault(o.DialTimeout, DefaultDialTimeout) }
@@ -78,6 +89,7 @@ func (o Options) closeWait() time.Duration    { return orDefault(o.CloseWait, De
 func (o Options) readBuffer(def int) int      { return orDefault(o.ReadBufferSize, def) }
 func (o Options) maxMessage() int64           { return orDefault(o.MaxMessage, DefaultMaxMessage) }
 func (o Options) eventBuffer() int            { return orDefault(o.EventBuffer, DefaultEventBuffer) }
+func (o Options) overloadRetries() int        { return orDefault(o.OverloadRetries, DefaultOverloadRetries) }
 
 // orDefault returns def for 0, 0 for a negative v (no limit), else v.
 func orDefault[T int | int64 | time.Duration](v, def T) T {
