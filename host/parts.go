@@ -164,6 +164,12 @@ func (h *hostParts) closeControlSocket(context.Context) error {
 // openStore opens state.db, or joins the cluster and opens its store.
 func (h *hostParts) openStore(ctx context.Context) (err error) {
 	h.st, h.node, err = openStore(ctx, h.cfg)
+	if st, ok := h.st.(*store.Store); ok {
+		h.m.SetWriteSource(func() metrics.WriteStats {
+			w := st.WriteStats()
+			return metrics.WriteStats{Commits: w.Commits, Writes: w.Writes, Abandoned: w.Abandoned, MaxGroup: w.MaxGroup}
+		})
+	}
 	return err
 }
 

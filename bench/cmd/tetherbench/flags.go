@@ -48,6 +48,7 @@ type flags struct {
 	fanViewers                                        string
 	fanWords                                          int
 	fanDelay                                          time.Duration
+	burst                                             int
 }
 
 // parseFlags parses args (without the program name); -h and bad flags
@@ -125,6 +126,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.clReattach, "cluster-reattach", 100, "attaches per host and kind per repetition of the cluster-pty row")
 	fs.StringVar(&f.fanViewers, "fanout-viewers", "200,1000", "viewers of the fanout row's one session, comma-separated: one measurement (a fresh host) each")
 	fs.IntVar(&f.fanWords, "fanout-words", 40, "words of the fanout row's prompt (one message.delta each)")
+	fs.IntVar(&f.burst, "burst", 10000, "clients of the burst row, each submitting a prompt to a session of its own at the same instant")
 	fs.DurationVar(&f.fanDelay, "fanout-delay", 20*time.Millisecond, "tether --echo-delay of the fanout row (and the baseline's pause before each delta)")
 }
 
@@ -153,6 +155,7 @@ func (f *flags) quickDefaults() {
 	def("cluster-pty-size", func() { f.clPTYSize = "8MiB" })
 	def("cluster-reattach", func() { f.clReattach = 30 })
 	def("fanout-viewers", func() { f.fanViewers = "100,300" })
+	def("burst", func() { f.burst = 1000 })
 }
 
 // config checks the flags and converts them into a config (without bin
@@ -160,7 +163,7 @@ func (f *flags) quickDefaults() {
 func (f *flags) config() (config, error) {
 	cfg := config{n: f.n, quick: f.quick, verbose: f.verbose, checkRuns: f.checkRuns, ptyBuffer: f.ptyBuffer, ptyBigRing: f.ptyBigRing, ptyStreams: f.ptyStreams, rpcDur: f.rpcDur,
 		reattachN: f.reattachN, storm: f.storm, stormPause: f.stormPause, stormHistory: f.stormHist, stormDial: f.stormDial, perfDir: f.perfDir, idle: f.idle, idleSettle: f.idleSettle, idleProfile: f.idleProf, out: f.out, waitQuiet: f.quietWait, rows: map[string]bool{},
-		acp: f.acp}
+		acp: f.acp, burst: f.burst}
 	for _, step := range []func(*config) error{f.ptyConfig, f.rpcConfig, f.rowsConfig, f.reconnectConfig, f.clusterConfig, f.fanoutConfig} {
 		if err := step(&cfg); err != nil {
 			return config{}, err

@@ -5,7 +5,8 @@
 // kill -9 of the WS plugin, checking every event of every client (issue
 // 17); and three hosts sharing one session table (the cluster rows, issue
 // 16); and one session fanned out to many viewers (the fanout row, issue
-// 17).
+// 17); and a burst of prompts submitted at the same instant (the burst
+// row, issue 28).
 //
 //	cd bench && go run ./cmd/tetherbench            # every row, recorded sizes
 //	cd bench && go run ./cmd/tetherbench -quick     # every row in < 2 minutes
@@ -70,10 +71,11 @@ type config struct {
 	reconnect          reconnectOpts
 	cluster            clusterOpts
 	fanout             fanoutOpts
+	burst              int // clients of the burst row
 }
 
 var allRows = []string{"pty", "rpc", "reattach", "storm", "idle", "recovery", "reconnect-storm", "acp",
-	"cluster-relay", "cluster-storm", "cluster-failover", "cluster-pty", "fanout"}
+	"cluster-relay", "cluster-storm", "cluster-failover", "cluster-pty", "fanout", "burst"}
 
 // maxSize bounds the byte-size flags (-pty-size and the like).
 const maxSize = 1 << 40
@@ -106,6 +108,7 @@ var rowSteps = []struct {
 	{"cluster-failover", rowClusterFailover},
 	{"cluster-pty", rowClusterPTY},
 	{"fanout", rowFanout},
+	{"burst", rowBurst},
 }
 
 // run is the program: 0 when every row ran, 1 when one failed, 2 for a

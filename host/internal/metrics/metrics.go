@@ -43,8 +43,9 @@ type Metrics struct {
 	// Notify are the notifications' series (notify.go).
 	Notify NotifyMetrics
 
-	ptySource atomic.Pointer[func() PTYStats] // describes the live PTYs; nil: none
-	cluster   clusterMetrics
+	ptySource   atomic.Pointer[func() PTYStats]   // describes the live PTYs; nil: none
+	writeSource atomic.Pointer[func() WriteStats] // describes the store's group commits; nil: none
+	cluster     clusterMetrics
 }
 
 // New registers the host's metrics on a new registry.
@@ -95,6 +96,20 @@ func New() *Metrics {
 		m.AgentCloses, m.CASConflicts, m.OwnerErrors, m.Connections, m.Refused, m.FramesIn, m.FramesOut, m.BytesIn,
 		m.BytesOut, m.PluginRestarts, m.PluginReloads, m.PluginLogDropped, m.Supersedes, m.BadResizes, m.PTYs, m.ScreenRebuilds, m.BuildInfo, m.TransportRefused, m.TransportConns, m.StoreErrors, m.RPCDuration, m.PTYAttach)
 	m.Registry.MustRegister(newClusterMetrics(m)...)
+	m.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tether_store_commits_total", Help: "Transactions the state database's writer committed (or tried); a burst of writes is committed in groups, so fewer than tether_store_writes_total (asked at scrape time)."}, func() float64 {
+			return float64(m.writeStats().Commits)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tether_store_writes_total", Help: "Writes (calls) the state database's writer committed in those transactions (asked at scrape time)."}, func() float64 {
+			return float64(m.writeStats().Writes)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_store_group_max", Help: "The most writes one transaction of the state database has carried since the host started (asked at scrape time)."}, func() float64 {
+			return float64(m.writeStats().MaxGroup)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tether_store_overloaded_total", Help: "Writes that waited for the state database's writer until their call's time ran out and were answered 5003 with data.retry_after_ms, unmade (asked at scrape time)."}, func() float64 {
+			return float64(m.writeStats().Abandoned)
+		}),
+	)
 	m.Notify = newNotifyMetrics()
 	m.Registry.MustRegister(m.Notify.collectors()...)
 	return m
@@ -107,6 +122,24 @@ type PTYStats struct {
 	// ScreenRebuilds counts the screen model rebuilds of every PTY, exited
 	// ones included; it never decreases.
 	ScreenRebuilds int64
+}
+
+// WriteStats is what the store's group-commit series report, asked at
+// scrape time (store.WriteStats).
+type WriteStats struct {
+	Commits, Writes, Abandoned uint64
+	MaxGroup                   int
+}
+
+// SetWriteSource sets the function the store's group-commit series ask
+// at scrape time.
+func (m *Metrics) SetWriteSource(f func() WriteStats) { m.writeSource.Store(&f) }
+
+func (m *Metrics) writeStats() WriteStats {
+	if f := m.writeSource.Load(); f != nil {
+		return (*f)()
+	}
+	return WriteStats{}
 }
 
 // SetPTYSource sets the function the PTY gauges ask at scrape time.
