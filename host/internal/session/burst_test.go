@@ -138,7 +138,7 @@ func TestSubmitOverloaded(t *testing.T) {
 		err  error
 		want time.Duration
 	}{
-		{"the queue said so", fmt.Errorf("start turn: %w", &store.OverloadError{Queued: 7, RetryAfter: 1500 * time.Millisecond, Err: context.DeadlineExceeded}), 1500 * time.Millisecond},
+		{"the queue said so", fmt.Errorf("start turn: %w", &store.OverloadError{Queued: 7, RetryAfter: 1500 * time.Millisecond, Err: context.Canceled}), 1500 * time.Millisecond},
 		{"the write ran out of time", fmt.Errorf("start turn of k: begin: %w", context.DeadlineExceeded), defaultRetryAfter},
 	}
 	for _, tt := range tests {
