@@ -16,6 +16,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
 	"github.com/tether-agent/tether/host/internal/notify"
+	"github.com/tether-agent/tether/host/internal/prompt"
 	"github.com/tether-agent/tether/host/internal/ptyroute"
 	"github.com/tether-agent/tether/host/internal/rpc"
 	"github.com/tether-agent/tether/host/internal/session"
@@ -246,7 +247,12 @@ func (h *hostParts) startGateway(context.Context) error {
 	if node != nil {
 		h.gw.SetRemote(clusterRemote{node}) // before any connection
 	}
-	h.acpGW = acpgw.New(acpgw.Config{Table: h.table, Store: h.st, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: h.m})
+	var caps prompt.Caps // echo and exec: text and resource links
+	if h.acp != nil {
+		caps = h.acp.PromptCapabilities
+	}
+	h.gw.SetPromptCaps(caps)
+	h.acpGW = acpgw.New(acpgw.Config{Table: h.table, Store: h.st, Cwd: agentCwd(cfg.AgentCwd), Version: cfg.Version, Log: cfg.Log, Metrics: h.m, PromptCaps: caps})
 	h.acpGW.SetCredentials(h.creds)
 	if node != nil {
 		h.acpGW.SetRemote(clusterACP{node}) // before any connection

@@ -82,10 +82,11 @@ type Events interface {
 // Turn instead of Run for it.
 type Turner interface {
 	Agent
-	// Turn answers prompt, reporting through ev, and returns the agent's
-	// stop reason ("end_turn", "cancelled", …). Cancelling ctx asks the
-	// agent to stop; Turn then returns its stop reason or ctx's error.
-	Turn(ctx context.Context, history []Message, prompt string, ev Events) (stopReason string, err error)
+	// Turn answers prompt (its Content blocks when it has them, else its
+	// Text), reporting through ev, and returns the agent's stop reason
+	// ("end_turn", "cancelled", …). Cancelling ctx asks the agent to
+	// stop; Turn then returns its stop reason or ctx's error.
+	Turn(ctx context.Context, history []Message, prompt Message, ev Events) (stopReason string, err error)
 }
 
 // Stateful is an Agent that keeps something across the session's lives

@@ -2,7 +2,7 @@
 // SDK (@agentclientprotocol/sdk, `acp.agent()` over `ndJsonStream` on
 // stdio). tether runs it with `--agent acp --agent-command 'node agent.mjs …'`.
 //
-// Usage: node agent.mjs [--dir DIR] [--log FILE] [--no-load]
+// Usage: node agent.mjs [--dir DIR] [--log FILE] [--no-load] [--prompt-caps CAPS]
 //   --dir DIR   sessions are kept in DIR/sessions.json, so a restarted agent
 //               process can still session/load them (env ACP_TEST_AGENT_DIR;
 //               default: a new temporary directory, i.e. nothing survives).
@@ -10,6 +10,10 @@
 //               appended to FILE as one JSON line (env ACP_TEST_AGENT_LOG).
 //   --no-load   advertise loadSession false and leave session/load
 //               unimplemented (env ACP_TEST_AGENT_NO_LOAD=1).
+//   --prompt-caps CAPS  advertise these promptCapabilities, a comma-separated
+//               list of image, audio, embeddedContext (env
+//               ACP_TEST_AGENT_PROMPT_CAPS; default none). The log shows the
+//               blocks each session/prompt brought.
 // (tether passes no TETHER_* variable to an agent, hence the ACP_TEST_ names.)
 //
 // Log lines: {"t":MS,"pid":PID,"dir":"in"|"out","kind":"request"|
@@ -82,6 +86,7 @@ function parseArgs(argv) {
     dir: process.env.ACP_TEST_AGENT_DIR || "",
     log: process.env.ACP_TEST_AGENT_LOG || "",
     noLoad: process.env.ACP_TEST_AGENT_NO_LOAD === "1",
+    promptCaps: process.env.ACP_TEST_AGENT_PROMPT_CAPS || "",
   };
   for (let i = 0; i < argv.length; i++) {
     switch (argv[i]) {
@@ -93,6 +98,9 @@ function parseArgs(argv) {
         break;
       case "--no-load":
         o.noLoad = true;
+        break;
+      case "--prompt-caps":
+        o.promptCaps = argv[++i];
         break;
       default:
         process.stderr.write(`agent.mjs: unknown argument ${argv[i]}\n`);
@@ -317,7 +325,9 @@ const app = acp
     protocolVersion: acp.PROTOCOL_VERSION,
     agentCapabilities: {
       loadSession: !opts.noLoad,
-      promptCapabilities: { image: false, audio: false, embeddedContext: false },
+      promptCapabilities: Object.fromEntries(
+        ["image", "audio", "embeddedContext"].map((c) => [c, opts.promptCaps.split(",").includes(c)]),
+      ),
       sessionCapabilities: { list: {} },
     },
     agentInfo: { name: "tether-test-agent", version: "1.0.0" },

@@ -32,6 +32,8 @@
 //   --bind load|resume how to bind --session (default: the scenario's)
 //   --after N          session/resume's _meta["tether/after"]
 //   --text TEXT        the prompt (scenarios prompt/cancel; any with it)
+//   --blocks JSON      the prompt's content blocks, a JSON array sent as it
+//                      is (after the --text block when --text is given too)
 //   --cwd DIR          cwd for session/new, load and resume (default: $PWD)
 //   --live N           after binding (and the prompt's answer), wait until N
 //                      updates arrived after the bind's response
@@ -117,6 +119,7 @@ function parseFlags(argv) {
       case "--bind": f.bind = next(); break;
       case "--after": f.after = num(next(), a); break;
       case "--text": f.text = next(); break;
+      case "--blocks": f.blocks = JSON.parse(next()); break;
       case "--cwd": f.cwd = next(); break;
       case "--live": f.live = num(next(), a); break;
       case "--updates": f.updates = num(next(), a); break;
@@ -136,7 +139,7 @@ function parseFlags(argv) {
   if (!["allow", "deny", "cancelled", "silent"].includes(f.permission)) usage(`--permission ${f.permission}`);
   if (!/^(error|none|answer:.+)$/.test(f.afterCancel)) usage(`--after-cancel ${f.afterCancel}`);
   if (!f.bind) f.bind = scenario === "resume" ? "resume" : "load";
-  if (f.text === undefined && scenario === "prompt") f.text = "hello";
+  if (f.text === undefined && f.blocks === undefined && scenario === "prompt") f.text = "hello";
   if (f.text === undefined && scenario === "cancel") f.text = "slow";
   return f;
 }
@@ -420,12 +423,13 @@ try {
     await done();
   }
 
-  if (flags.text !== undefined) {
+  if (flags.text !== undefined || flags.blocks !== undefined) {
     cancelTarget = result.sessionId;
     liveSincePrompt = 0;
+    const prompt = flags.text !== undefined ? [{ type: "text", text: flags.text }] : [];
     const p = agentCx.request(acp.methods.agent.session.prompt, {
       sessionId: result.sessionId,
-      prompt: [{ type: "text", text: flags.text }],
+      prompt: prompt.concat(flags.blocks ?? []),
     });
     phase("prompt-sent");
     try {

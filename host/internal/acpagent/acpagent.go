@@ -375,6 +375,12 @@ func (f *Factory) Capabilities() acp.AgentCapabilities {
 	return f.cur.caps
 }
 
+// PromptCapabilities are the running agent's prompt capabilities (what a
+// prompt may hold besides text and resource links).
+func (f *Factory) PromptCapabilities() acp.PromptCapabilities {
+	return f.Capabilities().PromptCapabilities
+}
+
 // Close stops the agent process.
 func (f *Factory) Close() {
 	f.mu.Lock()

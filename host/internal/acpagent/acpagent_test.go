@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,7 +51,9 @@ func TestMain(m *testing.M) {
 //	die        a chunk, then the process exits
 //	env        the names of its TETHER_* environment variables
 //	flood N    N chunks "0 ", "1 ", … as fast as it can write them
+//	blocks     one chunk: the prompt's content blocks as JSON, as it got them
 //
+// A prompt whose first block is not text is answered like "blocks".
 // session/load (when advertised) replays a chunk "replayed", which tether
 // must drop.
 type testAgent struct {
@@ -117,7 +120,10 @@ func (a *testAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (
 }
 
 func (a *testAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
-	text := p.Prompt[0].Text.Text
+	text := "blocks"
+	if len(p.Prompt) > 0 && p.Prompt[0].Text != nil {
+		text = p.Prompt[0].Text.Text
+	}
 	cmd, arg, _ := strings.Cut(text, " ")
 	say := func(s string) error {
 		return a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: p.SessionId, Update: acp.UpdateAgentMessageText(s)})
@@ -168,6 +174,14 @@ func (a *testAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.Prompt
 			if err := say(fmt.Sprintf("%d ", i)); err != nil {
 				return acp.PromptResponse{}, err
 			}
+		}
+	case "blocks":
+		b, err := json.Marshal(p.Prompt)
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		if err := say(string(b)); err != nil {
+			return acp.PromptResponse{}, err
 		}
 	case "env":
 		var names []string
@@ -305,6 +319,11 @@ func (e *events) text() string {
 
 func turn(t *testing.T, a agent.Agent, prompt string, ev agent.Events) (string, error) {
 	t.Helper()
+	return turnMessage(t, a, agent.Message{Role: agent.RoleUser, Text: prompt}, ev)
+}
+
+func turnMessage(t *testing.T, a agent.Agent, prompt agent.Message, ev agent.Events) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return a.(agent.Turner).Turn(ctx, nil, prompt, ev)
@@ -389,6 +408,33 @@ func (h *hangEvents) Delta(text string) {
 
 // TestCancelSendsSessionCancel: cancelling a turn's context sends
 // session/cancel, and the turn ends with the agent's cancelled.
+// TestTurnSendsTheContentBlocks: a prompt's content blocks reach the
+// agent as the client sent them (types and fields), not one text block.
+func TestTurnSendsTheContentBlocks(t *testing.T) {
+	f, _ := start(t, false)
+	a, err := f.NewAgent(context.Background(), "k1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	content := `[{"type":"text","text":"blocks"},` +
+		`{"type":"image","mimeType":"image/png","data":"iVBORw0KGgo=","uri":"file:///shot.png"},` +
+		`{"type":"resource","resource":{"uri":"file:///a.go","mimeType":"text/x-go","text":"package a\n"}},` +
+		`{"type":"resource_link","uri":"file:///b.go","name":"b.go"}]`
+	ev := newEvents("")
+	if reason, err := turnMessage(t, a, agent.Message{Role: agent.RoleUser, Text: "blocks", Content: json.RawMessage(content)}, ev); err != nil || reason != "end_turn" {
+		t.Fatalf("turn = %q, %v", reason, err)
+	}
+	var got, want any
+	if err := json.Unmarshal([]byte(ev.text()), &got); err != nil {
+		t.Fatalf("the agent got %q: %v", ev.text(), err)
+	}
+	_ = json.Unmarshal([]byte(content), &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the agent got %s\nwant %s", ev.text(), content)
+	}
+}
+
 func TestCancelSendsSessionCancel(t *testing.T) {
 	f, _ := start(t, false)
 	a, err := f.NewAgent(context.Background(), "k1", nil)
@@ -400,7 +446,7 @@ func TestCancelSendsSessionCancel(t *testing.T) {
 	done := make(chan string, 1)
 	ev := &hangEvents{events: newEvents(""), hanging: make(chan struct{})}
 	go func() {
-		r, _ := a.(agent.Turner).Turn(ctx, nil, "hang", ev)
+		r, _ := a.(agent.Turner).Turn(ctx, nil, agent.Message{Role: agent.RoleUser, Text: "hang"}, ev)
 		done <- r
 	}()
 	<-ev.hanging // the prompt is in flight at the agent

@@ -140,10 +140,17 @@ func (s *session) Run(context.Context, []agent.Message, string, func(string)) er
 	return ErrNoTurn
 }
 
-// Turn implements agent.Turner: session/prompt with one text block. Its
+// Turn implements agent.Turner: session/prompt with the prompt's content
+// blocks as its client sent them (one text block for a text prompt). Its
 // updates and permission requests come through ev; cancelling ctx sends
 // session/cancel and waits (a bounded time) for the agent's stop reason.
-func (s *session) Turn(ctx context.Context, _ []agent.Message, prompt string, ev agent.Events) (string, error) {
+func (s *session) Turn(ctx context.Context, _ []agent.Message, prompt agent.Message, ev agent.Events) (string, error) {
+	blocks := []acp.ContentBlock{acp.TextBlock(prompt.Text)}
+	if len(prompt.Content) > 0 {
+		if err := json.Unmarshal(prompt.Content, &blocks); err != nil {
+			return "", fmt.Errorf("the prompt's content blocks: %w", err)
+		}
+	}
 	p, err := s.f.current(ctx)
 	if err != nil {
 		return "", err
@@ -175,7 +182,7 @@ func (s *session) Turn(ctx context.Context, _ []agent.Message, prompt string, ev
 	}
 	done := make(chan result, 1)
 	go func() {
-		resp, err := p.conn.Prompt(context.WithoutCancel(ctx), acp.PromptRequest{SessionId: id, Prompt: []acp.ContentBlock{acp.TextBlock(prompt)}})
+		resp, err := p.conn.Prompt(context.WithoutCancel(ctx), acp.PromptRequest{SessionId: id, Prompt: blocks})
 		done <- result{resp, err}
 	}()
 	var r result

@@ -25,6 +25,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/prompt"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/wire"
@@ -76,6 +77,10 @@ type Config struct {
 	Version string
 	Log     zerolog.Logger
 	Metrics *metrics.Metrics
+	// PromptCaps are the configured agent's prompt capabilities, passed
+	// on by initialize and checked by session/prompt (nil: text and
+	// resource links only).
+	PromptCaps prompt.Caps
 }
 
 // Gateway is the /acp endpoint.

@@ -596,11 +596,13 @@ func (w *wireSender) sent() [][]byte {
 // asker asks for permission once per turn and says what was chosen.
 type asker struct{}
 
+var _ agent.Turner = asker{}
+
 func (asker) Run(context.Context, []agent.Message, string, func(string)) error {
 	return errors.New("a Turner's Run is never called")
 }
 
-func (asker) Turn(ctx context.Context, _ []agent.Message, _ string, ev agent.Events) (string, error) {
+func (asker) Turn(ctx context.Context, _ []agent.Message, _ agent.Message, ev agent.Events) (string, error) {
 	opt, ok, err := ev.Permission(ctx, agent.PermissionRequest{
 		ToolCall: json.RawMessage(`{"toolCallId":"t1","title":"write file"}`),
 		Options:  json.RawMessage(`[{"optionId":"allow","name":"Allow","kind":"allow_once"},{"optionId":"deny","name":"Deny","kind":"reject_once"}]`),
@@ -702,8 +704,8 @@ func (cl *client) waitUpdates(t *testing.T, cond func([]update) bool) {
 
 // TestRefusedSessionIDsAndPrompts: a title is not a sessionId (load and
 // resume want the stored key every later message names), and a prompt
-// with a block tether cannot carry is refused, never passed on without
-// it; tether offers text prompts only.
+// with a block the agent does not take is refused, never passed on
+// without it; echo takes text and resource links only.
 func TestRefusedSessionIDsAndPrompts(t *testing.T) {
 	e := newEnv(t, agent.NewEchoFactory(0))
 	cl := e.connect()

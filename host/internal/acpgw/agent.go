@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/coder/acp-go-sdk"
 
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/prompt"
 	"github.com/tether-agent/tether/host/internal/rpc"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
@@ -44,9 +45,10 @@ type agentState struct {
 // capabilities.
 func (a *acpAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
 	a.c.enter()()
-	// Prompts reach tether's sessions as text: images, audio and
-	// embedded resources are not offered, whatever the agent takes.
-	caps := acp.AgentCapabilities{}
+	// A prompt's blocks reach the agent as they are: what it takes is
+	// what tether takes (text and resource links for echo and exec).
+	pc := a.c.g.cfg.PromptCaps.Get()
+	caps := acp.AgentCapabilities{PromptCapabilities: acp.PromptCapabilities{Image: pc.Image, Audio: pc.Audio, EmbeddedContext: pc.EmbeddedContext}}
 	caps.LoadSession = true
 	caps.SessionCapabilities = acp.SessionCapabilities{
 		Resume: &acp.SessionResumeCapabilities{},
@@ -206,9 +208,10 @@ func (a *acpAgent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) 
 	return out, nil
 }
 
-// Prompt implements acp.Agent: submit the prompt's text to the bound
-// session and answer when its run ends: its stop reason, "cancelled" when
-// interrupted, error 5001 when it failed.
+// Prompt implements acp.Agent: submit the prompt's content blocks to the
+// bound session (refused with -32602 when the agent does not take one of
+// them, or they are over 16 MiB) and answer when its run ends: its stop
+// reason, "cancelled" when interrupted, error 5001 when it failed.
 func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
 	c := a.c
 	leave := c.enter()
@@ -221,9 +224,9 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 	if s == nil {
 		return acp.PromptResponse{}, &acp.RequestError{Code: wire.CodeUnknownSession, Message: "session not loaded on this connection: session/load or session/resume it first"}
 	}
-	text, err := promptText(p.Prompt)
+	text, content, err := prompt.Check(p.Prompt, c.g.cfg.PromptCaps.Get())
 	if err != nil {
-		return acp.PromptResponse{}, err
+		return acp.PromptResponse{}, acp.NewInvalidParams(map[string]any{"prompt": err.Error()})
 	}
 	sid := s.ID()
 	c.mu.Lock()
@@ -231,7 +234,7 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 	c.prompts[sid]++
 	c.promptText[sid] = text
 	c.mu.Unlock()
-	runID, err := s.SubmitBy(text, c.who.Name)
+	runID, err := s.SubmitPrompt(agent.Message{Text: text, Content: content}, c.who.Name)
 	ch := make(chan runEnd, 1)
 	c.mu.Lock()
 	if err == nil {
@@ -274,28 +277,6 @@ func (a *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptR
 		reason = acp.StopReasonEndTurn
 	}
 	return acp.PromptResponse{StopReason: reason}, nil
-}
-
-// promptText is the text of a prompt's text blocks, and the links of its
-// resource links, in order: tether's sessions take text prompts, and a
-// prompt with an image, audio or an embedded resource is refused rather
-// than passed on without them.
-func promptText(blocks []acp.ContentBlock) (string, error) {
-	var parts []string
-	for _, b := range blocks {
-		switch {
-		case b.Text != nil:
-			parts = append(parts, b.Text.Text)
-		case b.ResourceLink != nil:
-			parts = append(parts, b.ResourceLink.Uri)
-		default:
-			return "", acp.NewInvalidParams(map[string]any{"prompt": "tether takes text and resource_link blocks only"})
-		}
-	}
-	if len(parts) == 0 {
-		return "", acp.NewInvalidParams(map[string]any{"prompt": "needs a text block"})
-	}
-	return strings.Join(parts, "\n"), nil
 }
 
 // Cancel implements acp.Agent: interrupt the bound session's run.

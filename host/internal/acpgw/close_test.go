@@ -39,7 +39,8 @@ func (*reporter) Run(context.Context, []agent.Message, string, func(string)) err
 
 func (*reporter) Close() error { return nil }
 
-func (r *reporter) Turn(ctx context.Context, _ []agent.Message, prompt string, ev agent.Events) (string, error) {
+func (r *reporter) Turn(ctx context.Context, _ []agent.Message, p agent.Message, ev agent.Events) (string, error) {
+	prompt := p.Text
 	r.started <- prompt
 	switch prompt {
 	case "ask":

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/acp-go-sdk"
 
+	"github.com/tether-agent/tether/host/internal/prompt"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/wire"
 )
@@ -111,17 +112,31 @@ func (c *conn) deliver(key string, ev event, replay bool) {
 		}
 	case wire.EventMessageStart:
 		var p struct {
-			RunID  string `json:"run_id"`
-			Prompt string `json:"prompt"`
-			By     string `json:"by"`
+			RunID   string          `json:"run_id"`
+			Prompt  string          `json:"prompt"`
+			By      string          `json:"by"`
+			Content json.RawMessage `json:"content"`
 		}
 		_ = json.Unmarshal(ev.Payload, &p)
 		c.mu.Lock()
 		_, mine := c.runs[p.RunID]
 		mine = mine || c.prompts[ev.SessionID] > 0 && c.promptText[ev.SessionID] == p.Prompt
 		c.mu.Unlock()
-		if !mine || replay {
-			c.notifyBy(key, ev.Seq, acp.UpdateUserMessageText(p.Prompt), p.By)
+		if mine && !replay {
+			break
+		}
+		// One user_message_chunk per block the client sent (the text
+		// when it sent text only).
+		blocks := []acp.ContentBlock{acp.TextBlock(p.Prompt)}
+		if len(p.Content) > 0 {
+			if b, err := prompt.Blocks(p.Content); err == nil {
+				blocks = b
+			} else {
+				c.log.Warn().Err(err).Uint64("seq", ev.Seq).Msg("a prompt's stored content blocks are unreadable; sending its text")
+			}
+		}
+		for _, b := range blocks {
+			c.notifyBy(key, ev.Seq, acp.UpdateUserMessage(b), p.By)
 		}
 	case wire.EventMessageDelta:
 		if s != nil && s.Turns() {

@@ -13,6 +13,7 @@ import (
 	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/link"
 	"github.com/tether-agent/tether/host/internal/metrics"
+	"github.com/tether-agent/tether/host/internal/prompt"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/wire"
@@ -36,9 +37,12 @@ type Gateway struct {
 	remote Remote
 	// book holds the host's credentials (SetCredentials); nil in tests
 	// of connections without one.
-	book    *access.Book
-	grants  sync.WaitGroup         // grants of what a "new" credential created, in flight
-	pageURL atomic.Pointer[string] // the public URL, set once the listener is known (SetPageURL)
+	book *access.Book
+	// promptCaps are what a prompt's content may hold besides text and
+	// resource links (SetPromptCaps; nil: nothing more).
+	promptCaps prompt.Caps
+	grants     sync.WaitGroup         // grants of what a "new" credential created, in flight
+	pageURL    atomic.Pointer[string] // the public URL, set once the listener is known (SetPageURL)
 }
 
 var _ link.Endpoint = (*Gateway)(nil)
@@ -51,6 +55,11 @@ func New(table *session.Table, st store.Backend, version string, log zerolog.Log
 	}
 	return &Gateway{table: table, store: st, version: version, log: log, metrics: m, ctx: ctx, cancel: cancel}
 }
+
+// SetPromptCaps sets the configured agent's prompt capabilities, which
+// prompt.submit's content is checked against. Call it before the gateway
+// has a connection.
+func (g *Gateway) SetPromptCaps(c prompt.Caps) { g.promptCaps = c }
 
 // Close cancels requests in flight and waits for their workers.
 func (g *Gateway) Close() {

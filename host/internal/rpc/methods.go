@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coder/acp-go-sdk"
+
+	"github.com/tether-agent/tether/host/agent"
+	"github.com/tether-agent/tether/host/internal/prompt"
 	"github.com/tether-agent/tether/host/internal/session"
 	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/wire"
@@ -262,15 +266,39 @@ func (c *conn) submit(cl call, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	msg := agent.Message{Text: text}
+	if p.has("content") {
+		if msg, err = c.gw.promptContent(text, p["content"]); err != nil {
+			return nil, err
+		}
+	}
 	rec, lerr := c.gw.table.Lookup(sid)
 	if lerr != nil {
 		return nil, lerr
 	}
-	runID, serr := rec.SubmitBy(text, c.who.Name)
+	runID, serr := rec.SubmitPrompt(msg, c.who.Name)
 	if serr != nil {
 		return nil, serr
 	}
 	return map[string]string{"status": "streaming", "run_id": runID}, nil
+}
+
+// promptContent is prompt.submit's prompt with content blocks: text (when
+// not empty) as a first text block, then the blocks, checked against what
+// the agent takes (docs/PROTOCOL.md, "Prompts carry the whole content").
+func (g *Gateway) promptContent(text string, raw json.RawMessage) (agent.Message, *rpcError) {
+	var blocks []acp.ContentBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return agent.Message{}, errorf(wire.CodeInvalidParams, "content must be an array of ACP content blocks: %v", err)
+	}
+	if text != "" {
+		blocks = append([]acp.ContentBlock{acp.TextBlock(text)}, blocks...)
+	}
+	t, content, err := prompt.Check(blocks, g.promptCaps.Get())
+	if err != nil {
+		return agent.Message{}, errorf(wire.CodeInvalidParams, "content: %v", err)
+	}
+	return agent.Message{Text: t, Content: content}, nil
 }
 
 func (c *conn) runs(cl call, p params) (any, error) {

@@ -20,11 +20,13 @@ import (
 // (cancelled when interrupted).
 type askingTurner struct{ asked chan struct{} }
 
+var _ agent.Turner = (*askingTurner)(nil)
+
 func (a *askingTurner) Run(context.Context, []agent.Message, string, func(string)) error {
 	return errors.New("a Turner's Run is never called")
 }
 
-func (a *askingTurner) Turn(ctx context.Context, _ []agent.Message, prompt string, ev agent.Events) (string, error) {
+func (a *askingTurner) Turn(ctx context.Context, _ []agent.Message, _ agent.Message, ev agent.Events) (string, error) {
 	ev.Update(json.RawMessage(`{"sessionUpdate":"tool_call","toolCallId":"t1","title":"rm -rf"}`))
 	close(a.asked)
 	opt, ok, err := ev.Permission(ctx, agent.PermissionRequest{

@@ -25,6 +25,15 @@ func (s *Session) Submit(text string) (string, error) { return s.SubmitBy(text, 
 // journaled with it (message.start's "by"; docs/PROTOCOL.md, "Who did
 // what").
 func (s *Session) SubmitBy(text, by string) (string, error) {
+	return s.SubmitPrompt(agent.Message{Text: text}, by)
+}
+
+// SubmitPrompt is SubmitBy of a prompt with content blocks (prompt.Content,
+// checked by the caller against what the agent takes; its Text is the text
+// of its text blocks): the blocks are stored with the prompt, journaled in
+// message.start's "content", and given to the agent as they are.
+func (s *Session) SubmitPrompt(prompt agent.Message, by string) (string, error) {
+	text := prompt.Text
 	t := s.t
 	if err := t.writable(); err != nil {
 		return "", fmt.Errorf("submit to %s: %w", s.id, err)
@@ -48,7 +57,7 @@ func (s *Session) SubmitBy(text, by string) (string, error) {
 
 	now := t.now()
 	runID := contract.RandomHex(8)
-	prompt := agent.Message{Role: agent.RoleUser, Text: text}
+	prompt.Role = agent.RoleUser
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := t.store.StartTurn(ctx, s.key, prompt, store.Run{ID: runID, Status: statusRunning, StartedAt: now, By: by})
 	if err == nil && title != "" {
@@ -81,16 +90,19 @@ func (s *Session) SubmitBy(text, by string) (string, error) {
 	s.runs = append(s.runs, RunInfo{RunID: ru.id, Status: statusRunning, StartedAt: now.Unix(), By: by})
 	s.lastActive = now
 	// The run's start seq is stored with its message.start.
-	start := map[string]string{"run_id": ru.id, "prompt": text}
+	start := map[string]any{"run_id": ru.id, "prompt": text}
 	if by != "" {
 		start["by"] = by
+	}
+	if len(prompt.Content) > 0 {
+		start["content"] = prompt.Content
 	}
 	s.emitOpsLocked(wire.EventMessageStart, start, ops{runSeqs: []store.RunSeq{{Key: s.key, RunID: ru.id, StartSeq: s.seq + 1}}})
 	ru.startSeq = s.seq
 	t.wg.Add(1)
 	s.mu.Unlock()
 
-	go s.runAgent(runCtx, ru, history, text)
+	go s.runAgent(runCtx, ru, history, prompt)
 	return ru.id, nil
 }
 
@@ -122,7 +134,7 @@ func TitleFrom(prompt string) string {
 // runAgent runs the agent for one prompt and records its end: the answer,
 // the run's status and the cursor are stored with its message.complete,
 // so a client told the run ended finds the answer stored.
-func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message, prompt string) {
+func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message, prompt agent.Message) {
 	t := s.t
 	defer t.wg.Done()
 	defer ru.cancel()
@@ -131,7 +143,7 @@ func (s *Session) runAgent(ctx context.Context, ru *run, history []agent.Message
 	if tu, ok := s.agent.(agent.Turner); ok {
 		stopReason, err = tu.Turn(ctx, history, prompt, turnEvents{s: s, ru: ru})
 	} else {
-		err = s.agent.Run(ctx, history, prompt, func(delta string) { s.delta(ru, delta) })
+		err = s.agent.Run(ctx, history, prompt.Text, func(delta string) { s.delta(ru, delta) })
 	}
 	if st, ok := s.agent.(agent.Stateful); ok {
 		s.keepAgentState(st)

@@ -1,0 +1,95 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// wholePrompt is a prompt an editor sends after a pasted screenshot and an
+// @-mentioned file: text, an image, an embedded resource, a link.
+const wholePrompt = `[{"type":"text","text":"what is wrong here"},` +
+	`{"type":"image","mimeType":"image/png","data":"iVBORw0KGgoAAAANSUhEUg==","uri":"file:///tmp/shot.png"},` +
+	`{"type":"resource","resource":{"uri":"file:///src/a.go","mimeType":"text/x-go","text":"package a\n\nfunc A() {}\n"}},` +
+	`{"type":"resource_link","uri":"file:///src/b.go","name":"b.go","mimeType":"text/x-go"}]`
+
+// TestACPWholePrompts (docs/PROTOCOL.md, "Prompts carry the whole
+// content"): behind a test agent that advertises image and embedded
+// context, tether's initialize passes them on; a prompt of text + image +
+// resource + resource link from the official SDK client reaches the agent
+// as it was sent (the agent's log has its blocks); session/load on a
+// second connection replays it one user_message_chunk per block; a block
+// the agent does not advertise (audio) is refused with -32602 and never
+// reaches it.
+func TestACPWholePrompts(t *testing.T) {
+	h := startACPHost(t, acpHostConfig{AgentArgs: []string{"--prompt-caps", "image,embeddedContext"}})
+	r := h.run(t, "prompt", "--blocks", wholePrompt)
+	var init struct {
+		AgentCapabilities struct {
+			PromptCapabilities map[string]bool `json:"promptCapabilities"`
+		} `json:"agentCapabilities"`
+	}
+	_ = json.Unmarshal(r.Initialize.Result, &init)
+	if pc := init.AgentCapabilities.PromptCapabilities; !pc["image"] || pc["audio"] || !pc["embeddedContext"] {
+		t.Errorf("initialize promptCapabilities = %v, want the agent's: image and embeddedContext", pc)
+	}
+	if r.Prompt == nil || r.Prompt.StopReason != "end_turn" {
+		t.Fatalf("session/prompt = %+v (errors %v), want end_turn", r.Prompt, r.Errors)
+	}
+	prompts := received(h.log(t), "session/prompt")
+	if len(prompts) != 1 {
+		t.Fatalf("the agent got %d session/prompt, want 1", len(prompts))
+	}
+	var got struct {
+		Prompt json.RawMessage `json:"prompt"`
+	}
+	_ = json.Unmarshal(prompts[0].Params, &got)
+	if !jsonEqual(got.Prompt, wholePrompt) {
+		t.Errorf("the agent got the prompt\n%s\nwant it as sent\n%s", got.Prompt, wholePrompt)
+	}
+	if texts := chunkTexts(r.Updates); len(texts) != 1 || texts[0] != "what is wrong here" {
+		t.Errorf("the agent answered %q, want the text of the text blocks", texts)
+	}
+
+	l := h.run(t, "load", "--session", r.SessionID)
+	var blocks []json.RawMessage
+	for _, u := range l.Updates {
+		if u.Phase == "replay" && u.Update.SessionUpdate == "user_message_chunk" {
+			blocks = append(blocks, u.Update.Content)
+		}
+	}
+	replayed, _ := json.Marshal(blocks)
+	if !jsonEqual(replayed, wholePrompt) {
+		t.Errorf("session/load replayed the prompt as\n%s\nwant one user_message_chunk per block, as sent\n%s", replayed, wholePrompt)
+	}
+
+	a := h.run(t, "prompt", "--session", r.SessionID, "--text", "listen", "--blocks", `[{"type":"audio","mimeType":"audio/wav","data":"UklGRg=="}]`)
+	if a.Prompt == nil || !a.Prompt.Error.codeIs(-32602) {
+		t.Errorf("a prompt with audio, which the agent does not take: %+v, want -32602", a.Prompt)
+	}
+	if n := len(received(h.log(t), "session/prompt")); n != 1 {
+		t.Errorf("the agent got %d session/prompt, want 1: the refused one never reaches it", n)
+	}
+}
+
+// TestACPImageRefusedWhenNotAdvertised: behind an agent that advertises
+// no prompt capability, initialize offers none and a prompt with an image
+// is -32602, never passed on without it.
+func TestACPImageRefusedWhenNotAdvertised(t *testing.T) {
+	h := startACPHost(t, acpHostConfig{})
+	r := h.run(t, "prompt", "--text", "see", "--blocks", `[{"type":"image","mimeType":"image/png","data":"iVBORw0KGgo="}]`)
+	var init struct {
+		AgentCapabilities struct {
+			PromptCapabilities map[string]bool `json:"promptCapabilities"`
+		} `json:"agentCapabilities"`
+	}
+	_ = json.Unmarshal(r.Initialize.Result, &init)
+	if pc := init.AgentCapabilities.PromptCapabilities; pc["image"] || pc["audio"] || pc["embeddedContext"] {
+		t.Errorf("initialize promptCapabilities = %v, want none", pc)
+	}
+	if r.Prompt == nil || !r.Prompt.Error.codeIs(-32602) {
+		t.Errorf("a prompt with an image: %+v, want -32602", r.Prompt)
+	}
+	if n := len(received(h.log(t), "session/prompt")); n != 0 {
+		t.Errorf("the agent got %d session/prompt, want none", n)
+	}
+}
