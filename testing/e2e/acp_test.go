@@ -228,11 +228,12 @@ func TestACPInitialize(t *testing.T) {
 			if init.ProtocolVersion != 1 || !caps.LoadSession || !strings.HasPrefix(strings.TrimSpace(string(caps.SessionCapabilities.Resume)), "{") {
 				t.Errorf("initialize: got %s; want protocolVersion 1, loadSession true, sessionCapabilities.resume {…}", res.Initialize.Result)
 			}
-			// tether's sessions carry text prompts: it never offers
-			// images, audio or embedded resources.
+			// The agent behind (the test agent, with no --prompt-caps)
+			// takes text only, and so does tether (TestACPWholePrompts
+			// has one that takes more).
 			for _, k := range []string{"image", "audio", "embeddedContext"} {
 				if caps.PromptCapabilities[k] {
-					t.Errorf("promptCapabilities.%s: got true, want false (text prompts only)", k)
+					t.Errorf("promptCapabilities.%s: got true, want false (the agent's)", k)
 				}
 			}
 		})
