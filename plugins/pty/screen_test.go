@@ -232,3 +232,32 @@ func TestSnapshotModes(t *testing.T) {
 		})
 	}
 }
+
+// TestScrollRegionPastBottom: a scroll region whose bottom margin is below
+// the screen (a program that set it for a taller terminal) ends at the
+// screen's bottom row, as in xterm.js; line feeds in it scroll the region
+// instead of panicking the emulator.
+func TestScrollRegionPastBottom(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		alt  bool
+		seq  string
+	}{
+		{"primary", false, "\x1b[2;5r"},
+		{"alternate", true, "\x1b[2;5r"},
+		{"far below", false, "\x1b[1;999r"},
+		{"top below too", false, "\x1b[7;9r"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tm := newTerm(40, 4, 50)
+			if tt.alt {
+				tm.write([]byte("\x1b[?1049h"))
+			}
+			tm.write([]byte("row1\r\nrow2\r\nrow3\r\nrow4" + tt.seq))
+			tm.write([]byte("\x1b[4;1H\r\n\r\nlast")) // line feeds at the bottom
+			if !bytes.Contains(tm.snapshot(nil), []byte("last")) {
+				t.Errorf("snapshot %q: want it to show %q", tm.snapshot(nil), "last")
+			}
+		})
+	}
+}

@@ -102,6 +102,19 @@ func newTerm(cols, rows, scrollback int) *term {
 		}
 		return false
 	})
+	// As in xterm.js, a DECSTBM bottom margin below the screen is the
+	// screen's bottom row: x/vt keeps it, and the next line feed in the
+	// region indexes past the screen's rows and panics (the feeder, and
+	// the plugin with it). params is the parser's own buffer, which the
+	// handler after this one reads the bottom margin from.
+	e.RegisterCsiHandler('r', func(params ansi.Params) bool {
+		if len(params) > 1 {
+			if bottom, _, _ := params.Param(1, 0); bottom > e.Height() {
+				params[1] = ansi.Param(e.Height())
+			}
+		}
+		return false // x/vt's handler sets the margins
+	})
 	// SCORC (CSI u) restores what CSI s saved (x/vt saves, never restores).
 	e.RegisterCsiHandler('u', func(params ansi.Params) bool {
 		if len(params) > 0 {
