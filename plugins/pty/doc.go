@@ -48,6 +48,11 @@
 // PTYInfo.ScreenRebuilds. A snapshot never feeds more than that tail
 // either: it rebuilds instead. Terminal sizes are recorded at the ring
 // offset of each Resize, so the model resizes where the output did.
+// Once the model has caught up and the output pauses for 20 ms, the
+// feeder renders the snapshot ahead (taking at most a tenth of a CPU for
+// it); a snapshot is kept with the emulator and the count of its changes
+// it was rendered from, and served as is while neither moved, so an
+// attach to a PTY whose output paused renders nothing.
 //
 // The snapshot (snapshot.go) is text with SGR colours and attributes and
 // hyperlinks, line by line: the scrollback (up to BackendConfig.Scrollback

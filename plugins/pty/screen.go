@@ -29,6 +29,17 @@ const feedShare = 0.2
 // at once).
 const quietPeriod = 500 * time.Millisecond
 
+// renderPause is how long the feeder waits, once the model has caught up
+// with the ring, before it renders the snapshot an attach would take, so
+// that the attach finds it ready (snapshot): output that keeps coming
+// sooner than that is not rendered in the background at all.
+const renderPause = 20 * time.Millisecond
+
+// renderShare is the share of a CPU the feeder's background renders take
+// at most: after a render it waits at least (1/renderShare - 1) times as
+// long as the render took before the next one.
+const renderShare = 0.1
+
 // sizeAt records that the bytes from offset on were written for a terminal
 // of cols×rows.
 type sizeAt struct {
@@ -45,6 +56,12 @@ type sizeAt struct {
 // it is rebuilt from what the ring holds (counted in rebuilds) — at once
 // for a snapshot, else once the output pauses for quietPeriod, so that a
 // flood of output costs no emulation it would throw away.
+//
+// The snapshot last rendered is kept with the emulator and the count of
+// its changes (term.gen) it was rendered from, and served as is while
+// neither moved: the model's offset and size only change with them. The
+// feeder renders it ahead once output pauses (renderPause), so that an
+// attach seldom renders on its own path.
 type screen struct {
 	scrollback int
 	wake       chan struct{} // capacity 1: the drain has appended output
@@ -57,6 +74,13 @@ type screen struct {
 	t     *term      // nil once the PTY is done
 	off   int64      // offset of the next byte the model takes
 	stale bool       // fell out of the ring; waits for a pause or a snapshot
+
+	// The snapshot of cacheTerm when its gen was cacheGen (nil: none).
+	// Shared by every attach served from it: never modified.
+	cache     []byte
+	cacheTerm *term
+	cacheGen  uint64
+	renders   int // snapshots rendered (a test hook: a cache hit renders none)
 }
 
 func newScreen(cols, rows, scrollback int, total *atomic.Int64) *screen {
@@ -85,10 +109,23 @@ func (b *Backend) feed(rec *ptyRec) {
 	pause := time.NewTimer(time.Hour)
 	pause.Stop()
 	defer pause.Stop()
-	var seen int64 // the ring's end when the quiet timer was last armed
+	render := time.NewTimer(time.Hour)
+	render.Stop()
+	defer render.Stop()
+	var rendered time.Duration // how long the last background render took
+	var seen int64             // the ring's end when the quiet timer was last armed
 	for {
 		rebuild := false
 		select {
+		case <-render.C:
+			t0 := time.Now()
+			m.mu.Lock()
+			ok := rec.prerenderLocked()
+			m.mu.Unlock()
+			if ok {
+				rendered = time.Since(t0)
+			}
+			continue
 		case <-m.wake:
 		case <-quiet.C:
 			if end := rec.end(); end != seen {
@@ -119,6 +156,10 @@ func (b *Backend) feed(rec *ptyRec) {
 				}
 			}
 			if !more {
+				if !stale {
+					// Caught up: render ahead once output pauses.
+					render.Reset(max(renderPause, time.Duration(float64(rendered)*(1/renderShare-1))))
+				}
 				break
 			}
 			pause.Reset(time.Duration(float64(time.Since(t0)) * (1/feedShare - 1)))
@@ -187,6 +228,7 @@ func (rec *ptyRec) step(rebuild, bounded bool, target *int64) bool {
 		rec.log.Debug().Int64("model", m.off).Int64("from", from).Int64("to", end).Msg("pty screen model rebuilt from the ring")
 		m.t = newTerm(size.cols, size.rows, m.scrollback)
 		m.off, m.stale = from, false
+		m.cache, m.cacheTerm = nil, nil // let the old emulator go
 		m.rebuilds.Add(1)
 		m.total.Add(1)
 		return true
@@ -223,13 +265,37 @@ func (rec *ptyRec) snapshot() (data []byte, off int64, cols, rows int) {
 		size := rec.sizeLocked(rec.ring.EndOffset())
 		return nil, rec.ring.EndOffset(), size.cols, size.rows
 	}
-	// A size change recorded at the model's offset applies before the
-	// next byte, and to the snapshot too.
+	return m.renderLocked(rec), m.off, m.t.emu.Width(), m.t.emu.Height()
+}
+
+// renderLocked returns the snapshot of the model as it stands (m.t is not
+// nil), rendered now or served from the cache if the model did not change
+// since it was rendered. A size change recorded at the model's offset
+// applies before the next byte, and to the snapshot too. m.mu is held.
+func (m *screen) renderLocked(rec *ptyRec) []byte {
 	rec.mu.Lock()
 	size := rec.sizeLocked(m.off)
 	rec.mu.Unlock()
 	m.t.resize(size.cols, size.rows)
-	return m.t.snapshot(nil), m.off, m.t.emu.Width(), m.t.emu.Height()
+	if m.cache == nil || m.cacheTerm != m.t || m.cacheGen != m.t.gen {
+		m.cache, m.cacheTerm, m.cacheGen = m.t.snapshot(nil), m.t, m.t.gen
+		m.renders++
+	}
+	return m.cache
+}
+
+// prerenderLocked renders the snapshot ahead of an attach if the model
+// has caught up with the ring's end (a model behind it, or stale, would be
+// caught up by the attach first anyway), and reports whether it did.
+// m.mu is held.
+func (rec *ptyRec) prerenderLocked() bool {
+	m := rec.screen
+	if m.t == nil || m.stale || m.off != rec.end() {
+		return false
+	}
+	n := m.renders
+	m.renderLocked(rec)
+	return m.renders != n
 }
 
 // close stops the feeder and drops the model: the PTY is done.
@@ -237,6 +303,7 @@ func (m *screen) close() {
 	close(m.stop)
 	m.mu.Lock()
 	m.t = nil
+	m.cache, m.cacheTerm = nil, nil
 	m.mu.Unlock()
 }
 

@@ -28,6 +28,7 @@ type term struct {
 	lines int           // the scrollback lines configured (0: none)
 	modes map[ansi.Mode]bool
 	title string
+	gen   uint64 // counts the changes write and resize made: a snapshot is a function of (t, gen)
 }
 
 // screensOffset is where vt.Emulator keeps its two screens. The emulator
@@ -135,7 +136,10 @@ func (t *term) active() *vt.Screen {
 }
 
 // write feeds p to the emulator.
-func (t *term) write(p []byte) { _, _ = t.emu.Write(p) }
+func (t *term) write(p []byte) {
+	t.gen++
+	_, _ = t.emu.Write(p)
+}
 
 // resize resizes the terminal to model a cols×rows one (modelSize).
 // Like xterm.js, a primary screen whose cursor would fall off the bottom
@@ -148,6 +152,7 @@ func (t *term) resize(cols, rows int) {
 	if cols == width && rows == t.emu.Height() {
 		return
 	}
+	t.gen++
 	if !t.emu.IsAltScreen() {
 		if p := t.emu.CursorPosition(); p.Y >= rows {
 			k := p.Y - rows + 1
