@@ -7,8 +7,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tether-agent/tether/contract/proto/tetherv1"
 )
 
 // KindNotify is a notifier plugin (--plugin notify:NAME=PATH).
@@ -25,68 +25,25 @@ type Notifier interface {
 	Notify(ctx context.Context, id string, body []byte) (answer string, err error)
 }
 
-// The notifier service on the wire. Its messages are protobuf's
-// well-known wrappers, so a plugin in any language needs no generated
-// code of ours: service tether.v1.Notifier, method
-// Notify(google.protobuf.BytesValue body) returns
-// (google.protobuf.StringValue answer), the event's id in the request
-// metadata under NotifyIDKey.
-const (
-	notifyService = "tether.v1.Notifier"
-	notifyMethod  = "/" + notifyService + "/Notify"
-	// NotifyIDKey is the gRPC metadata key of the event's id.
-	NotifyIDKey = "tether-event-id"
-)
-
-// notifyServer is the service's handler type (grpc.ServiceDesc wants
-// an interface).
-type notifyServer interface {
-	notify(ctx context.Context, in *wrapperspb.BytesValue) (*wrapperspb.StringValue, error)
+// NotifyGRPCServer serves Impl on the notifier service
+// (contract/proto/tetherv1/notify.proto: tether.v1.Notifier).
+type NotifyGRPCServer struct {
+	tetherv1.UnimplementedNotifierServer
+	Impl Notifier
 }
 
-var notifyServiceDesc = grpc.ServiceDesc{
-	ServiceName: notifyService,
-	HandlerType: (*notifyServer)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Notify",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.BytesValue)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			s := srv.(notifyServer)
-			if icpt == nil {
-				return s.notify(ctx, in)
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: notifyMethod}
-			return icpt(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-				return s.notify(ctx, req.(*wrapperspb.BytesValue))
-			})
-		},
-	}},
-	Metadata: "tether/v1/notify",
-}
-
-// NotifyGRPCServer serves Impl on the notifier service.
-type NotifyGRPCServer struct{ Impl Notifier }
-
-func (s *NotifyGRPCServer) notify(ctx context.Context, in *wrapperspb.BytesValue) (*wrapperspb.StringValue, error) {
-	var id string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(NotifyIDKey); len(v) > 0 {
-			id = v[0]
-		}
-	}
-	answer, err := s.Impl.Notify(ctx, id, in.GetValue())
+// Notify implements tetherv1.NotifierServer.
+func (s *NotifyGRPCServer) Notify(ctx context.Context, in *tetherv1.NotifyRequest) (*tetherv1.NotifyResponse, error) {
+	answer, err := s.Impl.Notify(ctx, in.GetId(), in.GetBody())
 	if err != nil {
 		return nil, ToGRPC(err)
 	}
-	return wrapperspb.String(answer), nil
+	return &tetherv1.NotifyResponse{Answer: answer}, nil
 }
 
 // NotifyGRPCClient is the host's side of a notifier plugin.
 type NotifyGRPCClient struct {
-	cc *grpc.ClientConn
+	client tetherv1.NotifierClient
 	// exited is go-plugin's context of the plugin: done once the plugin
 	// process exited.
 	exited context.Context
@@ -96,12 +53,11 @@ var _ Notifier = (*NotifyGRPCClient)(nil)
 
 // Notify implements Notifier over gRPC.
 func (c *NotifyGRPCClient) Notify(ctx context.Context, id string, body []byte) (string, error) {
-	ctx = metadata.AppendToOutgoingContext(ctx, NotifyIDKey, id)
-	out := new(wrapperspb.StringValue)
-	if err := c.cc.Invoke(ctx, notifyMethod, wrapperspb.Bytes(body), out); err != nil {
+	out, err := c.client.Notify(ctx, &tetherv1.NotifyRequest{Id: id, Body: body})
+	if err != nil {
 		return "", fmt.Errorf("notify: %w", FromGRPC(err))
 	}
-	return out.GetValue(), nil
+	return out.GetAnswer(), nil
 }
 
 // Exited is closed once the plugin process exited.
@@ -118,14 +74,14 @@ var _ plugin.GRPCPlugin = (*NotifyPlugin)(nil)
 
 // GRPCServer registers Impl on s.
 func (p *NotifyPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	s.RegisterService(&notifyServiceDesc, &NotifyGRPCServer{Impl: p.Impl})
+	tetherv1.RegisterNotifierServer(s, &NotifyGRPCServer{Impl: p.Impl})
 	return nil
 }
 
 // GRPCClient returns a *NotifyGRPCClient; ctx, cancelled when the plugin
 // exits, is its death signal (Exited).
 func (p *NotifyPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
-	return &NotifyGRPCClient{cc: c, exited: ctx}, nil
+	return &NotifyGRPCClient{client: tetherv1.NewNotifierClient(c), exited: ctx}, nil
 }
 
 // NotifyServeConfig is the go-plugin ServeConfig for a notifier; tests
