@@ -42,14 +42,14 @@
 // most a fifth of a CPU, so the model may lag. A snapshot catches it up
 // with the ring's end first. A model that fell further behind than the
 // ring's start (a flood of output) stops until the output pauses for
-// 50 ms or a snapshot asks, and is then rebuilt from the ring's tail — the
+// 500 ms or a snapshot asks, and is then rebuilt from the ring's tail — the
 // last lines enough for a screen and its scrollback, at most 256 KiB —
 // which loses what came before (modes, the alternate screen) and counts in
 // PTYInfo.ScreenRebuilds. A snapshot never feeds more than that tail
 // either: it rebuilds instead. Terminal sizes are recorded at the ring
 // offset of each Resize, so the model resizes where the output did.
-// Once the model has caught up and the output pauses for 20 ms, the
-// feeder renders the snapshot ahead (taking at most a tenth of a CPU for
+// Once the model has caught up and the output pauses for 50 ms, the
+// feeder renders the snapshot ahead (taking at most 2 % of a CPU for
 // it); a snapshot is kept with the emulator and the count of its changes
 // it was rendered from, and served as is while neither moved, so an
 // attach to a PTY whose output paused renders nothing.

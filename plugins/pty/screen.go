@@ -33,12 +33,14 @@ const quietPeriod = 500 * time.Millisecond
 // with the ring, before it renders the snapshot an attach would take, so
 // that the attach finds it ready (snapshot): output that keeps coming
 // sooner than that is not rendered in the background at all.
-const renderPause = 20 * time.Millisecond
+const renderPause = 50 * time.Millisecond
 
 // renderShare is the share of a CPU the feeder's background renders take
 // at most: after a render it waits at least (1/renderShare - 1) times as
-// long as the render took before the next one.
-const renderShare = 0.1
+// long as the render took before the next one. A render is speculative
+// (no attach may come) and takes 1-15 ms (BenchmarkSnapshot), so a PTY
+// whose output pauses often, watched or not, costs little: 2 %.
+const renderShare = 0.02
 
 // sizeAt records that the bytes from offset on were written for a terminal
 // of cols×rows.
