@@ -174,6 +174,17 @@ type Ready struct {
 	// Identity is who the connection's credential names and what it
 	// may do (a page under a view credential shows itself read-only).
 	Identity *Identity `json:"identity,omitempty"`
+	// PromptCapabilities says which content blocks a prompt may hold
+	// besides text and resource links (prompt.submit's content).
+	PromptCapabilities PromptCapabilities `json:"prompt_capabilities"`
+}
+
+// PromptCapabilities are the configured agent's ACP prompt capabilities:
+// image, audio and embedded resource blocks it takes.
+type PromptCapabilities struct {
+	Image           bool `json:"image"`
+	Audio           bool `json:"audio"`
+	EmbeddedContext bool `json:"embeddedContext"`
 }
 
 // Identity is a credential's name and scopes.

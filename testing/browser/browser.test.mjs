@@ -1190,16 +1190,20 @@ test("chat: a dropped socket mid-answer loses and repeats nothing", { timeout: 6
 const acpKit = path.join(repo, "testing", "acp");
 
 // withACPHost runs fn with the URL of a second host (its own state dir
-// name) whose agent is the ACP test kit's, with no PTYs; on a failure it
-// prints that host's stderr.
-async function withACPHost(t, name, fn) {
+// name) whose agent is the ACP test kit's (with agentArgs more of its
+// flags), with no PTYs, and the path of the agent's log (every message it
+// got); on a failure it prints that host's stderr.
+async function withACPHost(t, name, fn, agentArgs = []) {
   assert.ok(
     existsSync(path.join(acpKit, "agent.mjs")) && existsSync(path.join(acpKit, "node_modules", "@agentclientprotocol", "sdk", "package.json")),
     `the ACP test kit is missing: ${acpKit}/agent.mjs and its packages (npm ci in testing/acp)`,
   );
   const dir = path.join(tmp, name + "-state");
   mkdirSync(dir, { mode: 0o700 });
-  const agentCommand = [process.execPath, path.join(acpKit, "agent.mjs"), "--dir", path.join(tmp, name + "-agent")].map((a) => `'${a}'`).join(" ");
+  const agentLog = path.join(tmp, name + "-agent.log");
+  const agentCommand = [process.execPath, path.join(acpKit, "agent.mjs"), "--dir", path.join(tmp, name + "-agent"), "--log", agentLog, ...agentArgs]
+    .map((a) => `'${a}'`)
+    .join(" ");
   const acpLog = [];
   const h = spawnTether(dir, ["--listen", "127.0.0.1:0", "--pty-command", "", "--agent", "acp", "--agent-command", agentCommand], (l) => {
     acpLog.push(l);
@@ -1207,7 +1211,7 @@ async function withACPHost(t, name, fn) {
   });
   try {
     const { url: acpURL } = await h.started;
-    await fn(acpURL);
+    await fn(acpURL, agentLog);
   } catch (err) {
     t.diagnostic("ACP host's stderr, last lines:");
     for (const line of acpLog.slice(-20)) t.diagnostic(line);
@@ -1437,6 +1441,87 @@ test("chat: a reopened ACP chat shows its tool calls and its failed turns as the
     ),
   ),
 );
+
+// Behind an ACP agent that takes images and embedded resources, the
+// Chat view's Attach offers files: an image becomes an image block, a
+// text file an embedded resource, and the prompt reaches the agent with
+// them as sent (the agent's log); the prompt's row shows the thumbnail
+// and the file, also after a reload (from the stored prompt); a pasted
+// image is attached like a chosen one. Behind the
+// echo agent, which takes text only, there is no Attach.
+test("chat: an attached image and file reach the ACP agent as content blocks", { timeout: 120000 }, async (t) => {
+  await withContext(t, async (ctx) => {
+    const page = await openChatView(ctx);
+    await page.click("#chat-new");
+    await page.waitForFunction(() => !document.getElementById("chat-input").disabled, null, { timeout: wait });
+    assert.equal(await page.isHidden("#chat-attach"), true, "Attach shows behind the echo agent, which takes text only");
+  });
+  await withACPHost(
+    t,
+    "acp-attach",
+    (acpURL, agentLog) =>
+      withContext(t, async (ctx) => {
+        const png = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==", "base64");
+        const page = await openChatView(ctx, acpURL);
+        await page.click("#chat-new");
+        await page.waitForSelector("#chat-attach:not([hidden]):not([disabled])", { timeout: wait });
+        await page.setInputFiles("#chat-file", [
+          { name: "shot.png", mimeType: "image/png", buffer: png },
+          { name: "notes.txt", mimeType: "text/plain", buffer: Buffer.from("hello notes\n") },
+        ]);
+        await page.waitForFunction(() => document.querySelectorAll("#chat-attachments li").length === 2, null, { timeout: wait });
+        await prompt(page, "look at these");
+        await waitRun(page, "complete");
+        assert.equal(await page.$$eval("#chat-attachments li", (l) => l.length), 0, "the attachments stay after the prompt was sent");
+        const got = readFileSync(agentLog, "utf8")
+          .split("\n")
+          .filter(Boolean)
+          .map((l) => JSON.parse(l))
+          .filter((e) => e.dir === "in" && e.method === "session/prompt");
+        assert.equal(got.length, 1);
+        assert.deepEqual(got[0].params.prompt, [
+          { type: "text", text: "look at these" },
+          { type: "image", mimeType: "image/png", data: png.toString("base64"), uri: "file:///shot.png" },
+          { type: "resource", resource: { uri: "file:///notes.txt", mimeType: "text/plain", text: "hello notes\n" } },
+        ]);
+        const shown = () =>
+          page.$$eval("#chat-log > .msg.user .attached li", (l) =>
+            l.map((li) => (li.dataset.type === "image" ? "image:" + li.querySelector("img").naturalWidth : li.textContent)),
+          );
+        await page.waitForFunction(() => [...document.querySelectorAll("#chat-log .attached img")].every((i) => i.complete), null, { timeout: wait });
+        assert.deepEqual(await shown(), ["image:1", "📎 notes.txt"]);
+        await page.reload();
+        await page.click("#view-chat");
+        await waitChat(page, "connected");
+        await page.waitForSelector("#chat-log > .msg.user .attached li", { timeout: wait });
+        await page.waitForFunction(() => [...document.querySelectorAll("#chat-log .attached img")].every((i) => i.complete), null, { timeout: wait });
+        assert.deepEqual(await shown(), ["image:1", "📎 notes.txt"], "after a reload");
+
+        // A pasted screenshot is attached too.
+        await page.waitForFunction(() => !document.getElementById("chat-input").disabled, null, { timeout: wait });
+        await page.evaluate((b64) => {
+          const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+          const dt = new DataTransfer();
+          dt.items.add(new File([bytes], "image.png", { type: "image/png" }));
+          document.getElementById("chat-input").dispatchEvent(new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+        }, png.toString("base64"));
+        await page.waitForFunction(() => document.querySelectorAll("#chat-attachments li").length === 1, null, { timeout: wait });
+        await prompt(page, "pasted");
+        await page.waitForFunction(() => document.querySelectorAll("#chat-log > .msg.user").length === 2, null, { timeout: wait });
+        await waitRun(page, "complete");
+        const prompts = readFileSync(agentLog, "utf8")
+          .split("\n")
+          .filter(Boolean)
+          .map((l) => JSON.parse(l))
+          .filter((e) => e.dir === "in" && e.method === "session/prompt");
+        assert.deepEqual(prompts.at(-1).params.prompt, [
+          { type: "text", text: "pasted" },
+          { type: "image", mimeType: "image/png", data: png.toString("base64"), uri: "file:///image.png" },
+        ]);
+      }),
+    ["--prompt-caps", "image,embeddedContext"],
+  );
+});
 
 // A second host runs the ACP test kit's agent (testing/acp/agent.mjs, on
 // the official SDK; `npm ci` in testing/acp installs it). Its prompt

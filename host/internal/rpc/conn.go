@@ -79,10 +79,15 @@ func (c *conn) Released(s *session.Session) {
 
 // ready sends gateway.ready.
 func (c *conn) ready() {
+	pc := c.gw.promptCaps.Get()
 	frame, _ := json.Marshal(map[string]any{
 		"jsonrpc": wire.JSONRPCVersion,
 		"method":  wire.MethodEvent,
-		"params":  map[string]any{"type": wire.EventReady, "payload": wire.Ready{Version: c.gw.version, Identity: &wire.Identity{Name: c.who.Name, Scopes: c.readyScopes()}}},
+		"params": map[string]any{"type": wire.EventReady, "payload": wire.Ready{
+			Version:            c.gw.version,
+			Identity:           &wire.Identity{Name: c.who.Name, Scopes: c.readyScopes()},
+			PromptCapabilities: wire.PromptCapabilities{Image: pc.Image, Audio: pc.Audio, EmbeddedContext: pc.EmbeddedContext},
+		}},
 	})
 	c.Send(frame)
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/tether-agent/tether/host/internal/session"
 )
 
-// TestSubmitContent: prompt.submit's content blocks follow its text as
+// TestSubmitContent: gateway.ready carries the agent's prompt
+// capabilities; prompt.submit's content blocks follow its text as
 // the prompt: stored with it and journaled in message.start's content;
 // echo answers the text blocks' text; a block the agent does not take,
 // or content that is not blocks, is -32602.
@@ -25,6 +26,9 @@ func TestSubmitContent(t *testing.T) {
 	out := &notifyingSender{sent: make(chan struct{}, 1)}
 	c := gw.newConn(contract.TransportID{Instance: "t", Conn: 1}, "ws", out).as(adminWho)
 	defer c.OnClosed()
+	// gateway.ready says what a prompt's content may hold.
+	c.ready()
+	out.waitFrame(t, `"prompt_capabilities":{"image":true,"audio":false,"embeddedContext":false}`)
 	c.OnFrame([]byte(`{"jsonrpc":"2.0","id":1,"method":"session.create"}`), false)
 	var created struct {
 		Result session.Snapshot `json:"result"`

@@ -62,6 +62,9 @@
   const logEl = $("chat-log");
   const input = $("chat-input");
   const sendButton = $("chat-send");
+  const attachButton = $("chat-attach");
+  const fileInput = $("chat-file");
+  const attachList = $("chat-attachments");
   const stopButton = $("chat-stop");
   const newButton = $("chat-new");
   const PLACEHOLDER = input.placeholder;
@@ -141,6 +144,9 @@
   // sessions cannot start a new chat.
 
   let identity = null; // {name, scopes} of the latest gateway.ready
+  // What a prompt may hold besides text (gateway.ready's
+  // prompt_capabilities, the agent's: docs/PROTOCOL.md 14.5).
+  let promptCaps = { image: false, audio: false, embeddedContext: false };
 
   function scopes() {
     return identity && Array.isArray(identity.scopes) ? identity.scopes : null;
@@ -382,6 +388,8 @@
       const p = m.params || {};
       if (p.type === "gateway.ready") {
         identity = p.payload && typeof p.payload.identity === "object" ? p.payload.identity : null;
+        const pc = p.payload && typeof p.payload.prompt_capabilities === "object" && p.payload.prompt_capabilities;
+        promptCaps = { image: !!(pc && pc.image), audio: !!(pc && pc.audio), embeddedContext: !!(pc && pc.embeddedContext) };
         onReady();
       }
       else onEvent(p);
@@ -688,7 +696,7 @@
     switch (e.type) {
       case "message.start":
         if (c.streamRow) finishRow(c.streamRow, "");
-        addRow("user", typeof p.prompt === "string" ? p.prompt : c.sent || "");
+        addRow("user", typeof p.prompt === "string" ? p.prompt : c.sent || "", false, p.content);
         c.streamRow = addRow("assistant", "", true);
         c.tools = new Map(); // a run's tool calls are its own
         c.running = true;
@@ -744,7 +752,7 @@
       const last = i === msgs.length - 1;
       // While a run is in flight the last row is its answer so far.
       const inFlight = last && c.running && m.role === "assistant";
-      const row = addRow(m.role === "user" ? "user" : "assistant", String(m.text || ""), inFlight);
+      const row = addRow(m.role === "user" ? "user" : "assistant", String(m.text || ""), inFlight, m.content);
       if (inFlight) c.streamRow = row;
     });
     for (const p of snap.pending_permissions || []) addPermission(c, p);
@@ -866,10 +874,10 @@
     if (wasPinned) logEl.scrollTop = logEl.scrollHeight;
   }
 
-  function addRow(role, text, streaming) {
+  function addRow(role, text, streaming, content) {
     const p = pinned();
     const li = el("li", "msg " + role);
-    li.append(el("div", "who", role === "user" ? "You" : "Agent"), el("ul", "items"), el("div", "text", text));
+    li.append(el("div", "who", role === "user" ? "You" : "Agent"), el("ul", "items"), attachedList(content), el("div", "text", text));
     if (streaming) {
       li.dataset.status = "streaming";
       li.setAttribute("aria-busy", "true");
@@ -877,6 +885,37 @@
     logEl.append(li);
     scrollDown(p);
     return li;
+  }
+
+  // attachedList shows a prompt's blocks other than text: an image as a
+  // thumbnail, a resource or a link by its name.
+  function attachedList(content) {
+    const ul = el("ul", "attached");
+    for (const b of Array.isArray(content) ? content : []) {
+      if (!b || typeof b !== "object" || b.type === "text") continue;
+      const li = el("li");
+      li.dataset.type = String(b.type);
+      if (b.type === "image" && typeof b.data === "string" && /^image\/[\w.+-]+$/.test(String(b.mimeType))) {
+        const img = document.createElement("img");
+        img.src = "data:" + b.mimeType + ";base64," + b.data;
+        img.alt = blockName(b) || "image";
+        li.append(img);
+      } else {
+        li.textContent = "📎 " + (blockName(b) || String(b.type));
+      }
+      ul.append(li);
+    }
+    return ul;
+  }
+  function blockName(b) {
+    const uri = b.type === "resource" && b.resource ? b.resource.uri : b.uri;
+    if (b.name) return String(b.name);
+    if (typeof uri !== "string") return "";
+    try {
+      return decodeURIComponent(uri.slice(uri.lastIndexOf("/") + 1));
+    } catch (_) {
+      return uri;
+    }
   }
 
   // appendText adds a delta as a text node of its own.
@@ -969,6 +1008,9 @@
         ? "This link does not allow starting a chat: pick the chat it opens"
         : PLACEHOLDER;
     sendButton.disabled = input.disabled;
+    attachButton.hidden = !(promptCaps.image || promptCaps.embeddedContext);
+    attachButton.disabled = input.disabled;
+    fileInput.accept = promptCaps.embeddedContext ? "" : "image/*";
     stopButton.disabled = !(online && c && c.sid && c.running) || watching;
     newButton.disabled = !mayCreate();
     if (online) statusEl.textContent = watching ? "chat: connected · read-only: you watch, prompts and answers are not yours to send" : "chat: connected";
@@ -990,10 +1032,91 @@
     return line.length > TITLE_MAX ? line.slice(0, TITLE_MAX - 1) + "…" : line;
   }
 
+  // ---- attachments: files read into ACP content blocks (an image
+  // block, else an embedded resource: its text when it is UTF-8 text,
+  // else its bytes), sent with the prompt as prompt.submit's content.
+
+  let attached = []; // {name, block}
+  // The socket takes 1 MiB a message: what does not fit is not sent.
+  const ATTACH_MAX = 1000000;
+
+  function b64(buf) {
+    let s = "";
+    const bytes = new Uint8Array(buf);
+    for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    return btoa(s);
+  }
+
+  async function blockOf(file) {
+    const buf = await file.arrayBuffer();
+    const uri = "file:///" + encodeURIComponent(file.name);
+    const mime = file.type || "application/octet-stream";
+    if (/^image\//.test(file.type) && promptCaps.image) return { type: "image", mimeType: mime, data: b64(buf), uri };
+    if (!promptCaps.embeddedContext) return null;
+    try {
+      const text = new TextDecoder("utf-8", { fatal: true }).decode(buf);
+      if (!text.includes("\u0000")) return { type: "resource", resource: { uri, mimeType: file.type || "text/plain", text } };
+    } catch (_) {
+      // not UTF-8 text: its bytes
+    }
+    return { type: "resource", resource: { uri, mimeType: mime, blob: b64(buf) } };
+  }
+
+  function drawAttached() {
+    attachList.textContent = "";
+    attached.forEach((a, i) => {
+      const li = el("li", "", "📎 " + a.name);
+      const rm = el("button", "", "×");
+      rm.type = "button";
+      rm.title = "Remove " + a.name;
+      rm.addEventListener("click", () => {
+        attached.splice(i, 1);
+        drawAttached();
+      });
+      li.append(rm);
+      attachList.append(li);
+    });
+  }
+
+  attachButton.addEventListener("click", () => fileInput.click());
+  fileInput.addEventListener("change", async () => {
+    const files = Array.from(fileInput.files || []);
+    fileInput.value = "";
+    await attachFiles(files);
+  });
+  // A pasted image (a screenshot) is attached like a chosen file.
+  input.addEventListener("paste", (ev) => {
+    const files = Array.from((ev.clipboardData && ev.clipboardData.files) || []).filter((f) => /^image\//.test(f.type));
+    if (!files.length || !promptCaps.image || input.disabled) return;
+    ev.preventDefault();
+    void attachFiles(files);
+  });
+
+  async function attachFiles(files) {
+    for (const file of files) {
+      let block = null;
+      try {
+        block = await blockOf(file);
+      } catch (err) {
+        note("cannot read " + file.name + ": " + err);
+        continue;
+      }
+      if (!block) note("cannot attach " + file.name + ": the agent takes images only");
+      else attached.push({ name: file.name, block });
+    }
+    drawAttached();
+  }
+
   function send() {
     const c = cur;
     const text = input.value;
-    if (!c || input.disabled || text.trim() === "") return;
+    const content = attached.map((a) => a.block);
+    if (!c || input.disabled || (text.trim() === "" && content.length === 0)) return;
+    if (content.length && JSON.stringify(content).length + text.length > ATTACH_MAX) {
+      note("not sent: the attachments are too big (a prompt is at most 1 MB here)");
+      return;
+    }
+    const sentAttached = attached;
     c.submitting = true;
     updateControls();
     const create = c.key
@@ -1006,11 +1129,15 @@
     create
       .then(() => {
         c.sent = text;
-        return call("prompt.submit", { session_id: c.sid, text });
+        return call("prompt.submit", content.length ? { session_id: c.sid, text, content } : { session_id: c.sid, text });
       })
       .then(
         () => {
           if (!stale(c) && input.value === text) input.value = "";
+          if (attached === sentAttached) {
+            attached = [];
+            drawAttached();
+          }
         },
         (err) => {
           if (stale(c) || err.code === "stale") return;
