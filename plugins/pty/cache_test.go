@@ -189,3 +189,50 @@ func TestSnapshotRenderedAhead(t *testing.T) {
 	}
 	out.waitExit(t, r.Epoch)
 }
+
+// TestSnapshotRenderedAheadAfterResize: a resize the child draws nothing
+// after (sleep) still gets its snapshot rendered ahead, of the new size.
+func TestSnapshotRenderedAheadAfterResize(t *testing.T) {
+	b, out := newBackend(t, contract.BackendConfig{})
+	r := attach(t, b, contract.AttachRequest{Token: token("resized"), Viewer: viewer(1), Cols: 80, Rows: 24,
+		Argv: sh("echo READY; exec sleep 30")})
+	out.waitOutput(t, r.Epoch, "READY\r\n")
+	b.mu.Lock()
+	m := b.ptys[token("resized")].screen
+	b.mu.Unlock()
+	waitRenders := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			m.mu.Lock()
+			got := m.renders
+			m.mu.Unlock()
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d snapshots rendered ahead in 10 s, want %d", got, n)
+			}
+			time.Sleep(time.Millisecond) // polling a condition, with a deadline
+		}
+	}
+	waitRenders(1)
+	if err := b.Resize(context.Background(), token("resized"), viewer(1), 100, 30); err != nil {
+		t.Fatal(err)
+	}
+	waitRenders(2)
+	snap := attach(t, b, contract.AttachRequest{Token: token("resized"), Viewer: viewer(2), View: true})
+	if snap.Cols != 100 || snap.Rows != 30 || !bytes.Contains(snap.Replay, []byte("READY")) {
+		t.Errorf("snapshot %dx%d %q, want 100x30 showing READY", snap.Cols, snap.Rows, snap.Replay)
+	}
+	m.mu.Lock()
+	n := m.renders
+	m.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d renders after the attach, want the 2 rendered ahead", n)
+	}
+	if err := b.Close(context.Background(), token("resized")); err != nil {
+		t.Fatal(err)
+	}
+	out.waitExit(t, r.Epoch)
+}

@@ -266,6 +266,12 @@ func (rec *ptyRec) append(p []byte) {
 	rec.mu.Lock()
 	rec.ring.Append(p)
 	rec.mu.Unlock()
+	rec.wakeFeeder()
+}
+
+// wakeFeeder wakes the screen model's feeder, unless the model is stale
+// (the feeder then waits for the output to pause) or not fed at all.
+func (rec *ptyRec) wakeFeeder() {
 	if !rec.noFeed && !rec.screen.lagging.Load() {
 		wake(rec.screen.wake)
 	}
@@ -376,10 +382,14 @@ func (rec *ptyRec) isWriter(viewer contract.TransportID) bool {
 
 // setSize sets the terminal size through the poller-owned descriptor
 // (pty.Setsize would switch the master to blocking mode).
+// The feeder is woken to render the snapshot of the new size ahead, for a
+// child that draws nothing after it.
 func (rec *ptyRec) setSize(cols, rows int) error {
 	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return rec.setSizeLocked(cols, rows)
+	err := rec.setSizeLocked(cols, rows)
+	rec.mu.Unlock()
+	rec.wakeFeeder()
+	return err
 }
 
 // setSizeLocked is setSize with rec.mu held.
