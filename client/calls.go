@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/tether-agent/tether/wire"
 )
@@ -76,6 +77,16 @@ func (c *Conn) EventsSince(ctx context.Context, sessionID string, lastSeen uint6
 func (c *Conn) Submit(ctx context.Context, sessionID, text string) (wire.SubmitResult, error) {
 	var r wire.SubmitResult
 	err := c.Call(ctx, wire.MethodSubmit, wire.SubmitParams{SessionID: sessionID, Text: text}, &r)
+	return r, err
+}
+
+// SubmitContent is Submit of a prompt with content blocks after its text
+// (a JSON array of ACP content blocks the agent takes: text,
+// resource_link, and image, audio, resource where gateway.ready's
+// prompt_capabilities say so).
+func (c *Conn) SubmitContent(ctx context.Context, sessionID, text string, content json.RawMessage) (wire.SubmitResult, error) {
+	var r wire.SubmitResult
+	err := c.Call(ctx, wire.MethodSubmit, wire.SubmitParams{SessionID: sessionID, Text: text, Content: content}, &r)
 	return r, err
 }
 

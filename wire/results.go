@@ -50,6 +50,9 @@ type EventsSinceParams struct {
 type SubmitParams struct {
 	SessionID string `json:"session_id"`
 	Text      string `json:"text"`
+	// Content is more of the prompt, after Text: a JSON array of ACP
+	// content blocks (docs/PROTOCOL.md, prompt.submit); nil for none.
+	Content json.RawMessage `json:"content,omitempty"`
 }
 
 // Results.
@@ -58,6 +61,10 @@ type SubmitParams struct {
 type Message struct {
 	Role string `json:"role"` // RoleUser or RoleAssistant
 	Text string `json:"text"`
+	// Content is a prompt's ACP content blocks as sent, when it was more
+	// than one plain text block (Text is then the text of its text
+	// blocks).
+	Content json.RawMessage `json:"content,omitempty"`
 }
 
 // Snapshot is the result of session.create, branch, resume and activate.

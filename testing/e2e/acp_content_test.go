@@ -3,6 +3,10 @@ package e2e_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
+
+	"github.com/tether-agent/tether/client"
+	"github.com/tether-agent/tether/wire"
 )
 
 // wholePrompt is a prompt an editor sends after a pasted screenshot and an
@@ -91,5 +95,65 @@ func TestACPImageRefusedWhenNotAdvertised(t *testing.T) {
 	}
 	if n := len(received(h.log(t), "session/prompt")); n != 0 {
 		t.Errorf("the agent got %d session/prompt, want none", n)
+	}
+}
+
+// TestNativeSubmitContent: a native client (the Go client package) reads
+// the agent's prompt capabilities from gateway.ready and submits a prompt
+// with content blocks (prompt.submit's content): the ACP agent gets the
+// text as a first block, then the blocks as sent; the snapshot's display
+// row keeps them; a resource to an agent without embeddedContext is
+// -32602.
+func TestNativeSubmitContent(t *testing.T) {
+	h := startACPHost(t, acpHostConfig{AgentArgs: []string{"--prompt-caps", "image"}})
+	c, err := client.Dial(ctxT(t, 10*time.Second), "ws://"+h.Addr, client.Options{Token: h.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ready wire.Ready
+	if err := json.Unmarshal(c.Ready().Payload, &ready); err != nil {
+		t.Fatalf("gateway.ready %s: %v", c.Ready().Raw, err)
+	}
+	if pc := ready.PromptCapabilities; !pc.Image || pc.Audio || pc.EmbeddedContext {
+		t.Errorf("gateway.ready prompt_capabilities = %+v, want image only (the agent's)", pc)
+	}
+	snap, err := c.Create(ctxT(t, 10*time.Second), wire.CreateParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := `[{"type":"image","mimeType":"image/png","data":"iVBORw0KGgo="}]`
+	if _, err := c.SubmitContent(ctxT(t, 10*time.Second), snap.SessionID, "see", json.RawMessage(image)); err != nil {
+		t.Fatalf("prompt.submit with content: %v", err)
+	}
+	for e := range c.Events() {
+		if e.Type == wire.EventMessageComplete {
+			break
+		}
+	}
+	prompts := received(h.log(t), "session/prompt")
+	var got struct {
+		Prompt json.RawMessage `json:"prompt"`
+	}
+	if len(prompts) == 1 {
+		_ = json.Unmarshal(prompts[0].Params, &got)
+	}
+	want := `[{"type":"text","text":"see"},{"type":"image","mimeType":"image/png","data":"iVBORw0KGgo="}]`
+	if !jsonEqual(got.Prompt, want) {
+		t.Errorf("the agent got %d prompts, the last %s; want one, %s", len(prompts), got.Prompt, want)
+	}
+	other, err := client.Dial(ctxT(t, 10*time.Second), "ws://"+h.Addr, client.Options{Token: h.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	res, err := other.Resume(ctxT(t, 10*time.Second), wire.ResumeParams{SessionID: snap.SessionKey})
+	if err != nil || len(res.Messages) == 0 || !jsonEqual(res.Messages[0].Content, want) {
+		t.Errorf("snapshot messages = %+v, %v; want the prompt's row with its blocks", res.Messages, err)
+	}
+	resource := `[{"type":"resource","resource":{"uri":"file:///a","text":"x"}}]`
+	_, err = c.SubmitContent(ctxT(t, 10*time.Second), snap.SessionID, "", json.RawMessage(resource))
+	if !client.IsCode(err, -32602) {
+		t.Errorf("prompt.submit with a resource the agent does not take: %v, want -32602", err)
 	}
 }
