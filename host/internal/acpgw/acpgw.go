@@ -63,6 +63,11 @@ const closedMethod = "_tether/closed"
 // before it feeds the next message.
 const startWait = 10 * time.Second
 
+// maxLine is the length of a line the ACP library's reader no longer
+// reads (a bufio.Scanner of 10 MiB): a message that long is refused
+// before it (a prompt that big passes no transport's 1 MiB frames today).
+const maxLine = 10 << 20
+
 // maxQueued bounds a connection's frames waiting for the protocol
 // reader; a client that floods past it is closed with 1013.
 const maxQueued = 1024

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -151,5 +152,22 @@ func TestEchoAnswersTheTextBlocks(t *testing.T) {
 	res := acp.ResourceBlock(acp.EmbeddedResourceResource{TextResourceContents: &acp.TextResourceContents{Uri: "file:///a.go", Text: "x"}})
 	if _, err := a.cs.Prompt(ctx(t), acp.PromptRequest{SessionId: acp.SessionId(sid), Prompt: []acp.ContentBlock{acp.TextBlock("see"), res}}); requestCode(err) != -32602 {
 		t.Errorf("embedded resource to echo: %v, want -32602", err)
+	}
+}
+
+// TestMessageOverTheLibrarysLineRefused: a session/prompt too long for the
+// ACP library's line reader is -32602, and the connection goes on (the
+// reader would otherwise stop, ending it).
+func TestMessageOverTheLibrarysLineRefused(t *testing.T) {
+	e := newEnv(t, agent.NewEchoFactory(0))
+	cl := e.connect()
+	cl.initialize(t)
+	sid := cl.newSession(t, "/w")
+	big := acp.TextBlock(strings.Repeat("a", maxLine))
+	if _, err := cl.cs.Prompt(ctx(t), acp.PromptRequest{SessionId: acp.SessionId(sid), Prompt: []acp.ContentBlock{big}}); requestCode(err) != -32602 {
+		t.Fatalf("a prompt over the library's line: %v, want -32602", err)
+	}
+	if resp, err := cl.prompt(t, sid, "still here"); err != nil || resp.StopReason != acp.StopReasonEndTurn {
+		t.Fatalf("the next prompt: %+v, %v; want end_turn", resp, err)
 	}
 }

@@ -3,6 +3,7 @@ package acpgw
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -69,6 +70,16 @@ func (c *conn) OnFrame(data []byte, binary bool) {
 	if method == closedMethod {
 		if id != nil {
 			c.sendError(id, -32601, "Method not found")
+		}
+		return
+	}
+	if len(trimmed) >= maxLine {
+		// The library's reader stops at a longer line, ending the
+		// connection: refuse the message instead.
+		if id != nil {
+			c.sendError(id, -32602, fmt.Sprintf("message of %d bytes: at most %d", len(trimmed), maxLine-1))
+		} else {
+			c.log.Warn().Int("bytes", len(trimmed)).Str("method", method).Msg("acp notification too big; dropped")
 		}
 		return
 	}
