@@ -47,3 +47,24 @@ func TestMetricsFromStart(t *testing.T) {
 		t.Errorf("tether_build_info = %v, want 1", v)
 	}
 }
+
+// TestMetricsGroupCommit: the store's group-commit series count the
+// host's own writes: after a create and a prompt, writes were made, in
+// at least one transaction and at most one each.
+func TestMetricsGroupCommit(t *testing.T) {
+	s := e2e.Start(t, e2e.Config{Args: []string{"--admin-listen", "127.0.0.1:0", "--pty-command", ""}})
+	c := s.Dial(t)
+	var snap snapshot
+	call(t, c, "session.create", map[string]any{"title": "counted"}, &snap)
+	call(t, c, "prompt.submit", map[string]any{"session_id": snap.SessionID, "text": "one two"}, nil)
+	writes, commits := s.Metric(t, "tether_store_writes_total"), s.Metric(t, "tether_store_commits_total")
+	if writes < 2 || commits < 1 || commits > writes {
+		t.Errorf("tether_store_writes_total = %v, tether_store_commits_total = %v; want at least 2 writes (the create, the turn) in 1 to %v transactions", writes, commits, writes)
+	}
+	if g := s.Metric(t, "tether_store_group_max"); g < 1 {
+		t.Errorf("tether_store_group_max = %v, want at least 1", g)
+	}
+	if !s.HasMetric(t, "tether_store_overloaded_total") {
+		t.Error("no tether_store_overloaded_total series")
+	}
+}
