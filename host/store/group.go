@@ -242,8 +242,10 @@ func (s *Store) commitGroup(w *committer, ops []*groupOp) {
 		per = (3*old + per) / 4
 	}
 	w.perWrite.Store(per)
-	w.commits.Add(uint64(commits))
+	// Writes before commits: a reader between the two never sees more
+	// transactions than the writes they carried.
 	w.writes.Add(uint64(len(ops)))
+	w.commits.Add(uint64(commits))
 	if int64(len(ops)) > w.maxGroup.Load() {
 		w.maxGroup.Store(int64(len(ops)))
 	}

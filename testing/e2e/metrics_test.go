@@ -57,7 +57,18 @@ func TestMetricsGroupCommit(t *testing.T) {
 	var snap snapshot
 	call(t, c, "session.create", map[string]any{"title": "counted"}, &snap)
 	call(t, c, "prompt.submit", map[string]any{"session_id": snap.SessionID, "text": "one two"}, nil)
-	writes, commits := s.Metric(t, "tether_store_writes_total"), s.Metric(t, "tether_store_commits_total")
+	waitComplete(t, c, snap.SessionID)
+	// Both counters from one scrape: the run's journal and cursor writes
+	// go on after the prompt is answered.
+	status, body := s.AdminGet(t, "/metrics")
+	if status != 200 {
+		t.Fatalf("GET /metrics: %d", status)
+	}
+	writes, werr := e2e.SumMetric(body, "tether_store_writes_total")
+	commits, cerr := e2e.SumMetric(body, "tether_store_commits_total")
+	if werr != nil || cerr != nil {
+		t.Fatalf("parse /metrics: %v, %v", werr, cerr)
+	}
 	if writes < 2 || commits < 1 || commits > writes {
 		t.Errorf("tether_store_writes_total = %v, tether_store_commits_total = %v; want at least 2 writes (the create, the turn) in 1 to %v transactions", writes, commits, writes)
 	}
