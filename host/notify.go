@@ -158,20 +158,53 @@ func ReadNotifySecret(path string) ([]byte, error) {
 }
 
 // notifyControl answers OpNotifyTest on the control socket, adds the
-// notifier plugins to OpList's, and hands every other request to next
-// (a notifier plugin is not reloaded or stopped on its own).
+// notifier plugins to OpList's, reloads a notifier plugin (OpReload of
+// its name: a fresh process, of Path when given), and hands every other
+// request to next. A notifier plugin is not stopped or unloaded on its
+// own: what it would deliver would pile up in the outbox.
 func (h *hostParts) notifyControl(next func(context.Context, ControlRequest) (ControlResponse, error)) func(context.Context, ControlRequest) (ControlResponse, error) {
-	return func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
-		if req.Op == OpList {
+	var handle func(context.Context, ControlRequest) (ControlResponse, error)
+	handle = func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
+		switch req.Op {
+		case OpList:
 			resp, err := next(ctx, req)
 			for _, sup := range h.notifyPlugins {
 				resp.Plugins = append(resp.Plugins, sup.Status())
 			}
 			return resp, err
+		case OpNotifyTest:
+			return ControlResponse{Notifiers: h.testNotify(ctx)}, nil
+		case OpReload, OpStop, OpUnload:
+			sup := h.notifyPlugin(req.Name)
+			if sup == nil {
+				return next(ctx, req)
+			}
+			if req.Op != OpReload {
+				return ControlResponse{}, fmt.Errorf("plugin %s is a notifier: it is not stopped on its own (its notifications would pile up); reload it to swap it for a fresh process", req.Name)
+			}
+			var spec *supervise.PluginSpec
+			if req.Path != "" {
+				if !filepath.IsAbs(req.Path) {
+					return ControlResponse{}, fmt.Errorf("plugin path %q is not absolute", req.Path)
+				}
+				spec = &supervise.PluginSpec{Path: req.Path, SHA256: req.SHA256}
+			}
+			if _, err := sup.Reload(ctx, spec); err != nil {
+				return ControlResponse{}, fmt.Errorf("reload %s: %w", req.Name, err)
+			}
+			return handle(ctx, ControlRequest{Op: OpList})
 		}
-		if req.Op != OpNotifyTest {
-			return next(ctx, req)
-		}
-		return ControlResponse{Notifiers: h.testNotify(ctx)}, nil
+		return next(ctx, req)
 	}
+	return handle
+}
+
+// notifyPlugin is the notifier plugin named name, or nil.
+func (h *hostParts) notifyPlugin(name string) *supervise.Notifier {
+	for _, sup := range h.notifyPlugins {
+		if sup.Name() == name {
+			return sup
+		}
+	}
+	return nil
 }

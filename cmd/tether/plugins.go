@@ -26,7 +26,8 @@ const pluginsUsage = `usage:
   tether plugins unload NAME              stop an added transport: its sockets are closed with 1012,
                                           their sessions parked (resume them anywhere)
   tether plugins reload NAME [--plugin-path PATH[#sha256]]
-                                          transport: swap in a fresh process (of PATH, run with no arguments);
+                                          transport or notifier: swap in a fresh process (of PATH, run with
+                                          no arguments; a notifier's pending notifications wait in the outbox);
                                           also restarts one marked failed; pty: start it again after a stop
   tether plugins stop pty                 stop the PTY plugin and every PTY (also when no host is running)
 

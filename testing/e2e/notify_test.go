@@ -47,7 +47,8 @@ type hookEvent struct {
 type hookCall struct {
 	ev     hookEvent
 	body   string
-	status int // what the receiver answered
+	status int    // what the receiver answered
+	pid    string // X-Hook-Pid: the hook plugin process that sent it
 }
 
 // receiver is a webhook receiver: it checks each POST's signature and
@@ -116,7 +117,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Unlock()
 	w.WriteHeader(status)
-	r.calls <- hookCall{ev: ev, body: string(body), status: status}
+	r.calls <- hookCall{ev: ev, body: string(body), status: status, pid: req.Header.Get("X-Hook-Pid")}
 }
 
 // next is the receiver's next call.
@@ -376,6 +377,7 @@ func (h hookPlugin) Notify(ctx context.Context, id string, body []byte) (string,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Tether-Event-Id", id)
+	req.Header.Set("X-Hook-Pid", strconv.Itoa(os.Getpid()))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return "", err
@@ -455,8 +457,36 @@ func TestNotifyPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHook(t, r.next(t, "the notification pending while the plugin was down").ev, "run.completed", key2, runID2)
-	if p := pluginsJSON(t, s.StateDir)["hook"]; p.Restarts != 1 || p.State != "running" {
-		t.Errorf("tether plugins list after the kill: hook is %+v, want running, 1 restart", p)
+	before := pluginsJSON(t, s.StateDir)["hook"]
+	if before.Restarts != 1 || before.State != "running" {
+		t.Errorf("tether plugins list after the kill: hook is %+v, want running, 1 restart", before)
+	}
+
+	// Reloaded: a fresh process, no restart counted, and the next
+	// notification goes through it.
+	if out, errOut, code := e2e.Tether(t, "plugins", "reload", "hook", "--state-dir", s.StateDir); code != 0 || !strings.Contains(out, "hook") {
+		t.Fatalf("tether plugins reload hook: exit %d\n%s%s", code, out, errOut)
+	}
+	after := pluginsJSON(t, s.StateDir)["hook"]
+	if after.Pid == before.Pid || after.Pid == 0 || after.State != "running" || after.Restarts != 1 {
+		t.Errorf("after tether plugins reload hook: %+v (before: pid %d), want a new running process and still 1 restart", after, before.Pid)
+	}
+	if err := syscall.Kill(before.Pid, 0); err == nil {
+		t.Errorf("the swapped-out notifier process %d still runs", before.Pid)
+	}
+	sid3, key3, runID3 := newSessionRun(t, c, "three")
+	waitComplete(t, c, sid3)
+	call := r.next(t, "run.completed through the reloaded plugin")
+	checkHook(t, call.ev, "run.completed", key3, runID3)
+	if call.pid != strconv.Itoa(after.Pid) {
+		t.Errorf("the notification after the reload came through pid %q, want the new process %d", call.pid, after.Pid)
+	}
+	// Not stopped on its own: its notifications would pile up.
+	if _, errOut, code := e2e.Tether(t, "plugins", "stop", "hook", "--state-dir", s.StateDir); code != 1 || !strings.Contains(errOut, "is a notifier") {
+		t.Errorf("tether plugins stop hook: exit %d %q, want 1 and why", code, errOut)
+	}
+	if p := pluginsJSON(t, s.StateDir)["hook"]; p.Pid != after.Pid || p.State != "running" {
+		t.Errorf("after a refused stop: hook is %+v, want pid %d running", p, after.Pid)
 	}
 }
 

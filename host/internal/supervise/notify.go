@@ -23,7 +23,7 @@ var ErrNotifierDown = errors.New("notifier plugin not running")
 // outbox keeps the notification for a later attempt.
 type Notifier struct {
 	core
-	spec PluginSpec
+	spec PluginSpec // guarded by mu (set by Reload)
 	opts Options
 }
 
@@ -72,11 +72,14 @@ func (n *Notifier) launch() (*ngen, error) {
 	if n.opts.SocketDir != "" {
 		opts.Env = append(opts.Env, plugin.EnvUnixSocketDir+"="+n.opts.SocketDir)
 	}
-	proc, err := startPlugin(n.spec, contract.KindNotify, opts, n.log)
+	n.mu.Lock()
+	spec := n.spec
+	n.mu.Unlock()
+	proc, err := startPlugin(spec, contract.KindNotify, opts, n.log)
 	if err != nil {
 		return nil, err
 	}
-	n.log.Debug().Str("plugin", n.name).Int("pid", proc.pid).Str("path", n.spec.Path).Msg("plugin started")
+	n.log.Debug().Str("plugin", n.name).Int("pid", proc.pid).Str("path", spec.Path).Msg("plugin started")
 	return &ngen{genState: genState{proc: proc, started: time.Now(), done: make(chan struct{})}}, nil
 }
 
@@ -105,9 +108,59 @@ func (n *Notifier) Notify(ctx context.Context, id string, body []byte) (string, 
 	return g.proc.nt.Notify(ctx, id, body)
 }
 
+// Reload (`tether plugins reload NAME`) starts a fresh process (of spec
+// when given, else the current binary), makes it the one notifications
+// go to, and kills the old one; a notification the old one was sending
+// fails and the outbox sends it again. It also brings back a plugin
+// marked failed. If the new process fails to start, the old one keeps
+// serving and the error is returned.
+func (n *Notifier) Reload(ctx context.Context, spec *PluginSpec) (PluginStatus, error) {
+	if err := n.acquire(ctx); err != nil {
+		return PluginStatus{}, err
+	}
+	defer n.release()
+	if n.isStopping() {
+		return PluginStatus{}, ErrStopping
+	}
+	n.mu.Lock()
+	prev := n.spec
+	if spec != nil {
+		n.spec = *spec
+		n.spec.Name = n.name
+	}
+	n.mu.Unlock()
+	g, err := n.launch()
+	n.mu.Lock()
+	if err != nil {
+		n.spec = prev
+		n.mu.Unlock()
+		return PluginStatus{}, err
+	}
+	old, _ := n.cur.(*ngen)
+	n.streak, n.backoff = 0, 0 // a reload gives a failed plugin a fresh start
+	n.mu.Unlock()
+	if old != nil {
+		old.retired.Store(true) // its end is no crash
+	}
+	if !n.activate(g) {
+		g.proc.client.Kill()
+		return PluginStatus{}, ErrStopping
+	}
+	n.metrics.PluginReloads.WithLabelValues(n.name).Inc()
+	if old != nil {
+		old.proc.client.Kill()
+		old.proc.removeSocket()
+	}
+	n.log.Info().Str("plugin", n.name).Int("pid", g.proc.pid).Msg("notify plugin swapped")
+	return n.Status(), nil
+}
+
 // Status is the plugin's status, as tether plugins would list it.
 func (n *Notifier) Status() PluginStatus {
-	st, _ := n.statusBase(contract.KindNotify, n.spec.Path)
+	n.mu.Lock()
+	path := n.spec.Path
+	n.mu.Unlock()
+	st, _ := n.statusBase(contract.KindNotify, path)
 	return st
 }
 
