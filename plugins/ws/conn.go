@@ -46,6 +46,8 @@ type conn struct {
 	openedAt time.Time
 	id       uint64 // set before the conn is published
 	prefix   []byte // read side only: bytes read ahead (past the handshake, by wait or readAhead)
+	maxIn    int64  // the largest message taken from the peer (/acp's is larger)
+	maxOut   int64  // the send queue's bound
 
 	mu          sync.Mutex // guards the fields below
 	admitted    bool
@@ -101,7 +103,7 @@ func (c *conn) send(binary bool, data []byte) {
 		return
 	}
 	n := int64(len(data))
-	if c.queued+c.inflight+int64(len(c.partial))+n > c.cfg.sendQueue {
+	if c.queued+c.inflight+int64(len(c.partial))+n > c.maxOut {
 		c.s.log.Debug().Uint64("conn", c.id).Int64("queued", c.queued+c.inflight).Msg("send queue full")
 		c.closeLocked(wire.CloseTryAgainLater, "send queue full", false, time.Now().Add(c.cfg.slowGrace))
 		return
@@ -430,7 +432,7 @@ func (c *conn) control(op ws.OpCode, p []byte) error {
 // reports it closed.
 func (c *conn) readLoop() {
 	defer c.s.wg.Done()
-	m := newMsgReader(c, c.cfg.maxMessage, c.control)
+	m := newMsgReader(c, c.maxIn, c.control)
 	m.await = c.awaitActive
 	var err error
 	for {

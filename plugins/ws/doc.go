@@ -87,9 +87,9 @@
 //
 // After admission every complete data message is an EventFrame. The plugin
 // closes a connection on its own only for protocol limits: a message larger
-// than MaxMessage (1009), invalid UTF-8 in a text message or close reason
-// (1007), any other framing error (1002), a send queue over SendQueue bytes
-// (1013). Exactly one EventClosed ends every connection, admitted or not;
+// than MaxMessage (1009; on /acp, ACPMaxMessage), invalid UTF-8 in a text
+// message or close reason (1007), any other framing error (1002), a send
+// queue over SendQueue bytes (1013; on /acp, SendQueue plus ACPMaxMessage). Exactly one EventClosed ends every connection, admitted or not;
 // its code is the first close code of the connection: the one the server
 // sent (host command, limit, Stop), else the one the peer sent (1005 for an
 // empty close frame), else 1006 when the TCP connection ended without a

@@ -36,6 +36,11 @@ const (
 	DefaultEventBuffer    = transportkit.DefaultEventBuffer
 	DefaultMaxConnections = 20000
 	DefaultHeaderTimeout  = 10 * time.Second
+	// DefaultACPMaxMessage is the largest message an /acp socket takes:
+	// a prompt may carry 16 MiB of content blocks (an image, a file), so
+	// the host answers one over that with -32602 rather than the socket
+	// closing with 1009; the extra MiB is the JSON around the blocks.
+	DefaultACPMaxMessage = 17 << 20
 )
 
 // maxCloseGrace bounds how long a close handshake may take once started.
@@ -53,19 +58,20 @@ const maxLingerIdle = time.Second
 
 // config is the settings of a started Server; constant after Start.
 type config struct {
-	pingInterval time.Duration
-	peerTimeout  time.Duration
-	closeGrace   time.Duration
-	slowGrace    time.Duration // the close handshake of a 1013 "send queue full"
-	lingerIdle   time.Duration // how long a reader waits for the next message before a waiter takes over
-	maxMessage   int64
-	sendQueue    int64
-	maxConns     int64 // as asked; the listener applies it lowered to the fd limit
-	headerTO     time.Duration
-	refuseGrace  time.Duration
-	certFile     string // with keyFile: serve TLS
-	keyFile      string
-	pageAuth     bool // the host decides page requests
+	pingInterval  time.Duration
+	peerTimeout   time.Duration
+	closeGrace    time.Duration
+	slowGrace     time.Duration // the close handshake of a 1013 "send queue full"
+	lingerIdle    time.Duration // how long a reader waits for the next message before a waiter takes over
+	maxMessage    int64
+	acpMaxMessage int64 // /acp's maxMessage (Server.ACPMaxMessage)
+	sendQueue     int64
+	maxConns      int64 // as asked; the listener applies it lowered to the fd limit
+	headerTO      time.Duration
+	refuseGrace   time.Duration
+	certFile      string // with keyFile: serve TLS
+	keyFile       string
+	pageAuth      bool // the host decides page requests
 }
 
 // Server is the WebSocket transport. The zero value is not usable; call New.
@@ -76,6 +82,11 @@ type Server struct {
 	// EventBuffer, if set before Start, bounds the bytes of message payload
 	// queued for the link; see the package doc. Zero means 16 MiB.
 	EventBuffer int64
+	// ACPMaxMessage, if set before Start, is the largest message an /acp
+	// socket takes (zero: DefaultACPMaxMessage; never below the
+	// StartRequest's MaxMessage). Its send queue holds one such message
+	// beyond the StartRequest's SendQueue.
+	ACPMaxMessage int64
 	// PageAnswerTimeout, if set before Start, bounds the wait for the
 	// host's answer to a page request (PageAuth); past it the page gets
 	// HTTP 503. Zero means 10 s.
@@ -137,6 +148,7 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	cfg.acpMaxMessage = max(orDefault(s.ACPMaxMessage, DefaultACPMaxMessage), cfg.maxMessage)
 	switch {
 	case s.stopped:
 		return contract.StartResponse{}, fmt.Errorf("start: %w", contract.ErrStopped)
@@ -469,7 +481,10 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	c := &conn{s: s, cfg: cfg, nc: nc, openedAt: time.Now()}
+	c := &conn{s: s, cfg: cfg, nc: nc, openedAt: time.Now(), maxIn: cfg.maxMessage, maxOut: cfg.sendQueue}
+	if r.URL.Path == "/acp" {
+		c.maxIn, c.maxOut = cfg.acpMaxMessage, cfg.sendQueue+cfg.acpMaxMessage
+	}
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}

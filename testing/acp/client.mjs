@@ -32,6 +32,8 @@
 //   --bind load|resume how to bind --session (default: the scenario's)
 //   --after N          session/resume's _meta["tether/after"]
 //   --text TEXT        the prompt (scenarios prompt/cancel; any with it)
+//   --blocks-file F    the same, read from the file F (for blocks too big
+//                      for a command line)
 //   --blocks JSON      the prompt's content blocks, a JSON array sent as it
 //                      is (after the --text block when --text is given too)
 //   --cwd DIR          cwd for session/new, load and resume (default: $PWD)
@@ -70,6 +72,7 @@
 // bound, prompt-sent, update, permission, cancel-request, answered, stop),
 // which the Go tests wait on to order several clients; other stderr lines
 // are diagnostics.
+import * as fs from "node:fs";
 import * as acp from "@agentclientprotocol/sdk";
 import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
 import WebSocket from "ws";
@@ -120,6 +123,7 @@ function parseFlags(argv) {
       case "--after": f.after = num(next(), a); break;
       case "--text": f.text = next(); break;
       case "--blocks": f.blocks = JSON.parse(next()); break;
+      case "--blocks-file": f.blocks = JSON.parse(fs.readFileSync(next(), "utf8")); break;
       case "--cwd": f.cwd = next(); break;
       case "--live": f.live = num(next(), a); break;
       case "--updates": f.updates = num(next(), a); break;

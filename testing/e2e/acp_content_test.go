@@ -1,7 +1,10 @@
 package e2e_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -155,5 +158,70 @@ func TestNativeSubmitContent(t *testing.T) {
 	_, err = c.SubmitContent(ctxT(t, 10*time.Second), snap.SessionID, "", json.RawMessage(resource))
 	if !client.IsCode(err, -32602) {
 		t.Errorf("prompt.submit with a resource the agent does not take: %v, want -32602", err)
+	}
+}
+
+// TestACPLargeImage: a pasted screenshot of megabytes fits through /acp
+// (its socket takes more than /api/ws's 1 MiB): it reaches the agent as
+// sent and session/load replays it whole; a prompt past what the ACP
+// library reads (10 MiB) is answered -32602, not a socket closed with
+// 1009.
+func TestACPLargeImage(t *testing.T) {
+	h := startACPHost(t, acpHostConfig{AgentArgs: []string{"--prompt-caps", "image"}})
+	dir := t.TempDir()
+	writeBlocks := func(name string, n int) string {
+		img := make([]byte, n)
+		for i := range img {
+			img[i] = byte(i*7 + i/251)
+		}
+		b, err := json.Marshal([]map[string]string{{"type": "image", "mimeType": "image/png", "data": base64.StdEncoding.EncodeToString(img)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	shot := writeBlocks("shot.json", 3<<20) // 4 MiB as base64
+	want, err := os.ReadFile(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.run(t, "prompt", "--text", "what is wrong here", "--blocks-file", shot)
+	if r.Prompt == nil || r.Prompt.StopReason != "end_turn" {
+		t.Fatalf("session/prompt with a 4 MiB image = %+v (errors %v), want end_turn", r.Prompt, r.Errors)
+	}
+	prompts := received(h.log(t), "session/prompt")
+	if len(prompts) != 1 {
+		t.Fatalf("the agent got %d session/prompt, want 1", len(prompts))
+	}
+	var got struct {
+		Prompt []json.RawMessage `json:"prompt"`
+	}
+	_ = json.Unmarshal(prompts[0].Params, &got)
+	if len(got.Prompt) != 2 || !jsonEqual(got.Prompt[1], string(want[1:len(want)-1])) {
+		t.Errorf("the agent got %d blocks, want the text and the image as sent", len(got.Prompt))
+	}
+
+	l := h.run(t, "load", "--session", r.SessionID)
+	var images int
+	for _, u := range l.Updates {
+		if u.Phase == "replay" && u.Update.SessionUpdate == "user_message_chunk" && jsonEqual(u.Update.Content, string(want[1:len(want)-1])) {
+			images++
+		}
+	}
+	if images != 1 {
+		t.Errorf("session/load replayed the 4 MiB image %d times whole, want once (errors %v)", images, l.Errors)
+	}
+
+	huge := writeBlocks("huge.json", 9<<20) // 12 MiB as base64
+	a := h.run(t, "prompt", "--session", r.SessionID, "--text", "and this", "--blocks-file", huge)
+	if a.Prompt == nil || !a.Prompt.Error.codeIs(-32602) {
+		t.Errorf("a prompt of 12 MiB: %+v (errors %v), want -32602", a.Prompt, a.Errors)
+	}
+	if n := len(received(h.log(t), "session/prompt")); n != 1 {
+		t.Errorf("the agent got %d session/prompt, want 1: the refused one never reaches it", n)
 	}
 }
