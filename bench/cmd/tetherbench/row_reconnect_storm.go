@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -25,6 +26,9 @@ type rcStorm struct {
 	cs    []*rcClient
 	conns []*client.Conn // each client's first socket
 	sids  []string
+	// submitted counts the answers to the submits released at once:
+	// "served", or the error code.
+	submitted map[string]int
 }
 
 // rcTimes are the storm's phases, for its report.
@@ -127,12 +131,54 @@ func (st *rcStorm) setUp(ctx context.Context) (created, setup time.Duration, err
 	})
 	created = time.Since(t0)
 	if err == nil {
-		err = st.phase("submit", func(i int, c *rcClient) error {
-			_, err := st.conns[i].Submit(ctx, st.sids[i], c.prompt)
-			return err
-		})
+		err = st.submitAtOnce(ctx)
 	}
 	return created, time.Since(t0), err
+}
+
+// submitAtOnce has every client submit its prompt at the same instant
+// (as an outside harness does; the client library retries a 5003 after
+// its retry_after_ms) and fails, with the count of each answer, unless
+// every one was served.
+func (st *rcStorm) submitAtOnce(ctx context.Context) error {
+	var (
+		wg      sync.WaitGroup
+		release = make(chan struct{})
+		mu      sync.Mutex
+		answers = map[string]int{}
+		first   error
+	)
+	for i, c := range st.cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-release
+			_, err := st.conns[i].Submit(ctx, st.sids[i], c.prompt)
+			what := "served"
+			if err != nil {
+				what = "error"
+				var re *client.Error
+				if errors.As(err, &re) {
+					what = fmt.Sprint(re.Code)
+				}
+			}
+			mu.Lock()
+			answers[what]++
+			if err != nil && first == nil {
+				first = fmt.Errorf("client %d submit: %w", i, err)
+			}
+			mu.Unlock()
+		}()
+	}
+	t0 := time.Now()
+	close(release)
+	wg.Wait()
+	st.submitted = answers
+	logf(st.cfg, "reconnect storm ×%d: %d submits released at once, answered in %v: %v", len(st.cs), len(st.cs), time.Since(t0).Round(time.Millisecond), answers)
+	if first != nil {
+		return fmt.Errorf("%w (answers: %v)", first, answers)
+	}
+	return nil
 }
 
 // waitStreaming waits until every run streams (its start and one delta
@@ -327,9 +373,15 @@ func (st *rcStorm) report(rep *report, t rcTimes) {
 		dc = append(dc, fmt.Sprintf("%q ×%d", k, v))
 	}
 	sort.Strings(dc)
-	rep.note("%s: set-up: dial and create %v, then submit %v; %d words × %v per run (%v); %d runs in flight (their end not pushed on the old socket); deadline %v after the kill, all done after %v",
+	rep.note("%s: set-up: dial and create %v, then every submit released at once, all answered in %v; %d words × %v per run (%v); %d runs in flight (their end not pushed on the old socket); deadline %v after the kill, all done after %v",
 		row, t.created.Round(time.Millisecond), (t.setup - t.created).Round(time.Millisecond), o.words, o.delay, runFor, t.inFlight, o.deadline, t.total.Round(time.Millisecond))
 	rep.note("%s: failures by class: %s", row, orNone(strings.Join(cl, ", ")))
+	var sub []string
+	for k, v := range st.submitted {
+		sub = append(sub, fmt.Sprintf("%s: %d", k, v))
+	}
+	sort.Strings(sub)
+	rep.add(result{row: row, metric: "submits released at once: answers (5003s retried by the client)", tether: strings.Join(sub, ", "), target: "every one served, 0 × 5000", met: yesNo(st.submitted["served"] == n), n: 1})
 	if t.inFlight < n {
 		rep.note("%s: only %d of %d runs were in flight: the set-up took longer than a run (lengthen -reconnect-words or -reconnect-delay to test them all)", row, t.inFlight, n)
 	}
