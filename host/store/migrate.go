@@ -107,6 +107,16 @@ var migrations = []string{
 	// 9: a prompt's content blocks as its client sent them (a JSON
 	// array of ACP content blocks; '' for a text-only row).
 	`ALTER TABLE messages ADD COLUMN content TEXT NOT NULL DEFAULT '';`,
+
+	// 10: the page's Web Push subscriptions, each the credential's that
+	// made it (docs/NOTIFICATIONS.md, "Web Push").
+	`CREATE TABLE IF NOT EXISTS push_subscriptions (
+		endpoint   TEXT NOT NULL PRIMARY KEY,
+		p256dh     TEXT NOT NULL,
+		auth       TEXT NOT NULL,
+		credential TEXT NOT NULL,
+		created_at INTEGER NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // latestVersion is the schema version Open migrates to.

@@ -140,6 +140,14 @@ func TestMigrateFromEveryVersion(t *testing.T) {
 			if last := msgs[len(msgs)-1]; string(last.Content) != string(blocks) {
 				t.Errorf("content of the new row: got %s, want %s", last.Content, blocks)
 			}
+			// Push subscriptions are kept from version 10 on.
+			sub := PushSubscription{Endpoint: "https://push.example/x", P256dh: "p", Auth: "a", Credential: "c", Created: t0}
+			if err := s.PutPushSubscription(ctx, sub); err != nil {
+				t.Fatalf("PutPushSubscription after the migration: %v", err)
+			}
+			if subs, err := s.PushSubscriptions(ctx); err != nil || len(subs) != 1 || subs[0].Endpoint != sub.Endpoint {
+				t.Errorf("PushSubscriptions after the migration: got %+v, %v; want the one stored", subs, err)
+			}
 		})
 	}
 }

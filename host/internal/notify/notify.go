@@ -79,6 +79,10 @@ type Event struct {
 	PTY string `json:"pty,omitempty"`
 	// ExitCode is the terminal's process's exit status (pty.exited).
 	ExitCode *int `json:"exit_code,omitempty"`
+	// Unattended is true when no page or client of the session (or the
+	// terminal) was connected when it happened: Web Push pushes only
+	// those (docs/NOTIFICATIONS.md, "Web Push").
+	Unattended bool `json:"unattended,omitempty"`
 }
 
 // Notifier delivers notifications somewhere: a webhook, a plugin.
