@@ -156,6 +156,17 @@ type Config struct {
 	// NotifySecret signs the webhooks' bodies (--notify-secret-file);
 	// nil: unsigned.
 	NotifySecret []byte
+	// NotifyPush turns on Web Push for the page (--notify-push): VAPID
+	// keys in the state dir, push.* on /api/ws, pushes of what happens
+	// while nobody is connected (docs/NOTIFICATIONS.md, "Web Push").
+	NotifyPush bool
+	// NotifyPushSubject is the VAPID subject (--notify-push-subject): a
+	// mailto: address or an https:// URL; empty: PublicURL when it is
+	// https://, else mailto:tether@localhost.
+	NotifyPushSubject string
+	// NotifyPushInsecure lets push endpoints be http:// on loopback
+	// (--notify-push-insecure-endpoints): for tests only.
+	NotifyPushInsecure bool
 	// Notifiers are notifier plugins (--plugin notify:NAME=PATH), each
 	// sent every notification like a webhook.
 	Notifiers []PluginSpec

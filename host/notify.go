@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/tether-agent/tether/host/internal/access"
 	"github.com/tether-agent/tether/host/internal/notify"
 	"github.com/tether-agent/tether/host/internal/supervise"
 	"github.com/tether-agent/tether/host/store"
@@ -39,19 +41,33 @@ func (h *hostParts) startNotify(ctx context.Context) error {
 		h.notifyPlugins = append(h.notifyPlugins, sup)
 		ns = append(ns, pluginNotifier{sup})
 	}
-	if len(ns) == 0 {
+	if len(ns) == 0 && !h.cfg.NotifyPush {
 		return nil
 	}
 	if len(h.cfg.NotifyWebhooks) > 0 && len(h.cfg.NotifySecret) == 0 {
 		h.cfg.Log.Warn().Msg("webhook notifications are not signed: give --notify-secret-file")
 	}
 	ob, ok := h.st.(store.Outbox)
-	if h.node != nil || !ok {
+	ps, _ := h.st.(store.PushStore)
+	if h.node != nil || !ok || ps == nil {
 		st, err := store.Open(ctx, filepath.Join(h.cfg.StateDir, outboxFile))
 		if err != nil {
+			h.stopNotifyPlugins(ctx)
 			return fmt.Errorf("notifications: open the outbox: %w", err)
 		}
-		h.notifyStore, ob = st, st
+		h.notifyStore, ob, ps = st, st, st
+	}
+	if h.cfg.NotifyPush {
+		w, err := h.newWebPush(ps)
+		if err != nil {
+			if h.notifyStore != nil {
+				_ = h.notifyStore.Close()
+			}
+			h.stopNotifyPlugins(ctx)
+			return err
+		}
+		h.push = w
+		ns = append(ns, w)
 	}
 	o, err := notify.New(notify.Config{Store: ob, Notifiers: ns, LinkBase: h.cfg.PublicURL, Log: h.cfg.Log.With().Str("part", "notify").Logger(), Metrics: h.m})
 	if err == nil {
@@ -66,6 +82,49 @@ func (h *hostParts) startNotify(ctx context.Context) error {
 	}
 	h.outbox = o
 	return nil
+}
+
+// newWebPush makes the Web Push notifier of --notify-push: its VAPID
+// keys made once in the state dir, its subscriptions in ps (a cluster
+// member's own outbox.db: each host pushes of the sessions it runs, to
+// the subscriptions made on it), each pushed what its credential may
+// see at the time of the push.
+func (h *hostParts) newWebPush(ps store.PushStore) (*notify.WebPush, error) {
+	keys, err := notify.LoadVAPIDKeys(h.cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	subject := h.cfg.NotifyPushSubject
+	if subject == "" {
+		subject = "mailto:tether@localhost"
+		if strings.HasPrefix(h.cfg.PublicURL, "https://") {
+			subject = h.cfg.PublicURL
+		}
+	}
+	return notify.NewWebPush(notify.PushConfig{Keys: keys, Subject: subject, Store: ps, Reach: pushReach(h.creds),
+		Insecure: h.cfg.NotifyPushInsecure, Log: h.cfg.Log.With().Str("part", "notify").Str("notifier", "webpush").Logger()})
+}
+
+// pushReach is Web Push's scope rule, from the credential book: a
+// subscription is pushed an event of a session or PTY only while its
+// credential (not revoked, not expired) may view it; a test event only
+// when it is admin.
+func pushReach(b *access.Book) func(credential, kind, id string) bool {
+	return func(credential, kind, id string) bool {
+		if b == nil {
+			return false
+		}
+		scopes := b.Scopes(credential) // nil once revoked or expired
+		switch kind {
+		case notify.ReachAdmin:
+			return access.IsAdmin(scopes)
+		case notify.ReachSession:
+			return access.Can(scopes, access.ScopeSession, id, false)
+		case notify.ReachPTY:
+			return access.Can(scopes, access.ScopePTY, id, false)
+		}
+		return false
+	}
 }
 
 // pluginNotifier is a notifier plugin as the outbox sends to it.
@@ -107,12 +166,12 @@ func (h *hostParts) notifyFunc() func(notify.Event) {
 }
 
 // ptyExitFunc tells the outbox of a PTY's exit; nil with no notifier.
-func (h *hostParts) ptyExitFunc() func(token string, code int) {
+func (h *hostParts) ptyExitFunc() func(token string, code int, attended bool) {
 	if h.outbox == nil {
 		return nil
 	}
-	return func(token string, code int) {
-		h.outbox.Enqueue(notify.Event{Type: notify.TypePTYExited, PTY: token, ExitCode: &code})
+	return func(token string, code int, attended bool) {
+		h.outbox.Enqueue(notify.Event{Type: notify.TypePTYExited, PTY: token, ExitCode: &code, Unattended: !attended})
 	}
 }
 

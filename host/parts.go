@@ -39,7 +39,8 @@ type hostParts struct {
 	st      store.Backend
 	node    *cluster.Node // nil on a single host
 	creds   *access.Book
-	outbox  *notify.Outbox // nil: no notifier
+	outbox  *notify.Outbox  // nil: no notifier
+	push    *notify.WebPush // nil: no --notify-push
 	// notifyPlugins are the notifier plugins' supervisors.
 	notifyPlugins []*supervise.Notifier
 	// notifyStore keeps the outbox when it is not the store's (a
@@ -244,6 +245,9 @@ func (h *hostParts) startGateway(context.Context) error {
 	})
 	h.gw = rpc.New(h.table, h.st, cfg.Version, cfg.Log, h.m)
 	h.gw.SetCredentials(h.creds)
+	if h.push != nil {
+		h.gw.SetPush(h.push)
+	}
 	if node != nil {
 		h.gw.SetRemote(clusterRemote{node}) // before any connection
 	}

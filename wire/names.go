@@ -37,6 +37,12 @@ const (
 	MethodCredentialCreate = "credential.create"
 	MethodCredentialList   = "credential.list"
 	MethodCredentialRevoke = "credential.revoke"
+	// MethodPushKey, MethodPushSubscribe and MethodPushUnsubscribe are
+	// the page's Web Push: the host's VAPID public key, and storing or
+	// deleting a browser's subscription (the caller's credential's).
+	MethodPushKey         = "push.key"
+	MethodPushSubscribe   = "push.subscribe"
+	MethodPushUnsubscribe = "push.unsubscribe"
 )
 
 // Server event types.

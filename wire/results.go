@@ -302,3 +302,36 @@ type CredentialRevokeParams struct {
 type CredentialRevoked struct {
 	Revoked []CredentialInfo `json:"revoked"`
 }
+
+// PushKey is the result of push.key.
+type PushKey struct {
+	// Key is the host's VAPID public key, base64url: the
+	// applicationServerKey of pushManager.subscribe.
+	Key string `json:"key"`
+}
+
+// PushKeys are a push subscription's keys, as the browser's
+// PushSubscription.toJSON() gives them (base64url).
+type PushKeys struct {
+	P256dh string `json:"p256dh"`
+	Auth   string `json:"auth"`
+}
+
+// PushSubscribeParams are the params of push.subscribe: a browser's
+// PushSubscription.toJSON() (expirationTime is ignored).
+type PushSubscribeParams struct {
+	Endpoint       string   `json:"endpoint"`
+	Keys           PushKeys `json:"keys"`
+	ExpirationTime *int64   `json:"expirationTime,omitempty"`
+}
+
+// PushUnsubscribeParams are the params of push.unsubscribe.
+type PushUnsubscribeParams struct {
+	Endpoint string `json:"endpoint"`
+}
+
+// PushUnsubscribed is the result of push.unsubscribe.
+type PushUnsubscribed struct {
+	// Deleted is false when the caller had no such subscription.
+	Deleted bool `json:"deleted"`
+}

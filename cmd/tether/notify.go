@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tether-agent/tether/host"
@@ -17,6 +18,10 @@ import (
 type notifyFlags struct {
 	webhooks   strList
 	secretFile string
+	// push, pushSubject, pushInsecure: --notify-push and its options.
+	push         bool
+	pushSubject  string
+	pushInsecure bool
 
 	secret  []byte            // read by validate
 	plugins []host.PluginSpec // --plugin notify:NAME=PATH
@@ -39,6 +44,9 @@ func addNotifyFlags(fs *flag.FlagSet) *notifyFlags {
 	n := &notifyFlags{}
 	fs.Var(&n.webhooks, "notify-webhook", "an http(s) `URL` sent a signed JSON POST of each notification: a permission request, a run completed or failed, a terminal exited (repeatable; see docs/NOTIFICATIONS.md)")
 	fs.StringVar(&n.secretFile, "notify-secret-file", "", "`file` (mode 0600, at least 16 bytes) holding the secret the webhooks' bodies are signed with (X-Tether-Signature: sha256=HMAC)")
+	fs.BoolVar(&n.push, "notify-push", false, "offer Web Push to the page (\"Notify me\"): VAPID keys made once in the state dir; a browser is pushed what happens while nobody is connected, within its credential's scope (needs the page on https://, see docs/NOTIFICATIONS.md)")
+	fs.StringVar(&n.pushSubject, "notify-push-subject", "", "the VAPID `subject` push services may contact: mailto:ADDRESS or an https:// URL (default: --public-url when it is https://, else mailto:tether@localhost)")
+	fs.BoolVar(&n.pushInsecure, "notify-push-insecure-endpoints", false, "for tests only: accept http:// push endpoints on loopback (a local push receiver)")
 	return n
 }
 
@@ -52,6 +60,12 @@ func (n *notifyFlags) validate() error {
 		if slices.Contains(n.webhooks[:i], u) {
 			return fmt.Errorf("--notify-webhook %s given twice", redacted(u))
 		}
+	}
+	if n.pushSubject != "" && !strings.HasPrefix(n.pushSubject, "mailto:") && !strings.HasPrefix(n.pushSubject, "https://") {
+		return fmt.Errorf("--notify-push-subject: want mailto:ADDRESS or an https:// URL, got %q", n.pushSubject)
+	}
+	if (n.pushSubject != "" || n.pushInsecure) && !n.push {
+		return errors.New("--notify-push-subject and --notify-push-insecure-endpoints go with --notify-push")
 	}
 	if n.secretFile == "" {
 		return nil
@@ -122,7 +136,7 @@ func notifyCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if len(resp.Notifiers) == 0 {
-		fmt.Fprintln(stderr, "tether notify test: the host has no notifier (give tether serve --notify-webhook URL)")
+		fmt.Fprintln(stderr, "tether notify test: the host has no notifier (give tether serve --notify-webhook URL or --notify-push)")
 		return 1
 	}
 	code := 0

@@ -280,5 +280,9 @@ func (f *serveFlags) hostConfig() host.Config {
 		NotifyWebhooks: f.notify.webhooks,
 		NotifySecret:   f.notify.secret,
 		Notifiers:      f.notify.plugins,
+
+		NotifyPush:         f.notify.push,
+		NotifyPushSubject:  f.notify.pushSubject,
+		NotifyPushInsecure: f.notify.pushInsecure,
 	}
 }

@@ -48,7 +48,7 @@ type Router struct {
 	wg      sync.WaitGroup // per-socket workers and detaches
 	book    *access.Book   // the host's credentials (SetCredentials); nil: identities as given
 	// onExit is told of each PTY's exit (SetOnExit); nil: none.
-	onExit func(token string, code int)
+	onExit func(token string, code int, attended bool)
 
 	mu      sync.Mutex // guards the fields below
 	backend contract.Backend
@@ -79,9 +79,10 @@ func New(log zerolog.Logger, m *metrics.Metrics, maxCols, maxRows int) *Router {
 func (r *Router) SetCredentials(b *access.Book) { r.book = b }
 
 // SetOnExit makes the router tell f of each PTY whose process exited
-// (its token and exit status), from the output stream, with no lock
-// held; f must not block. Call it before the backend starts.
-func (r *Router) SetOnExit(f func(token string, code int)) { r.onExit = f }
+// (its token, exit status, and whether a socket was attached to it),
+// from the output stream, with no lock held; f must not block. Call it
+// before the backend starts.
+func (r *Router) SetOnExit(f func(token string, code int, attended bool)) { r.onExit = f }
 
 // SetBackend sets the backend new attaches go to.
 func (r *Router) SetBackend(b contract.Backend) {
@@ -100,7 +101,18 @@ func (r *Router) Wait() { r.wg.Wait() }
 // outrunning the ring.
 func (r *Router) OnOutput(ctx context.Context, outs []contract.Output) error {
 	var links []link.FlowSender
+	var attended map[string]bool // the exited PTYs that had a socket
 	r.mu.Lock()
+	if r.onExit != nil {
+		for _, o := range outs {
+			if route := r.routes[o.Token]; o.Exited && route != nil && len(route.socks) > 0 {
+				if attended == nil {
+					attended = map[string]bool{}
+				}
+				attended[o.Token] = true
+			}
+		}
+	}
 	r.fanOutLocked(outs, func(c *ptyConn) {
 		if l, ok := c.out.(link.FlowSender); ok && !slices.Contains(links, l) {
 			links = append(links, l)
@@ -110,7 +122,7 @@ func (r *Router) OnOutput(ctx context.Context, outs []contract.Output) error {
 	if r.onExit != nil {
 		for _, o := range outs {
 			if o.Exited {
-				r.onExit(o.Token, o.ExitCode)
+				r.onExit(o.Token, o.ExitCode, attended[o.Token])
 			}
 		}
 	}

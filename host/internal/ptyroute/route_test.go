@@ -479,7 +479,12 @@ func TestOnExit(t *testing.T) {
 		code  int
 	}
 	var got []exit
-	r.SetOnExit(func(token string, code int) { got = append(got, exit{token, code}) })
+	r.SetOnExit(func(token string, code int, attended bool) {
+		if attended {
+			t.Errorf("PTY %s exited attended, with no socket attached", token)
+		}
+		got = append(got, exit{token, code})
+	})
 	outs := []contract.Output{{Token: "a", Data: []byte("hi")}, {Token: "a", Exited: true, ExitCode: 3}, {Token: "b", Exited: true}}
 	if err := r.OnOutput(context.Background(), outs); err != nil {
 		t.Fatal(err)

@@ -41,8 +41,10 @@ type Gateway struct {
 	// promptCaps are what a prompt's content may hold besides text and
 	// resource links (SetPromptCaps; nil: nothing more).
 	promptCaps prompt.Caps
-	grants     sync.WaitGroup         // grants of what a "new" credential created, in flight
-	pageURL    atomic.Pointer[string] // the public URL, set once the listener is known (SetPageURL)
+	// push is the host's Web Push (SetPush); nil: push.* are off.
+	push    Push
+	grants  sync.WaitGroup         // grants of what a "new" credential created, in flight
+	pageURL atomic.Pointer[string] // the public URL, set once the listener is known (SetPageURL)
 }
 
 var _ link.Endpoint = (*Gateway)(nil)

@@ -75,6 +75,9 @@ func init() {
 		wire.MethodCredentialCreate:  {serve: (*conn).credentialCreate, need: needAdmin},
 		wire.MethodCredentialList:    {serve: (*conn).credentialList, need: needAdmin},
 		wire.MethodCredentialRevoke:  {serve: (*conn).credentialRevoke, need: needAdmin},
+		wire.MethodPushKey:           {serve: (*conn).pushKey, inline: true, need: needAnyone},
+		wire.MethodPushSubscribe:     {serve: (*conn).pushSubscribe, need: needAnyone},
+		wire.MethodPushUnsubscribe:   {serve: (*conn).pushUnsubscribe, need: needAnyone},
 	}
 	for name, m := range methods {
 		if m.need == needUnset {

@@ -7,13 +7,16 @@ import (
 )
 
 // notifyLocked returns the notification of ev in s, filled with the
-// session's key and title and, when ev names a run, who started it;
-// s.mu is held. The caller sends it after unlocking (tell).
+// session's key and title, whether nobody is connected to it (no page
+// or client bound: Web Push pushes only those) and, when ev names a
+// run, who started it; s.mu is held. The caller sends it after
+// unlocking (tell).
 func (s *Session) notifyLocked(ev notify.Event) *notify.Event {
 	if s.t.notify == nil {
 		return nil
 	}
 	ev.Session, ev.Title = s.key, s.title
+	ev.Unattended = len(s.viewers) == 0
 	for _, r := range s.runs {
 		if r.RunID == ev.RunID {
 			ev.By = r.By

@@ -65,6 +65,9 @@ func TestNotices(t *testing.T) {
 	if ev.Type != notify.TypePermissionRequested || ev.Session != s.Key() || ev.Title != "deploy it" || ev.RunID != runID || ev.By != "alice" || ev.RequestID == "" {
 		t.Fatalf("permission: got %+v, want permission.requested of run %s by alice in %s", ev, runID, s.Key())
 	}
+	if ev.Unattended {
+		t.Errorf("permission asked with a viewer bound: Unattended, want attended (Web Push would push it)")
+	}
 	allow := "allow"
 	if err := s.RespondPermission(ev.RequestID, &allow, "bob", "ws"); err != nil {
 		t.Fatal(err)
