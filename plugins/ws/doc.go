@@ -9,8 +9,29 @@
 // # Endpoints
 //
 // GET /healthz answers 200 "ok". /api/ws, /api/pty and /acp are upgraded to
-// WebSocket. Every other path goes to Server.Static when it is set, and is
-// a plain 404 otherwise.
+// WebSocket (the 101 of /acp carries an Acp-Connection-Id). Every other
+// path goes to Server.Static when it is set, and is a plain 404 otherwise.
+//
+// # ACP over Streamable HTTP
+//
+// /acp without an upgrade is the ACP transports RFD's Streamable HTTP
+// (docs/PROTOCOL.md, "ACP over Streamable HTTP"): an initialize POST opens
+// one contract connection, reported with an EventOpened exactly as an
+// upgrade of /acp (its headers, query, peer), so the host's access check
+// applies unchanged; every later POST of that Acp-Connection-Id is an
+// EventFrame, answered 202; what the host sends is routed to the
+// connection's SSE streams (GET), per session; DELETE, or the host's
+// Close, ends it with one EventClosed. Every request after the initialize
+// must carry the same credential (Authorization, tether_* cookies,
+// ?token=) or it is refused with 401 (none) or 403 (another): the
+// connection id alone is no credential. Messages wait for their stream's
+// GET up to SendQueue bytes per connection; past that the connection is
+// closed with 1013. A connection with no stream open and no request for
+// PeerTimeout is closed with 1006 "peer timeout". Streams get a comment
+// every Server.SSEKeepAlive (15 s). A session stream opened with
+// Last-Event-ID: N sends the host a session/resume with
+// _meta["tether/after"] = N (its answer swallowed) and sends every update
+// after N once, in seq order, the SSE id of each being its tether seq.
 //
 // # The page
 //

@@ -91,6 +91,9 @@ type Server struct {
 	// host's answer to a page request (PageAuth); past it the page gets
 	// HTTP 503. Zero means 10 s.
 	PageAnswerTimeout time.Duration
+	// SSEKeepAlive, if set before Start, is how often an idle SSE stream
+	// of /acp over HTTP gets a comment. Zero means 15 s.
+	SSEKeepAlive time.Duration
 
 	certCheckEvery time.Duration // how often a handshake looks for a renewed certificate
 
@@ -113,6 +116,7 @@ type Server struct {
 	stopCode int // the code of a Stop under way, for upgrades that lose the race
 	stopMsg  string
 	lim      *limitListener
+	acp      acpHTTP // /acp over Streamable HTTP
 
 	csMu  sync.Mutex            // guards the fields below
 	busy  map[net.Conn]struct{} // HTTP connections between accept and their response or upgrade
@@ -318,10 +322,15 @@ func (s *Server) exec(cmds []contract.Command, clone bool) {
 		cmd := &cmds[i]
 		s.mu.Lock()
 		c := s.conns[cmd.Conn]
-		if c == nil {
+		hc := s.acp.conns[cmd.Conn]
+		if c == nil && hc == nil {
 			s.pageAnsweredLocked(cmd)
 		}
 		s.mu.Unlock()
+		if hc != nil {
+			hc.exec(cmd, clone)
+			continue
+		}
 		if c == nil {
 			continue
 		}
@@ -368,7 +377,9 @@ func (s *Server) stop(ctx context.Context, req contract.StopRequest) {
 	if s.stopCode == 0 {
 		s.stopCode = wire.CloseGoingAway
 	}
+	stopCode, stopMsg := s.stopCode, s.stopMsg
 	s.mu.Unlock()
+	s.stopHTTP(stopCode, stopMsg) // their SSE streams would keep the HTTP server busy
 
 	// Hand the listener over first: stop accepting, then let the
 	// connections already accepted finish their request (an upgrade
@@ -445,7 +456,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write([]byte("ok"))
-	case "/api/ws", "/api/pty", "/acp":
+	case "/acp":
+		if !isUpgrade(r) {
+			s.serveACPHTTP(w, r)
+			return
+		}
+		s.upgrade(w, r)
+	case "/api/ws", "/api/pty":
 		s.upgrade(w, r)
 	default:
 		if s.Static != nil {
@@ -473,6 +490,9 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 	defer s.hwg.Done()
 
 	u := ws.HTTPUpgrader{Timeout: cfg.peerTimeout}
+	if r.URL.Path == "/acp" {
+		u.Header = http.Header{headerConnectionID: {newConnKey()}} // the ACP transports RFD
+	}
 	nc, rw, _, err := u.Upgrade(r, w)
 	if err != nil {
 		s.log.Debug().Err(err).Str("remote", r.RemoteAddr).Msg("upgrade failed")
@@ -576,6 +596,7 @@ func (s *Server) tick(cfg *config) {
 		for _, c := range cs {
 			c.tick(now)
 		}
+		s.tickHTTP(now, cfg)
 		clear(cs)
 		cs = cs[:0]
 	}
