@@ -711,6 +711,15 @@ func acceptsEventStream(r *http.Request) bool {
 	return false
 }
 
+// acpUpgradeHeader is the header of the 101 answering r: an
+// Acp-Connection-Id for /acp (the ACP transports RFD), none elsewhere.
+func acpUpgradeHeader(r *http.Request) http.Header {
+	if r.URL.Path != "/acp" {
+		return nil
+	}
+	return http.Header{headerConnectionID: {newConnKey()}}
+}
+
 // isUpgrade reports whether r asks for a WebSocket.
 func isUpgrade(r *http.Request) bool {
 	for _, v := range r.Header.Values("Upgrade") {

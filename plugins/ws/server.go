@@ -489,10 +489,7 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	defer s.hwg.Done()
 
-	u := ws.HTTPUpgrader{Timeout: cfg.peerTimeout}
-	if r.URL.Path == "/acp" {
-		u.Header = http.Header{headerConnectionID: {newConnKey()}} // the ACP transports RFD
-	}
+	u := ws.HTTPUpgrader{Timeout: cfg.peerTimeout, Header: acpUpgradeHeader(r)}
 	nc, rw, _, err := u.Upgrade(r, w)
 	if err != nil {
 		s.log.Debug().Err(err).Str("remote", r.RemoteAddr).Msg("upgrade failed")

@@ -6,7 +6,11 @@
 // it and assert on what it prints.
 //
 // Usage: node client.mjs SCENARIO URL [flags]
-//   URL is ws://HOST:PORT/acp. The access token comes from the environment
+//   URL is ws://HOST:PORT/acp, or http://HOST:PORT/acp for the SDK's
+//   Streamable HTTP client (`createHttpStream` from
+//   `@agentclientprotocol/sdk/experimental/http-client`; then the result's
+//   `close` is the end of the SDK's stream, `http` the status of every
+//   request it made). The access token comes from the environment
 //   (ACP_TEST_TOKEN, never argv) and is sent as `Authorization: Bearer` in
 //   the upgrade request (the `ws` constructor's headers option, which the
 //   SDK's stream passes through), or as ?token= with --token-in-query.
@@ -75,6 +79,7 @@
 import * as fs from "node:fs";
 import * as acp from "@agentclientprotocol/sdk";
 import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
+import { createHttpStream } from "@agentclientprotocol/sdk/experimental/http-client";
 import WebSocket from "ws";
 
 const [scenario, rawURL, ...rest] = process.argv.slice(2);
@@ -213,7 +218,53 @@ const token = process.env.ACP_TEST_TOKEN ?? "";
 const headers = {};
 if (token && flags.tokenInQuery) url.searchParams.set("token", token);
 else if (token) headers.Authorization = `Bearer ${token}`;
-const ws = createWebSocketStream(url.toString(), { WebSocket: TracedWebSocket, headers });
+const overHTTP = url.protocol === "http:" || url.protocol === "https:";
+// Over HTTP, every request the SDK makes is recorded (method, session
+// header, status) and the end of its stream is the "close".
+result.http = overHTTP ? [] : undefined;
+const tracedFetch = async (input, init) => {
+  const h = new Headers(init?.headers);
+  const rec = { method: init?.method ?? "GET", session: h.get("Acp-Session-Id") ?? undefined, accept: h.get("Accept") ?? undefined };
+  result.http.push(rec);
+  try {
+    const res = await fetch(input, init);
+    rec.status = res.status;
+    return res;
+  } catch (err) {
+    rec.error = String(err?.message ?? err);
+    throw err;
+  }
+};
+const ws = overHTTP
+  ? endTracked(createHttpStream(url.toString(), { headers, fetch: tracedFetch }))
+  : createWebSocketStream(url.toString(), { WebSocket: TracedWebSocket, headers });
+
+// endTracked records the end of an HTTP stream's readable side as
+// result.close (code null), as the WebSocket's close event does.
+function endTracked(s) {
+  const reader = s.readable.getReader();
+  return {
+    writable: s.writable,
+    readable: new ReadableStream({
+      async pull(controller) {
+        try {
+          const { value, done } = await reader.read();
+          if (done) {
+            result.close ??= { code: null, reason: "stream ended" };
+            poke();
+            controller.close();
+            return;
+          }
+          controller.enqueue(value);
+        } catch (err) {
+          result.close ??= { code: null, reason: String(err?.message ?? err) };
+          poke();
+          controller.error(err);
+        }
+      },
+    }),
+  };
+}
 
 // Tap both directions: the raw trace, the ids of our own requests, and the
 // arrival order of updates relative to the bind's response.
@@ -477,7 +528,10 @@ function textOf(update) {
 // prints the result and exits.
 async function done() {
   await waitUntil(() => sdkIndex >= result.updates.length || result.close !== undefined);
-  if (result.close === undefined && socket) {
+  if (result.close === undefined && overHTTP) {
+    // The SDK's close: DELETE /acp with the connection id.
+    await ws.writable.close().catch((err) => result.errors.push(`close: ${err?.message ?? err}`));
+  } else if (result.close === undefined && socket) {
     socket.close(1000);
     let expired = false;
     const bound = setTimeout(() => {
