@@ -12,6 +12,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -84,6 +85,7 @@ type sseStream struct {
 	items []sseItem
 	wake  chan struct{} // 1-buffered: items or gen changed
 	gen   int           // the GET that holds it; a later GET supersedes
+	taken chan struct{} // closed when a later GET takes the stream
 	open  bool          // a GET holds it
 	// Last-Event-ID: seq ≤ floor is never sent again; while resuming
 	// (the transport's session/resume unanswered) updates are held and
@@ -97,7 +99,6 @@ type sseStream struct {
 type sseItem struct {
 	data []byte
 	seq  uint64 // 0: not an update with a tether seq
-	n    int    // the item's place among those of its seq (a prompt's blocks share one)
 }
 
 // acpMsg is what routing reads of a message the host sends.
@@ -198,6 +199,10 @@ func (s *Server) acpPost(w http.ResponseWriter, r *http.Request) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		http.Error(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
+		return
+	}
+	if r.ContentLength > maxHTTPBody {
+		http.Error(w, "message over 16 MiB", http.StatusRequestEntityTooLarge)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxHTTPBody))
@@ -459,39 +464,65 @@ func (hc *hconn) resumedLocked(key string) {
 		st.resuming = ""
 		held := st.held
 		st.held = nil
-		// Number the items of each seq in arrival order per copy: a
-		// seq's items arrive as one run each time it is sent (live,
-		// then replayed), so a repeat restarts the numbering.
-		last, n := uint64(0), 0
-		for i := range held {
-			if held[i].seq == last {
-				n++
-			} else {
-				last, n = held[i].seq, 0
-			}
-			held[i].n = n
+		kept := dedupe(held, st.floor)
+		for _, it := range held {
+			hc.queued -= int64(len(it.data))
 		}
-		sort.SliceStable(held, func(i, j int) bool {
-			if held[i].seq != held[j].seq {
-				return held[i].seq < held[j].seq
-			}
-			return held[i].n < held[j].n
-		})
-		for i, it := range held {
-			dup := i > 0 && held[i-1].seq == it.seq && held[i-1].n == it.n
-			if dup || it.seq <= st.floor {
-				hc.queued -= int64(len(it.data))
-				continue
-			}
-			st.items = append(st.items, it)
+		for _, it := range kept {
+			hc.queued += int64(len(it.data))
 		}
-		if len(held) > 0 && held[len(held)-1].seq > st.floor {
-			st.floor = held[len(held)-1].seq
+		st.items = append(st.items, kept...)
+		if n := len(kept); n > 0 {
+			st.floor = kept[n-1].seq
 		}
 		st.items = append(st.items, st.heldOther...)
 		st.heldOther = nil
 		st.kick()
 	}
+}
+
+// dedupe returns the updates of held above floor in seq order, each
+// once. The items of one seq (a prompt's blocks share its seq) arrive as
+// a whole copy each time the seq is sent — live, replayed, or both — so
+// a seq's items in arrival order are one copy repeated: the shortest
+// prefix that repeats to all of them is the copy kept.
+func dedupe(held []sseItem, floor uint64) []sseItem {
+	bySeq := make(map[uint64][]sseItem)
+	var seqs []uint64
+	for _, it := range held {
+		if it.seq <= floor {
+			continue
+		}
+		if _, ok := bySeq[it.seq]; !ok {
+			seqs = append(seqs, it.seq)
+		}
+		bySeq[it.seq] = append(bySeq[it.seq], it)
+	}
+	slices.Sort(seqs)
+	var out []sseItem
+	for _, seq := range seqs {
+		g := bySeq[seq]
+		out = append(out, g[:period(g)]...)
+	}
+	return out
+}
+
+// period is the length of the shortest prefix of g that repeated makes
+// g (len(g) when none shorter does).
+func period(g []sseItem) int {
+	for p := 1; p < len(g); p++ {
+		if len(g)%p != 0 {
+			continue
+		}
+		ok := true
+		for i := p; i < len(g) && ok; i++ {
+			ok = bytes.Equal(g[i].data, g[i%p].data)
+		}
+		if ok {
+			return p
+		}
+	}
+	return len(g)
 }
 
 // streamLocked returns the stream of session sid ("" for the
@@ -572,6 +603,11 @@ func (s *Server) acpGet(w http.ResponseWriter, r *http.Request) {
 	st := hc.streamLocked(sid)
 	st.gen++
 	gen := st.gen
+	if st.taken != nil {
+		close(st.taken) // the GET that held it ends
+	}
+	st.taken = make(chan struct{})
+	taken := st.taken
 	st.open = true
 	var resume []byte
 	if after != nil {
@@ -633,6 +669,8 @@ func (s *Server) acpGet(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-st.wake:
+		case <-taken:
+			return
 		case <-hc.done:
 		case <-keep.C:
 			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {

@@ -266,7 +266,6 @@ func TestACPHTTPStatuses(t *testing.T) {
 		{"an unknown connection id is 404", http.MethodPost, jsonHdr("f00d", ""), `{"jsonrpc":"2.0","id":1,"method":"session/new","params":{}}`, 404},
 		{"a session-scoped POST without a session id is 400", http.MethodPost, jsonHdr(key, ""), `{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s"}}`, 400},
 		{"a body that is not JSON-RPC is 400", http.MethodPost, jsonHdr(key, ""), `{"jsonrpc"`, 400},
-		{"a body over 16 MiB is 413", http.MethodPost, jsonHdr(key, ""), `{"x":"` + strings.Repeat("a", 16<<20) + `"}`, 413},
 		{"a GET without text/event-stream is 406", http.MethodGet, http.Header{"Acp-Connection-Id": {key}, "Accept": {"application/json"}}, "", 406},
 		{"a GET without a connection id is 400", http.MethodGet, http.Header{"Accept": {"text/event-stream"}}, "", 400},
 		{"a GET with an unknown connection id is 404", http.MethodGet, http.Header{"Accept": {"text/event-stream"}, "Acp-Connection-Id": {"f00d"}}, "", 404},
@@ -282,6 +281,54 @@ func TestACPHTTPStatuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestACPHTTPBodyBound: a body over 16 MiB is 413, announced by its
+// Content-Length (answered before it is sent) or found while reading a
+// chunked one.
+func TestACPHTTPBodyBound(t *testing.T) {
+	f := newACPFix(t, contract.StartRequest{})
+	_, key := f.initialize("")
+	t.Run("Content-Length", func(t *testing.T) {
+		nc, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_, _ = fmt.Fprintf(nc, "POST /acp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAcp-Connection-Id: %s\r\nContent-Length: %d\r\n\r\n{", key, 16<<20+1)
+		resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("got %d, want 413", resp.StatusCode)
+		}
+	})
+	t.Run("chunked", func(t *testing.T) {
+		pr, pw := io.Pipe()
+		go func() {
+			chunk := bytes.Repeat([]byte("a"), 1<<20)
+			_, _ = pw.Write([]byte(`{"x":"`))
+			for i := 0; i < 17; i++ {
+				if _, err := pw.Write(chunk); err != nil {
+					return
+				}
+			}
+			_ = pw.Close()
+		}()
+		req, _ := http.NewRequest(http.MethodPost, f.url, pr)
+		req.Header = jsonHdr(key, "")
+		resp, err := f.cl.Do(req)
+		_ = pr.CloseWithError(io.ErrClosedPipe) // ends the writer whatever happened
+		if err != nil {
+			t.Skipf("the server cut the body before the client read its answer: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("got %d, want 413", resp.StatusCode)
+		}
+	})
 }
 
 func TestACPHTTPRouting(t *testing.T) {
@@ -577,19 +624,20 @@ func TestACPHTTPLastEventID(t *testing.T) {
 	if resume.Params.SessionID != "S" || meta.Meta["tether/after"] != 2 {
 		t.Fatalf("got %s, want a session/resume of S after 2", fr.Data)
 	}
-	// Live 4 overtakes the replay; the replay sends 3, 4 and 5's two
-	// blocks; then the answer, then live 6 and a late repeat of 5.
-	exec(t, f.s, sendText(conn, update("S", 4, "d")),
-		sendText(conn, update("S", 3, "c")), sendText(conn, update("S", 4, "d")),
-		sendText(conn, update("S", 5, "e1")), sendText(conn, update("S", 5, "e2")),
+	// Live 3 (a prompt of two blocks) comes just before the replay,
+	// which sends 3 and 4; live 4 repeats it after the replay; then the
+	// answer, live 5, and a late repeat of 4.
+	exec(t, f.s, sendText(conn, update("S", 3, "c1")), sendText(conn, update("S", 3, "c2")),
+		sendText(conn, update("S", 3, "c1")), sendText(conn, update("S", 3, "c2")), sendText(conn, update("S", 4, "d")),
+		sendText(conn, update("S", 4, "d")),
 		sendText(conn, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{}}`, resume.ID)),
-		sendText(conn, update("S", 6, "f")), sendText(conn, update("S", 5, "e1")))
+		sendText(conn, update("S", 5, "e")), sendText(conn, update("S", 4, "d")))
 	var got []string
-	for _, want := range []string{"3", "4", "5", "5", "6"} {
+	for _, want := range []string{update("S", 3, "c1"), update("S", 3, "c2"), update("S", 4, "d"), update("S", 5, "e")} {
 		ev := again.next()
 		got = append(got, ev.id)
-		if ev.id != want {
-			t.Fatalf("got events %v, want 3 4 5 5 6", got)
+		if ev.data != want {
+			t.Fatalf("got events %v, then %s; want 3 3 4 5 (%s)", got, ev.data, want)
 		}
 	}
 	// Nothing else: no repeat, no answer. A marker proves the stream's
