@@ -404,3 +404,31 @@ func TestACPHTTPStatusesE2E(t *testing.T) {
 		t.Errorf("a POST after the revocation: got %d, want 404", st)
 	}
 }
+
+// TestClusterACPOverHTTP: the SDK's HTTP client on h2 of a three-host
+// cluster loads and prompts a session live on h1: the HTTP framing is
+// relayed like the WebSocket one (one gateway).
+func TestClusterACPOverHTTP(t *testing.T) {
+	hosts := startCluster3(t, "--echo-delay", "20ms", "--orphan-grace", "0", "--admin-listen", "127.0.0.1:0")
+	a := hosts[0].Dial(t)
+	var created snapshot
+	call(t, a, "session.create", map[string]any{"title": "acp over http across"}, &created)
+	call(t, a, "prompt.submit", map[string]any{"session_id": created.SessionID, "text": "first turn here"}, nil)
+	waitComplete(t, a, created.SessionID)
+
+	res := runACPClient(t, acpHTTPURL(hosts[1].Server), hosts[1].Token, "prompt", "--session", created.SessionKey, "--text", "one two three")
+	if res.Bind == nil || res.Bind.Error != nil || res.Prompt == nil || res.Prompt.Error != nil || res.Prompt.StopReason != "end_turn" {
+		t.Fatalf("load and prompt over HTTP on h2 of a session live on h1: %s", res.raw)
+	}
+	replay := shorts(res.updatesIn("replay"))
+	if want := []string{"user_message_chunk:first turn here", "agent_message_chunk:first ", "agent_message_chunk:turn ", "agent_message_chunk:here"}; !slices.Equal(replay, want) {
+		t.Errorf("load's replay on h2: %q, want the first turn %q", replay, want)
+	}
+	checkSeqs(t, "relayed over HTTP", res.Updates)
+	if text, _ := waitComplete(t, a, created.SessionID); text != "one two three" {
+		t.Errorf("h1's viewer: message.complete %q, want the turn prompted over HTTP on h2", text)
+	}
+	if got := hosts[1].Metric(t, "tether_live_sessions"); got != 0 {
+		t.Errorf("h2 live sessions: %v, want 0 (relayed, not rebuilt)", got)
+	}
+}
