@@ -432,3 +432,35 @@ func TestClusterACPOverHTTP(t *testing.T) {
 		t.Errorf("h2 live sessions: %v, want 0 (relayed, not rebuilt)", got)
 	}
 }
+
+// TestACPHTTPPermission: over HTTP, tether's session/request_permission
+// reaches the SDK client on its session stream and the client's answer
+// (a POST) reaches the agent; a second HTTP client's request is
+// withdrawn with $/cancel_request (on its connection stream) and its
+// late answer dropped: first answer wins, once.
+func TestACPHTTPPermission(t *testing.T) {
+	h := startACPHost(t, acpHostConfig{})
+	url := acpHTTPURL(h.Server)
+	key := runACPClient(t, url, h.Token, "new").SessionID
+	b := startACPClient(t, url, h.Token, "permission", "--session", key, "--after-cancel", "answer:deny", "--wait-cancel-request", "--until-text", "chose:")
+	b.waitPhase(t, "bound", nil)
+	a := runACPClient(t, url, h.Token, "permission", "--session", key, "--text", "permission", "--permission", "allow")
+	br := b.result(t)
+
+	wantPrompt(t, a, "end_turn")
+	if len(a.PermissionRequests) != 1 || !a.PermissionRequests[0].AnswerSent {
+		t.Errorf("winner: permission requests %+v, want one, answered", a.PermissionRequests)
+	}
+	if got := shorts(a.all()); !slices.Contains(got, "agent_message_chunk:chose:allow") {
+		t.Errorf("winner: updates %q, want chose:allow", got)
+	}
+	if len(br.PermissionRequests) != 1 {
+		t.Fatalf("loser: %d permission requests, want 1\n%.2000s", len(br.PermissionRequests), br.raw)
+	}
+	lp := br.PermissionRequests[0]
+	if !lp.CancelRequested || len(br.CancelRequests) != 1 || string(br.CancelRequests[0]) != string(lp.RequestID) {
+		t.Errorf("loser: request %s, $/cancel_request for %s (cancelRequested %v); want the same id withdrawn", lp.RequestID, br.CancelRequests, lp.CancelRequested)
+	}
+	wantPrompt(t, runACPClient(t, url, h.Token, "prompt", "--session", key, "--text", "chunks 1"), "end_turn")
+	checkOneAnswer(t, h.log(t), "allow")
+}
