@@ -306,6 +306,12 @@ func (s *Server) acpInitialize(w http.ResponseWriter, r *http.Request, body []by
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	if s.lim != nil && int64(len(s.acp.conns)) >= s.lim.max {
+		// They hold no socket of their own: bound them as sockets are.
+		s.mu.Unlock()
+		http.Error(w, fmt.Sprintf("too many ACP connections over HTTP (%d, --max-connections)", s.lim.max), http.StatusServiceUnavailable)
+		return
+	}
 	s.lastID++
 	hc.id = s.lastID
 	s.acp.conns[hc.id] = hc

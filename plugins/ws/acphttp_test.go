@@ -579,6 +579,20 @@ func TestACPHTTPQueueBound(t *testing.T) {
 	}
 }
 
+// TestACPHTTPConnectionBound: open HTTP connections count against
+// MaxConnections apart from sockets (one socket can open many): past it
+// an initialize is 503.
+func TestACPHTTPConnectionBound(t *testing.T) {
+	f := newACPFix(t, contract.StartRequest{MaxConnections: 2, PingInterval: 50 * time.Millisecond, PeerTimeout: 5 * time.Second})
+	f.initialize("")
+	f.initialize("")
+	// Unbounded, it would be reported and wait for the host (then 503
+	// admit timeout, after PeerTimeout).
+	if got, _, body := f.do(http.MethodPost, jsonHdr("", ""), initMsg); got != http.StatusServiceUnavailable || !strings.Contains(body, "too many") {
+		t.Errorf("a third initialize: got %d %q, want 503", got, body)
+	}
+}
+
 func TestACPHTTPIdleTimeout(t *testing.T) {
 	f := newACPFix(t, contract.StartRequest{PingInterval: 10 * time.Millisecond, PeerTimeout: 50 * time.Millisecond})
 	conn, _ := f.initialize("")

@@ -27,7 +27,8 @@
 // connection id alone is no credential. Messages wait for their stream's
 // GET up to SendQueue bytes per connection; past that the connection is
 // closed with 1013. A connection with no stream open and no request for
-// PeerTimeout is closed with 1006 "peer timeout". Streams get a comment
+// PeerTimeout is closed with 1006 "peer timeout"; at most
+// MaxConnections of them are open (then an initialize is 503). Streams get a comment
 // every Server.SSEKeepAlive (15 s). A session stream opened with
 // Last-Event-ID: N sends the host a session/resume with
 // _meta["tether/after"] = N (its answer swallowed) and sends every update
