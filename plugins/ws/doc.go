@@ -183,6 +183,8 @@
 //
 // Lock order: Server.mu before the event queue's lock
 // (transportkit.Queue's, always taken last); conn.mu before the queue's.
-// Server.mu and a conn.mu are never held together. No lock is held across
+// Server.mu and a conn.mu are never held together; an hconn.mu (an /acp
+// connection over HTTP) is a leaf, never held with Server.mu or the
+// queue's. No lock is held across
 // socket I/O, a channel send that can block, or a call to the sink.
 package ws
