@@ -12,6 +12,15 @@
 // WebSocket (the 101 of /acp carries an Acp-Connection-Id). Every other
 // path goes to Server.Static when it is set, and is a plain 404 otherwise.
 //
+// A plain-TCP connection whose first request is an HTTP/1.1 GET upgrade
+// of one of those three paths is upgraded on the raw connection by
+// gobwas/ws's own parser, with no net/http request, response writer or
+// hijack (what a reconnect storm is made of); its EventOpened is the same
+// (path and query as sent, every header, the host, the peer). Every other
+// connection — TLS, the page, /healthz, a head over 8 KiB, an upgrade after
+// another request on a kept-alive connection — is served by net/http, with
+// the bytes read to tell.
+//
 // # ACP over Streamable HTTP
 //
 // /acp without an upgrade is the ACP transports RFD's Streamable HTTP

@@ -38,3 +38,7 @@ func (s *Server) SetConnWriteBuffer(id uint64, n int) error {
 // SetCertCheckEvery sets, before Start, how often a TLS handshake looks
 // for a renewed certificate (0: every handshake).
 func (s *Server) SetCertCheckEvery(d time.Duration) { s.certCheckEvery = d }
+
+// RawUpgrades counts the upgrades made on the raw connection, not
+// through net/http.
+func (s *Server) RawUpgrades() int64 { return s.rawUpgrades.Load() }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -102,21 +103,23 @@ type Server struct {
 	wg     sync.WaitGroup
 	hwg    sync.WaitGroup // upgrade handlers in flight
 
-	mu       sync.Mutex // guards the fields below
-	cfg      *config
-	started  bool
-	stopped  bool
-	stopCh   chan struct{} // closed by Stop: ends the ticker
-	hs       *http.Server
-	ln       net.Listener
-	served   chan struct{} // closed when the HTTP server's accept loop returned
-	conns    map[uint64]*conn
-	pages    map[uint64]chan contract.Command // page requests waiting for the host's answer
-	lastID   uint64
-	stopCode int // the code of a Stop under way, for upgrades that lose the race
-	stopMsg  string
-	lim      *limitListener
-	acp      acpHTTP // /acp over Streamable HTTP
+	mu          sync.Mutex // guards the fields below
+	cfg         *config
+	started     bool
+	stopped     bool
+	stopCh      chan struct{} // closed by Stop: ends the ticker
+	hs          *http.Server
+	ln          net.Listener
+	split       *splitListener // what hs serves: ln, with the upgrades of /api/* and /acp taken out
+	rawUpgrades atomic.Int64   // upgrades made on the raw connection (tests)
+	served      chan struct{}  // closed when the HTTP server's accept loop returned
+	conns       map[uint64]*conn
+	pages       map[uint64]chan contract.Command // page requests waiting for the host's answer
+	lastID      uint64
+	stopCode    int // the code of a Stop under way, for upgrades that lose the race
+	stopMsg     string
+	lim         *limitListener
+	acp         acpHTTP // /acp over Streamable HTTP
 
 	csMu  sync.Mutex            // guards the fields below
 	busy  map[net.Conn]struct{} // HTTP connections between accept and their response or upgrade
@@ -202,12 +205,17 @@ func (s *Server) Start(ctx context.Context, req contract.StartRequest) (contract
 		IdleTimeout:       cfg.peerTimeout,
 		ErrorLog:          log.New(debugWriter{s.log}, "", 0),
 	}
+	split := newSplitListener(s, cfg, ln)
+	s.split = split
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		defer close(s.served)
 		defer lim.closeSpare() // after the last Accept
-		if err := s.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		err := s.hs.Serve(split)
+		_ = split.Close()
+		<-split.done // the accept loop made its last Accept
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			s.log.Error().Err(err).Msg("http serve")
 		}
 	}()
@@ -391,6 +399,7 @@ func (s *Server) stop(ctx context.Context, req contract.StopRequest) {
 		_ = ln.Close()
 		<-served // every connection it accepted is tracked by connState now
 		s.waitQuiet(ctx, cfg.closeGrace)
+		s.split.dropSniffing() // a head that did not come in the grace
 	}
 	s.mu.Lock()
 	s.stopped = true
@@ -498,26 +507,38 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	c := &conn{s: s, cfg: cfg, nc: nc, openedAt: time.Now(), maxIn: cfg.maxMessage, maxOut: cfg.sendQueue}
-	if r.URL.Path == "/acp" {
-		c.maxIn, c.maxOut = cfg.acpMaxMessage, cfg.sendQueue+cfg.acpMaxMessage
-	}
-	if sc, ok := nc.(syscall.Conn); ok {
-		c.raw, _ = sc.SyscallConn()
-	}
+	var prefix []byte
 	if n := rw.Reader.Buffered(); n > 0 {
 		p, _ := rw.Reader.Peek(n)
-		c.prefix = bytes.Clone(p)
+		prefix = bytes.Clone(p)
 	}
-	ev := contract.Event{
+	s.opened(cfg, nc, prefix, contract.Event{
 		Kind:   contract.EventOpened,
 		Path:   r.URL.Path,
 		Query:  r.URL.RawQuery,
 		Header: r.Header.Clone(),
 		Remote: r.RemoteAddr,
 		Host:   r.Host,
-	}
+	})
+}
 
+// opened registers nc, upgraded (prefix: what the peer sent past the
+// handshake), and reports it opened with ev.
+func (s *Server) opened(cfg *config, nc net.Conn, prefix []byte, ev contract.Event) {
+	if rc, ok := nc.(*readConn); ok {
+		// Upgraded by net/http after sniff read its head: read the
+		// connection itself from here, after what was read ahead.
+		var rest []byte
+		nc, rest = rc.unwrap()
+		prefix = append(prefix, rest...)
+	}
+	c := &conn{s: s, cfg: cfg, nc: nc, openedAt: time.Now(), maxIn: cfg.maxMessage, maxOut: cfg.sendQueue, prefix: prefix}
+	if ev.Path == "/acp" {
+		c.maxIn, c.maxOut = cfg.acpMaxMessage, cfg.sendQueue+cfg.acpMaxMessage
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	s.mu.Lock()
 	if s.stopped {
 		code, reason := s.stopCode, s.stopMsg

@@ -44,8 +44,6 @@
 //                        ("chose:cancelled" for the cancelled outcome) and
 //                        end_turn (cancelled when session/cancel came). The
 //                        request waits for its answer as long as it takes.
-//                        "permission PATH" asks only once the file PATH
-//                        exists (a test's gate: looked for every 10 ms).
 //   withdraw [MS]        like permission, but the agent withdraws its request
 //                        with $/cancel_request MS ms (default 0) after sending
 //                        it, then waits for whatever the client answers and
@@ -242,7 +240,6 @@ async function runTurn(client, sessionId, turn, prompt) {
       return turn.cancelled ? "cancelled" : "end_turn";
     }
     case "permission": {
-      while (args[0] && !fs.existsSync(args[0]) && !turn.cancelled) await sleep(10, turn);
       const toolCallId = `tool-${turn.n}`;
       const toolCall = { toolCallId, title: "needs permission", kind: "edit", status: "pending" };
       await emit(client, sessionId, { sessionUpdate: "tool_call", ...toolCall });

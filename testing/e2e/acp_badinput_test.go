@@ -85,7 +85,7 @@ var acpInitParams = map[string]any{
 
 // TestACPBadInput: malformed JSON-RPC, unknown methods, wrong params, a
 // prompt or a load of an unknown session are answered with JSON-RPC errors
-// and the socket and the agent keep working; a frame over 1 MiB closes the
+// and the socket and the agent keep working; a frame over 17 MiB closes the
 // socket with 1009 and the next connection works.
 func TestACPBadInput(t *testing.T) {
 	h := startACPHost(t, acpHostConfig{})
@@ -153,14 +153,15 @@ func TestACPBadInput(t *testing.T) {
 		t.Errorf("agent starts: %v, want one (bad input never restarts the agent)", starts)
 	}
 
-	// Over 1 MiB: 1009, and the endpoint still serves.
+	// Over 17 MiB (/acp's bound, a prompt's 16 MiB of blocks and the
+	// JSON around them): 1009, and the endpoint still serves.
 	big := dialACPRaw(t, h)
-	pad := strings.Repeat("x", 1<<20)
+	pad := strings.Repeat("x", 17<<20)
 	wait := big.write(gobws.NewTextFrame([]byte(`{"jsonrpc":"2.0","id":1,"method":"session/list","params":{"pad":"` + pad + `"}}`)))
 	code, _ := big.closeCode(t)
 	wait()
 	if code != 1009 {
-		t.Errorf("a frame over 1 MiB: close %d, want 1009", code)
+		t.Errorf("a frame over 17 MiB: close %d, want 1009", code)
 	}
 	if res := h.run(t, "initialize"); res.Initialize.Error != nil {
 		t.Errorf("initialize after an oversize frame: %+v", res.Initialize.Error)
