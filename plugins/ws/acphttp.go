@@ -94,12 +94,28 @@ type sseStream struct {
 	resuming  string // the id of that session/resume
 	held      []sseItem
 	heldOther []sseItem // messages without a seq that came meanwhile
+	// The answers written on the stream, each with the highest seq
+	// written before it (at most maxAnswersKept): a Last-Event-ID at or
+	// below that seq may have missed the answer, which is sent again.
+	lastSent uint64
+	answers  []sentAnswer
 }
 
 type sseItem struct {
-	data []byte
-	seq  uint64 // 0: not an update with a tether seq
+	data   []byte
+	seq    uint64 // 0: not an update with a tether seq
+	answer bool   // a response to a request of the client
 }
+
+// sentAnswer is an answer written on a stream after the update of seq
+// after.
+type sentAnswer struct {
+	it    sseItem
+	after uint64
+}
+
+// maxAnswersKept bounds the answers a stream keeps to send again.
+const maxAnswersKept = 64
 
 // acpMsg is what routing reads of a message the host sends.
 type acpMsg struct {
@@ -436,7 +452,7 @@ func (hc *hconn) route(data []byte) error {
 		sid = hc.reqs[key]
 		delete(hc.reqs, key)
 	}
-	it := sseItem{data: data}
+	it := sseItem{data: data, answer: m.Method == "" && len(m.ID) > 0}
 	if m.Method == "session/update" && m.Params.Meta.Seq != nil {
 		it.seq = *m.Params.Meta.Seq
 	}
@@ -656,6 +672,7 @@ func (s *Server) acpGet(w http.ResponseWriter, r *http.Request) {
 		st.items = nil
 		for _, it := range items {
 			hc.queued -= int64(len(it.data))
+			st.sentLocked(it)
 		}
 		closed := hc.closed
 		hc.mu.Unlock()
@@ -709,6 +726,18 @@ func (hc *hconn) resumeLocked(st *sseStream, sid string, after uint64) []byte {
 	st.held = nil
 	st.items = append(st.items, st.heldOther...)
 	st.heldOther = nil
+	// The answers written after the client's last update may not have
+	// reached it: they go again after the replay (a client ignores an
+	// answer to a request it is not waiting for).
+	kept2 := st.answers[:0]
+	for _, a := range st.answers {
+		if a.after >= after {
+			kept2 = append(kept2, a)
+			st.heldOther = append(st.heldOther, a.it)
+			hc.queued += int64(len(a.it.data))
+		}
+	}
+	st.answers = kept2
 	st.floor = after
 	hc.nResume++
 	st.resuming = resumePrefix + strconv.Itoa(hc.nResume) + `"`
@@ -723,6 +752,24 @@ func (hc *hconn) resumeLocked(st *sseStream, sid string, after uint64) []byte {
 		},
 	})
 	return msg
+}
+
+// sentLocked records that it is written on st (hc.mu held).
+func (st *sseStream) sentLocked(it sseItem) {
+	switch {
+	case it.seq > st.lastSent:
+		st.lastSent = it.seq
+	case it.answer:
+		for _, a := range st.answers {
+			if bytes.Equal(a.it.data, it.data) {
+				return // sent again after a resumption: kept once
+			}
+		}
+		if len(st.answers) == maxAnswersKept {
+			st.answers = slices.Delete(st.answers, 0, 1)
+		}
+		st.answers = append(st.answers, sentAnswer{it: it, after: st.lastSent})
+	}
 }
 
 // writeEvent writes it as one SSE event: id: its seq (updates only),

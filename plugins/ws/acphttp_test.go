@@ -693,3 +693,62 @@ func TestACPWebSocketConnectionID(t *testing.T) {
 		t.Errorf("got %d with Acp-Connection-Id %q, want 101 with one", resp.StatusCode, resp.Header.Get("Acp-Connection-Id"))
 	}
 }
+
+// TestACPHTTPAnswerAfterDrop: an answer written on a session stream
+// after the client's last update (its stream dropped then) is sent again
+// after the Last-Event-ID replay; one written before an update the
+// client saw is not.
+func TestACPHTTPAnswerAfterDrop(t *testing.T) {
+	f := newACPFix(t, contract.StartRequest{})
+	conn, key := f.initialize("")
+	resumeOf := func(from int) json.RawMessage {
+		fr := f.rec.waitFrom(t, "the session/resume", from, func(e contract.Event) bool {
+			return isFrame(conn)(e) && bytes.Contains(e.Data, []byte("session/resume"))
+		})
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		_ = json.Unmarshal(fr.Data, &m)
+		return m.ID
+	}
+	for _, id := range []string{"7", "8"} {
+		if code, _, _ := f.do(http.MethodPost, jsonHdr(key, "S"), `{"jsonrpc":"2.0","id":`+id+`,"method":"session/prompt","params":{"sessionId":"S","prompt":[]}}`); code != http.StatusAccepted {
+			t.Fatalf("prompt %s: %d, want 202", id, code)
+		}
+	}
+	answer7 := `{"jsonrpc":"2.0","id":7,"result":{"stopReason":"end_turn"}}`
+	answer8 := `{"jsonrpc":"2.0","id":8,"result":{"stopReason":"cancelled"}}`
+	ss := f.open(key, "S", "", nil)
+	exec(t, f.s, sendText(conn, update("S", 1, "a")), sendText(conn, answer7), sendText(conn, update("S", 2, "b")), sendText(conn, answer8))
+	for range 4 {
+		ss.next()
+	}
+	ss.close() // as if 8's answer had been lost with the stream
+
+	from := f.rec.count()
+	again := f.open(key, "S", "", http.Header{"Last-Event-Id": {"2"}})
+	rid := resumeOf(from)
+	exec(t, f.s, sendText(conn, update("S", 2, "b")), sendText(conn, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{}}`, rid)))
+	if ev := again.next(); ev.data != answer8 {
+		t.Fatalf("after Last-Event-ID 2: got %+v, want the answer written after 2 (id 8)", ev)
+	}
+	exec(t, f.s, sendText(conn, update("S", 3, "marker")))
+	if ev := again.next(); ev.id != "3" {
+		t.Errorf("got %+v, want the marker 3: the answer written before 2 (id 7) is not sent again", ev)
+	}
+	again.close()
+
+	// Dropped again: 8 (sent again after 2) goes once more, not twice.
+	from = f.rec.count()
+	third := f.open(key, "S", "", http.Header{"Last-Event-Id": {"2"}})
+	rid = resumeOf(from)
+	exec(t, f.s, sendText(conn, update("S", 3, "marker")), sendText(conn, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{}}`, rid)),
+		sendText(conn, update("S", 4, "end")))
+	var got []sseEvent
+	for range 3 {
+		got = append(got, third.next())
+	}
+	if got[0].id != "3" || got[1].data != answer8 || got[2].id != "4" {
+		t.Errorf("after Last-Event-ID 2 again: got %+v, want 3, the answer 8 once, 4", got)
+	}
+}
