@@ -12,7 +12,8 @@
 
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
+import http from "node:http";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -1521,6 +1522,87 @@ test("chat: an attached image and file reach the ACP agent as content blocks", {
       }),
     ["--prompt-caps", "image,embeddedContext"],
   );
+});
+
+// Web Push (docs/NOTIFICATIONS.md): on a host with --notify-push, the
+// Chat view offers "Notify me"; a click registers the page's service
+// worker (sw.js), subscribes and stores the subscription with
+// push.subscribe — `tether notify test` then pushes to its endpoint. A
+// headless Chromium here reaches no push service (Google's), so only
+// PushManager.prototype.subscribe is stubbed: it hands back a
+// subscription with keys made by WebCrypto and an endpoint at this test's
+// own receiver; the service worker, the permission and the page's flow
+// are the browser's own.
+test("chat: Notify me registers the service worker and stores this browser's push subscription", { timeout: 120000 }, async (t) => {
+  const pushes = [];
+  const receiver = http.createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      pushes.push({ url: req.url, headers: req.headers, bytes: Buffer.concat(chunks).length });
+      res.writeHead(201).end();
+    });
+  });
+  await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  const endpoint = `http://127.0.0.1:${receiver.address().port}/push/browser-1`;
+  const dir = path.join(tmp, "push-state");
+  mkdirSync(dir, { mode: 0o700 });
+  const log = [];
+  const h = spawnTether(dir, ["--listen", "127.0.0.1:0", "--pty-command", "", "--notify-push", "--notify-push-insecure-endpoints"], (l) => {
+    log.push(l);
+    if (log.length > 200) log.shift();
+  });
+  try {
+    const { url: pushURL } = await h.started;
+    await withContext(t, async (ctx) => {
+      await ctx.grantPermissions(["notifications"], { origin: new URL(pushURL).origin });
+      await ctx.addInitScript((ep) => {
+        const b64u = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+        if (!self.PushManager) return;
+        PushManager.prototype.subscribe = async function (opts) {
+          if (!opts || !opts.userVisibleOnly || !(opts.applicationServerKey instanceof Uint8Array) || opts.applicationServerKey.length !== 65) {
+            throw new Error("subscribe without userVisibleOnly and the 65-byte VAPID key");
+          }
+          const pair = await crypto.subtle.generateKey({ name: "ECDH", namedCurve: "P-256" }, true, ["deriveBits"]);
+          const keys = { p256dh: b64u(await crypto.subtle.exportKey("raw", pair.publicKey)), auth: b64u(crypto.getRandomValues(new Uint8Array(16))) };
+          window.stubbedSubscribe = (window.stubbedSubscribe || 0) + 1;
+          return { endpoint: ep, toJSON: () => ({ endpoint: ep, expirationTime: null, keys }) };
+        };
+      }, endpoint);
+      const page = await openChatView(ctx, pushURL);
+      await page.waitForSelector("#chat-notify:not([hidden])", { timeout: wait });
+      assert.equal(await page.textContent("#chat-notify"), "Notify me");
+      await page.click("#chat-notify");
+      await page.waitForFunction(() => window.tether.chat.pushSubscribed() === 1, null, { timeout: wait });
+      assert.equal(await page.textContent("#chat-notify"), "Notifying you");
+      assert.equal(await page.evaluate(() => window.stubbedSubscribe), 1);
+      const sw = await page.evaluate(async () => {
+        const reg = await navigator.serviceWorker.getRegistration("./");
+        return reg && reg.active ? new URL(reg.active.scriptURL).pathname : "";
+      });
+      assert.equal(sw, "/sw.js", "the page's service worker is registered and active");
+
+      // Stored: the host's test notification is pushed to it (the
+      // admin credential that signed the page in made it).
+      // Not execFileSync: the receiver answers from this event loop.
+      const out = await new Promise((resolve, reject) =>
+        execFile(bin, ["notify", "test", "--state-dir", dir], { encoding: "utf8" }, (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stdout}${stderr}`)) : resolve(stdout))),
+      );
+      assert.match(out, /webpush.*pushed to 1 subscription/, out);
+      assert.equal(pushes.length, 1, JSON.stringify(pushes));
+      assert.equal(pushes[0].url, "/push/browser-1");
+      assert.equal(pushes[0].headers["content-encoding"], "aes128gcm");
+      assert.match(pushes[0].headers.authorization || "", /^vapid t=[\w-]+\.[\w-]+\.[\w-]+, k=[\w-]+$/);
+      assert.ok(pushes[0].bytes > 0);
+    });
+  } catch (err) {
+    t.diagnostic("push host's stderr, last lines:");
+    for (const line of log.slice(-20)) t.diagnostic(line);
+    throw err;
+  } finally {
+    await stopTether(h.proc);
+    await new Promise((resolve) => receiver.close(resolve));
+  }
 });
 
 // A second host runs the ACP test kit's agent (testing/acp/agent.mjs, on

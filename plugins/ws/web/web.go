@@ -16,7 +16,7 @@ import (
 // site holds the files the page is made of. The vendor README is not
 // served, only the built files and their licences.
 //
-//go:embed static/index.html static/app.js static/chat.js static/app.css
+//go:embed static/index.html static/app.js static/chat.js static/app.css static/sw.js
 //go:embed static/vendor/*.js static/vendor/*.css static/vendor/LICENSE.*
 var site embed.FS
 

@@ -67,6 +67,7 @@
   const attachList = $("chat-attachments");
   const stopButton = $("chat-stop");
   const newButton = $("chat-new");
+  const notifyButton = $("chat-notify");
   const PLACEHOLDER = input.placeholder;
   const noteEl = $("chat-note");
 
@@ -425,7 +426,63 @@
     setConn("connected", "chat: connected");
     scheduleList(0);
     if (cur && cur.key) bind(cur, true);
+    offerPush();
   }
+
+  // ---- Web Push: "Notify me" (docs/NOTIFICATIONS.md, "Web Push")
+
+  // pushKey is the host's VAPID key once push.key answered; the button
+  // shows only when the host pushes (--notify-push) and this browser can.
+  let pushKey = "";
+  function pushSupported() {
+    return "serviceWorker" in navigator && "PushManager" in window && "Notification" in window && window.isSecureContext;
+  }
+
+  function offerPush() {
+    if (pushKey || !pushSupported()) return;
+    call("push.key", {}).then((r) => {
+      if (!r || typeof r.key !== "string" || !r.key) return;
+      pushKey = r.key;
+      notifyButton.hidden = false;
+      navigator.serviceWorker.getRegistration("./").then(async (reg) => {
+        const sub = reg && (await reg.pushManager.getSubscription());
+        if (sub) pushOn();
+      }).catch(() => {});
+    }, () => {}); // -32601: this host does not push
+  }
+
+  function pushOn() {
+    notifyButton.textContent = "Notifying you";
+    notifyButton.disabled = true;
+    notifyButton.title = "This browser gets a notification when an agent waits for you or an answer is ready while no page shows it";
+  }
+
+  // b64uBytes decodes base64url (the VAPID key) for applicationServerKey.
+  function b64uBytes(s) {
+    const b = atob(s.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((s.length + 3) % 4));
+    return Uint8Array.from(b, (c) => c.charCodeAt(0));
+  }
+
+  async function subscribePush() {
+    try {
+      if ((await Notification.requestPermission()) !== "granted") {
+        note("notifications are blocked for this page in the browser's settings");
+        return;
+      }
+      const reg = await navigator.serviceWorker.register("sw.js");
+      await navigator.serviceWorker.ready;
+      const sub = (await reg.pushManager.getSubscription()) ||
+        (await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: b64uBytes(pushKey) }));
+      const j = sub.toJSON();
+      await call("push.subscribe", { endpoint: j.endpoint, keys: j.keys });
+      pushOn();
+      pushSubscribed++;
+    } catch (err) {
+      note("notifications not turned on: " + (err && err.name ? err.message : err && err.message ? errText(err) : String(err)));
+    }
+  }
+  let pushSubscribed = 0; // for tests
+  notifyButton.addEventListener("click", subscribePush);
 
   // ---- the list of stored sessions
 
@@ -1313,6 +1370,7 @@
     retry: () => pendingRetry,
     retries: () => retryLog.slice(),
     listRefreshes: () => listRefreshes,
+    pushSubscribed: () => pushSubscribed,
     backoffDelay,
   };
 
