@@ -136,7 +136,7 @@ func (l *splitListener) sniff(nc net.Conn) {
 	l.mu.Unlock()
 	switch {
 	case err != nil && (br.Buffered() == 0 || errors.Is(err, net.ErrClosed)):
-		// Closed, timed out or a failed TLS handshake before a byte
+		// Closed or timed out before a byte
 		// (net/http would drop it unanswered too), or stopping.
 		l.s.connState(nc, http.StateClosed)
 		_ = nc.Close()
