@@ -87,23 +87,7 @@ func TestClusterACPPermissionFirstWins(t *testing.T) {
 	a := runACPClient(t, acpURL(hosts[1].Server), hosts[1].Token, "permission", "--session", key, "--text", "permission", "--permission", "allow")
 	br := b.result(t)
 
-	wantPrompt(t, a, "end_turn")
-	if len(a.PermissionRequests) != 1 || !a.PermissionRequests[0].AnswerSent {
-		t.Errorf("winner on h2: permission requests %+v, want one, answered", a.PermissionRequests)
-	}
-	if got := shorts(a.all()); !slices.Contains(got, "agent_message_chunk:chose:allow") {
-		t.Errorf("winner on h2: updates %q, want chose:allow", got)
-	}
-	if len(br.PermissionRequests) != 1 {
-		t.Fatalf("loser on h3: %d permission requests, want 1\n%.2000s", len(br.PermissionRequests), br.raw)
-	}
-	lp := br.PermissionRequests[0]
-	if !lp.CancelRequested || len(br.CancelRequests) != 1 || string(br.CancelRequests[0]) != string(lp.RequestID) {
-		t.Errorf("loser on h3: request %s, $/cancel_request for %s (cancelRequested %v); want the same id withdrawn", lp.RequestID, br.CancelRequests, lp.CancelRequested)
-	}
-	if got := shorts(br.all()); !slices.Contains(got, "agent_message_chunk:chose:allow") {
-		t.Errorf("loser on h3: updates %q, want chose:allow (the winner's choice)", got)
-	}
+	checkFirstWins(t, a, br, "winner on h2", "loser on h3")
 	res, _ := waitPermissionEvent(t, nv, "permission.resolved")
 	if res.OptionID == nil || *res.OptionID != "allow" || res.By == "" {
 		t.Errorf("permission.resolved on h1: option %v by %q; want allow, by h2's client", res.OptionID, res.By)

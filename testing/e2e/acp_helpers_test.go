@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -511,4 +512,30 @@ func (r *acpRelay) auths(tb testing.TB) []string {
 		}
 	}
 	return out
+}
+
+// checkFirstWins checks a permission race of the kit agent's prompt
+// "permission": winner (the client that answered allow) got one request,
+// answered, and chose:allow; loser got one request, withdrawn with a
+// $/cancel_request of the same id, and the winner's choice. The labels
+// name them in errors ("winner on h2", …).
+func checkFirstWins(t *testing.T, winner, loser acpResult, wl, ll string) {
+	t.Helper()
+	wantPrompt(t, winner, "end_turn")
+	if len(winner.PermissionRequests) != 1 || !winner.PermissionRequests[0].AnswerSent {
+		t.Errorf("%s: permission requests %+v, want one, answered", wl, winner.PermissionRequests)
+	}
+	if got := shorts(winner.all()); !slices.Contains(got, "agent_message_chunk:chose:allow") {
+		t.Errorf("%s: updates %q, want chose:allow", wl, got)
+	}
+	if len(loser.PermissionRequests) != 1 {
+		t.Fatalf("%s: %d permission requests, want 1\n%.2000s", ll, len(loser.PermissionRequests), loser.raw)
+	}
+	lp := loser.PermissionRequests[0]
+	if !lp.CancelRequested || len(loser.CancelRequests) != 1 || string(loser.CancelRequests[0]) != string(lp.RequestID) {
+		t.Errorf("%s: request %s, $/cancel_request for %s (cancelRequested %v); want the same id withdrawn", ll, lp.RequestID, loser.CancelRequests, lp.CancelRequested)
+	}
+	if got := shorts(loser.all()); !slices.Contains(got, "agent_message_chunk:chose:allow") {
+		t.Errorf("%s: updates %q, want chose:allow (the winner's choice)", ll, got)
+	}
 }

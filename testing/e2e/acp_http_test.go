@@ -447,20 +447,7 @@ func TestACPHTTPPermission(t *testing.T) {
 	a := runACPClient(t, url, h.Token, "permission", "--session", key, "--text", "permission", "--permission", "allow")
 	br := b.result(t)
 
-	wantPrompt(t, a, "end_turn")
-	if len(a.PermissionRequests) != 1 || !a.PermissionRequests[0].AnswerSent {
-		t.Errorf("winner: permission requests %+v, want one, answered", a.PermissionRequests)
-	}
-	if got := shorts(a.all()); !slices.Contains(got, "agent_message_chunk:chose:allow") {
-		t.Errorf("winner: updates %q, want chose:allow", got)
-	}
-	if len(br.PermissionRequests) != 1 {
-		t.Fatalf("loser: %d permission requests, want 1\n%.2000s", len(br.PermissionRequests), br.raw)
-	}
-	lp := br.PermissionRequests[0]
-	if !lp.CancelRequested || len(br.CancelRequests) != 1 || string(br.CancelRequests[0]) != string(lp.RequestID) {
-		t.Errorf("loser: request %s, $/cancel_request for %s (cancelRequested %v); want the same id withdrawn", lp.RequestID, br.CancelRequests, lp.CancelRequested)
-	}
+	checkFirstWins(t, a, br, "winner", "loser")
 	wantPrompt(t, runACPClient(t, url, h.Token, "prompt", "--session", key, "--text", "chunks 1"), "end_turn")
 	checkOneAnswer(t, h.log(t), "allow")
 }

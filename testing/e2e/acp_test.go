@@ -507,23 +507,7 @@ func TestACPPermissionFirstWins(t *testing.T) {
 	a := h.run(t, "permission", "--session", key, "--text", "permission", "--permission", "allow")
 	br := b.result(t)
 
-	wantPrompt(t, a, "end_turn")
-	if len(a.PermissionRequests) != 1 || !a.PermissionRequests[0].AnswerSent {
-		t.Errorf("winner: permission requests %+v, want one, answered", a.PermissionRequests)
-	}
-	if got := shorts(a.all()); !slices.Contains(got, "agent_message_chunk:chose:allow") {
-		t.Errorf("winner: updates %q, want chose:allow", got)
-	}
-	if len(br.PermissionRequests) != 1 {
-		t.Fatalf("loser: %d permission requests, want 1\n%.2000s", len(br.PermissionRequests), br.raw)
-	}
-	lp := br.PermissionRequests[0]
-	if !lp.CancelRequested || len(br.CancelRequests) != 1 || string(br.CancelRequests[0]) != string(lp.RequestID) {
-		t.Errorf("loser: request %s, $/cancel_request for %s (cancelRequested %v); want the same id withdrawn", lp.RequestID, br.CancelRequests, lp.CancelRequested)
-	}
-	if got := shorts(br.all()); !slices.Contains(got, "agent_message_chunk:chose:allow") {
-		t.Errorf("loser: updates %q, want chose:allow (the winner's choice)", got)
-	}
+	checkFirstWins(t, a, br, "winner", "loser")
 
 	pr, _ := waitPermissionEvent(t, nv, "permission.request")
 	if len(pr.RequestID) == 0 || !strings.Contains(string(pr.Options), `"allow"`) || !strings.Contains(string(pr.ToolCall), "tool-") {
