@@ -103,23 +103,24 @@ type Server struct {
 	wg     sync.WaitGroup
 	hwg    sync.WaitGroup // upgrade handlers in flight
 
-	mu          sync.Mutex // guards the fields below
-	cfg         *config
-	started     bool
-	stopped     bool
-	stopCh      chan struct{} // closed by Stop: ends the ticker
-	hs          *http.Server
-	ln          net.Listener
-	split       *splitListener // what hs serves: ln, with the upgrades of /api/* and /acp taken out
-	rawUpgrades atomic.Int64   // upgrades made on the raw connection (tests)
-	served      chan struct{}  // closed when the HTTP server's accept loop returned
-	conns       map[uint64]*conn
-	pages       map[uint64]chan contract.Command // page requests waiting for the host's answer
-	lastID      uint64
-	stopCode    int // the code of a Stop under way, for upgrades that lose the race
-	stopMsg     string
-	lim         *limitListener
-	acp         acpHTTP // /acp over Streamable HTTP
+	rawUpgrades atomic.Int64 // upgrades made on the raw connection (tests)
+
+	mu       sync.Mutex // guards the fields below
+	cfg      *config
+	started  bool
+	stopped  bool
+	stopCh   chan struct{} // closed by Stop: ends the ticker
+	hs       *http.Server
+	ln       net.Listener
+	split    *splitListener // what hs serves: ln, with the upgrades of /api/* and /acp taken out
+	served   chan struct{}  // closed when the HTTP server's accept loop returned
+	conns    map[uint64]*conn
+	pages    map[uint64]chan contract.Command // page requests waiting for the host's answer
+	lastID   uint64
+	stopCode int // the code of a Stop under way, for upgrades that lose the race
+	stopMsg  string
+	lim      *limitListener
+	acp      acpHTTP // /acp over Streamable HTTP
 
 	csMu  sync.Mutex            // guards the fields below
 	busy  map[net.Conn]struct{} // HTTP connections between accept and their response or upgrade
