@@ -138,7 +138,8 @@ func (g *Gateway) Open(o link.Opening) link.Conn {
 		promptText: make(map[string]string),
 		asks:       make(map[string]*askState),
 	}
-	c.asc = acp.NewAgentSideConnection(&acpAgent{c: c}, &frameWriter{c: c}, &lineReader{lines: c.lines})
+	c.fw = &frameWriter{c: c}
+	c.asc = acp.NewAgentSideConnection(&acpAgent{c: c}, c.fw, &lineReader{lines: c.lines})
 	// The library's own complaints (a notification it could not
 	// handle, a connection it closed on overflow) are tether's warnings.
 	c.asc.SetLogger(slog.New(slog.NewTextHandler(warnWriter{c.log}, &slog.HandlerOptions{Level: slog.LevelError})))
@@ -158,6 +159,7 @@ type conn struct {
 	out       link.Sender
 	log       zerolog.Logger
 	asc       *acp.AgentSideConnection
+	fw        *frameWriter  // what asc writes to; notifyRaw writes there too
 	in        chan inLine   // client frames for the protocol reader
 	lines     chan []byte   // what the protocol reader reads; closed at the end
 	events    chan struct{} // capacity 1: evq has frames for the event worker

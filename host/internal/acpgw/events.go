@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/coder/acp-go-sdk"
 
@@ -50,13 +51,11 @@ func (c *conn) pumpEvents() {
 					c.passBarrier(string(frame[len(barrierPrefix):]))
 					continue
 				}
-				var n struct {
-					Params event `json:"params"`
-				}
-				if json.Unmarshal(frame, &n) != nil {
+				ev, ok := parseFrame(frame)
+				if !ok {
 					continue
 				}
-				c.handleEvent(n.Params)
+				c.handleEvent(ev)
 			}
 		case <-c.stop:
 			return
@@ -106,10 +105,9 @@ func (c *conn) deliver(key string, ev event, replay bool) {
 	s := c.session(key)
 	switch ev.Type {
 	case wire.EventACPUpdate:
-		var u acp.SessionUpdate
-		if json.Unmarshal(ev.Payload, &u) == nil {
-			c.notify(key, ev.Seq, u)
-		}
+		// The payload is the ACP library's encoding of the update
+		// already: it goes out as it is, not decoded and encoded again.
+		c.notifyRaw(key, ev.Seq, ev.Payload)
 	case wire.EventMessageStart:
 		var p struct {
 			RunID   string          `json:"run_id"`
@@ -198,6 +196,114 @@ func (c *conn) notifyBy(key string, seq uint64, u acp.SessionUpdate, by string) 
 	if err := c.asc.SessionUpdate(c.g.ctx, n); err != nil {
 		c.log.Debug().Err(err).Msg("session/update to the acp client")
 	}
+}
+
+// notifyRaw sends one session/update whose update object is already
+// encoded the way the ACP library encodes it (an acp.update payload),
+// with the event's seq: the bytes the library would write for
+// notify(key, seq, update), made without decoding the update (see
+// TestRawUpdatesAsTheLibraryWrites).
+func (c *conn) notifyRaw(key string, seq uint64, update json.RawMessage) {
+	sid, err := json.Marshal(key)
+	if err != nil || len(update) == 0 {
+		return
+	}
+	line := make([]byte, 0, len(updatePrefix)+len(sid)+len(update)+48)
+	line = append(line, updatePrefix...)
+	line = strconv.AppendUint(line, seq, 10)
+	line = append(line, `},"sessionId":`...)
+	line = append(line, sid...)
+	line = append(line, `,"update":`...)
+	line = append(line, update...)
+	line = append(line, "}}"...)
+	c.fw.writeLine(line)
+}
+
+// updatePrefix starts a session/update notification with tether/seq, as
+// the library writes it (the JSON-RPC envelope, then the params' members
+// in the order it encodes them).
+const updatePrefix = `{"jsonrpc":"2.0","method":"session/update","params":{"_meta":{"` + MetaSeq + `":`
+
+// eventPrefix starts every event frame the table sends a viewer: the
+// JSON-RPC envelope around the event's params.
+var eventPrefix = []byte(`{"jsonrpc":"2.0","method":"event","params":`)
+
+// parseFrame reads an event frame the table sent.
+func parseFrame(frame []byte) (event, bool) {
+	if p, ok := bytes.CutPrefix(frame, eventPrefix); ok && len(p) > 0 && p[len(p)-1] == '}' {
+		if ev, ok := scanParams(p[:len(p)-1]); ok {
+			return ev, true
+		}
+	}
+	var n struct {
+		Params event `json:"params"`
+	}
+	if json.Unmarshal(frame, &n) != nil {
+		return event{}, false
+	}
+	return n.Params, true
+}
+
+// parseParams reads the params of an event (a frame's, or one the
+// journal replays).
+func parseParams(raw []byte) (event, bool) {
+	if ev, ok := scanParams(raw); ok {
+		return ev, true
+	}
+	var ev event
+	if json.Unmarshal(raw, &ev) != nil {
+		return event{}, false
+	}
+	return ev, true
+}
+
+// scanParams reads event params in the one layout the table writes them
+// in — {"type":…,"session_id":…,"seq":…,"payload":…}, the strings
+// without escapes, the payload last — without decoding the payload,
+// which it returns as it is (a slice of p). Anything else is not ok
+// (then decoded in full). It does not validate: the table encoded p.
+func scanParams(p []byte) (event, bool) {
+	var ev event
+	rest, ok := bytes.CutPrefix(p, []byte(`{"type":"`))
+	if !ok {
+		return ev, false
+	}
+	if ev.Type, rest, ok = scanString(rest); !ok {
+		return ev, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"session_id":"`)); !ok {
+		return ev, false
+	}
+	if ev.SessionID, rest, ok = scanString(rest); !ok {
+		return ev, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"seq":`)); !ok {
+		return ev, false
+	}
+	i := 0
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		i++
+	}
+	seq, err := strconv.ParseUint(string(rest[:i]), 10, 64)
+	if err != nil {
+		return ev, false
+	}
+	ev.Seq = seq
+	if rest, ok = bytes.CutPrefix(rest[i:], []byte(`,"payload":`)); !ok || len(rest) < 2 || rest[len(rest)-1] != '}' {
+		return ev, false
+	}
+	ev.Payload = rest[:len(rest)-1]
+	return ev, true
+}
+
+// scanString reads a JSON string's body up to its closing quote when it
+// has no escapes.
+func scanString(b []byte) (string, []byte, bool) {
+	i := bytes.IndexByte(b, '"')
+	if i < 0 || bytes.IndexByte(b[:i], '\\') >= 0 {
+		return "", nil, false
+	}
+	return string(b[:i]), b[i+1:], true
 }
 
 // ask sends a permission request to the client; its answer goes to the
@@ -353,8 +459,7 @@ func (c *conn) bind(ctx context.Context, key string, replayAfter *uint64, create
 		}
 		truncated = res.Truncated
 		for _, raw := range res.Events {
-			var ev event
-			if json.Unmarshal(raw, &ev) == nil && ev.Seq <= snap.LatestSeq {
+			if ev, ok := parseParams(raw); ok && ev.Seq <= snap.LatestSeq {
 				c.deliver(key, ev, true)
 			}
 		}

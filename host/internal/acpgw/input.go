@@ -363,6 +363,16 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// writeLine sends one whole message (a notification, without its
+// newline) between the library's writes, as if the library wrote it.
+// The library writes each message whole in one Write, so none is ever
+// cut by it.
+func (w *frameWriter) writeLine(line []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.c.sendFrame(line)
+}
+
 // rpcPrefix starts every message the library writes with an id: its
 // responses and its requests (notifications have none).
 var rpcPrefix = []byte(`{"jsonrpc":"2.0","id":`)
