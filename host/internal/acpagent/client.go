@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"unicode/utf8"
 
 	"github.com/coder/acp-go-sdk"
 	"github.com/tether-agent/tether/host/agent"
@@ -31,7 +33,7 @@ func (c *client) SessionUpdate(_ context.Context, n acp.SessionNotification) err
 	if ev == nil {
 		return nil
 	}
-	raw, err := json.Marshal(n.Update)
+	raw, err := encodeUpdate(n.Update)
 	if err != nil {
 		return nil
 	}
@@ -41,6 +43,33 @@ func (c *client) SessionUpdate(_ context.Context, n acp.SessionNotification) err
 	}
 	return nil
 }
+
+// encodeUpdate is json.Marshal(u), the library's encoding of an update,
+// written directly for the commonest kind — an agent_message_chunk of
+// text with no _meta or messageId: {"content":{"text":…,"type":"text"},
+// "sessionUpdate":"agent_message_chunk"} — instead of through the
+// library's variants (each encoded, decoded into a map and encoded
+// again). TestEncodeUpdateIsTheLibrarys holds the two equal.
+func encodeUpdate(u acp.SessionUpdate) ([]byte, error) {
+	ch := u.AgentMessageChunk
+	if u.UserMessageChunk != nil || ch == nil || ch.Meta != nil || ch.MessageId != nil || ch.Content.Text == nil || !utf8.ValidString(ch.Content.Text.Text) {
+		return json.Marshal(u)
+	}
+	text, err := json.Marshal(ch.Content.Text.Text)
+	if err != nil {
+		return nil, fmt.Errorf("encoding an update's text: %w", err)
+	}
+	b := make([]byte, 0, len(text)+len(textChunkHead)+len(textChunkTail))
+	b = append(b, textChunkHead...)
+	b = append(b, text...)
+	return append(b, textChunkTail...), nil
+}
+
+// The library's encoding of a text agent_message_chunk around its text.
+const (
+	textChunkHead = `{"content":{"text":`
+	textChunkTail = `,"type":"text"},"sessionUpdate":"agent_message_chunk"}`
+)
 
 // RequestPermission asks the session's viewers; the first answer is the
 // agent's. A request outside a turn is cancelled.

@@ -1,7 +1,10 @@
 package acpagent
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/coder/acp-go-sdk"
@@ -46,5 +49,51 @@ func TestUpdatesAreTheSDKsReencoding(t *testing.T) {
 				t.Errorf("journaled %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestEncodeUpdateIsTheLibrarys: the update an ACP agent's session/update
+// carries is journaled as json.Marshal of the library's decoding of it;
+// encodeUpdate writes text chunks itself and must give the same bytes for
+// every update, text chunk or not (escapes, invalid UTF-8, _meta,
+// messageId, other kinds and content blocks).
+func TestEncodeUpdateIsTheLibrarys(t *testing.T) {
+	texts := []string{"", "hi", `<a href="x">&amp;</a>`, "\u2028\u2029 \t\n\r\\ \x00\x1f", "é ü 日本 😀", "\xff\xfe bad \xc3", strings.Repeat("long ", 1000)}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		texts = append(texts, string(b))
+	}
+	var updates []acp.SessionUpdate
+	for _, s := range texts {
+		updates = append(updates, acp.UpdateAgentMessageText(s), acp.UpdateUserMessageText(s), acp.UpdateAgentThoughtText(s))
+		enc, _ := json.Marshal(s)
+		for _, in := range []string{
+			`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":` + string(enc) + `}}`,
+			`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":` + string(enc) + `,"annotations":{"priority":1},"_meta":{"x":1}}}`,
+			`{"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":` + string(enc) + `}}`,
+			`{"sessionUpdate":"agent_message_chunk","_meta":{"a":` + string(enc) + `},"content":{"type":"text","text":"x"}}`,
+		} {
+			var n acp.SessionNotification
+			if err := json.Unmarshal([]byte(`{"sessionId":"s","update":`+in+`}`), &n); err != nil {
+				t.Fatalf("%s: %v", in, err)
+			}
+			updates = append(updates, n.Update)
+		}
+	}
+	updates = append(updates,
+		acp.SessionUpdate{AgentMessageChunk: &acp.SessionUpdateAgentMessageChunk{Content: acp.ImageBlock("ZGF0YQ==", "image/png")}},
+		acp.SessionUpdate{AgentMessageChunk: &acp.SessionUpdateAgentMessageChunk{Content: acp.ResourceLinkBlock("f", "file:///f")}},
+		acp.StartToolCall("c1", "Read", acp.WithStartStatus(acp.ToolCallStatusPending)),
+	)
+	for i, u := range updates {
+		want, werr := json.Marshal(u)
+		got, gerr := encodeUpdate(u)
+		if !bytes.Equal(got, want) || (werr == nil) != (gerr == nil) {
+			t.Errorf("update %d: encodeUpdate = %s, %v; json.Marshal = %s, %v", i, got, gerr, want, werr)
+		}
 	}
 }
