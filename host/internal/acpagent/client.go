@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"unicode/utf8"
 
 	"github.com/coder/acp-go-sdk"
@@ -46,20 +47,34 @@ func (c *client) SessionUpdate(_ context.Context, n acp.SessionNotification) err
 
 // encodeUpdate is json.Marshal(u), the library's encoding of an update,
 // written directly for the commonest kind — an agent_message_chunk of
-// text with no _meta or messageId: {"content":{"text":…,"type":"text"},
-// "sessionUpdate":"agent_message_chunk"} — instead of through the
-// library's variants (each encoded, decoded into a map and encoded
-// again). TestEncodeUpdateIsTheLibrarys holds the two equal.
+// text with no messageId, its _meta (if any) as decoded from JSON:
+// {"_meta":…,"content":{"text":…,"type":"text"},"sessionUpdate":
+// "agent_message_chunk"} — instead of through the library's variants
+// (each encoded, decoded into a map and encoded again).
+// TestEncodeUpdateIsTheLibrarys holds the two equal.
 func encodeUpdate(u acp.SessionUpdate) ([]byte, error) {
 	ch := u.AgentMessageChunk
-	if u.UserMessageChunk != nil || ch == nil || ch.Meta != nil || ch.MessageId != nil || ch.Content.Text == nil || !utf8.ValidString(ch.Content.Text.Text) {
+	if u.UserMessageChunk != nil || ch == nil || ch.MessageId != nil || ch.Content.Text == nil || !utf8.ValidString(ch.Content.Text.Text) || !decodedJSON(ch.Meta) {
 		return json.Marshal(u)
 	}
 	text, err := json.Marshal(ch.Content.Text.Text)
 	if err != nil {
 		return nil, fmt.Errorf("encoding an update's text: %w", err)
 	}
-	b := make([]byte, 0, len(text)+len(textChunkHead)+len(textChunkTail))
+	var meta []byte
+	if len(ch.Meta) > 0 {
+		if meta, err = json.Marshal(ch.Meta); err != nil {
+			return nil, fmt.Errorf("encoding an update's _meta: %w", err)
+		}
+	}
+	b := make([]byte, 0, len(meta)+len(text)+len(textChunkHead)+len(textChunkTail)+10)
+	if meta != nil {
+		b = append(b, `{"_meta":`...)
+		b = append(b, meta...)
+		b = append(b, ',')
+	} else {
+		b = append(b, '{')
+	}
 	b = append(b, textChunkHead...)
 	b = append(b, text...)
 	return append(b, textChunkTail...), nil
@@ -67,9 +82,39 @@ func encodeUpdate(u acp.SessionUpdate) ([]byte, error) {
 
 // The library's encoding of a text agent_message_chunk around its text.
 const (
-	textChunkHead = `{"content":{"text":`
+	textChunkHead = `"content":{"text":`
 	textChunkTail = `,"type":"text"},"sessionUpdate":"agent_message_chunk"}`
 )
+
+// decodedJSON reports whether v holds only what decoding JSON into an
+// any makes (maps of string keys, slices, float64, valid strings, bools,
+// nil), which encoding again, decoding and encoding once more leaves
+// byte for byte as one encoding does.
+func decodedJSON(v any) bool {
+	switch v := v.(type) {
+	case nil, bool:
+		return true
+	case float64:
+		return !math.IsNaN(v) && !math.IsInf(v, 0)
+	case string:
+		return utf8.ValidString(v)
+	case []any:
+		for _, e := range v {
+			if !decodedJSON(e) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		for k, e := range v {
+			if !utf8.ValidString(k) || !decodedJSON(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
 
 // RequestPermission asks the session's viewers; the first answer is the
 // agent's. A request outside a turn is cancelled.

@@ -3,6 +3,7 @@ package acpagent
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -76,6 +77,8 @@ func TestEncodeUpdateIsTheLibrarys(t *testing.T) {
 			`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":` + string(enc) + `,"annotations":{"priority":1},"_meta":{"x":1}}}`,
 			`{"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":` + string(enc) + `}}`,
 			`{"sessionUpdate":"agent_message_chunk","_meta":{"a":` + string(enc) + `},"content":{"type":"text","text":"x"}}`,
+			`{"sessionUpdate":"agent_message_chunk","_meta":{"agent/t":12345.678901,"z":[1,2.5e30,-0.0,null,true,{"<k>":` + string(enc) + `}],"big":12345678901234567890,"e":{}},"content":{"type":"text","text":` + string(enc) + `}}`,
+			`{"sessionUpdate":"agent_message_chunk","_meta":{},"content":{"type":"text","text":` + string(enc) + `}}`,
 		} {
 			var n acp.SessionNotification
 			if err := json.Unmarshal([]byte(`{"sessionId":"s","update":`+in+`}`), &n); err != nil {
@@ -89,6 +92,16 @@ func TestEncodeUpdateIsTheLibrarys(t *testing.T) {
 		acp.SessionUpdate{AgentMessageChunk: &acp.SessionUpdateAgentMessageChunk{Content: acp.ResourceLinkBlock("f", "file:///f")}},
 		acp.StartToolCall("c1", "Read", acp.WithStartStatus(acp.ToolCallStatusPending)),
 	)
+	// _meta made in Go, not decoded: numbers the round trip through a
+	// map changes, values it cannot encode.
+	for _, m := range []map[string]any{
+		{"u": uint64(12345678901234567890)}, {"i": 7}, {"f": float32(0.1)}, {"n": math.NaN()},
+		{"bad": "\xff"}, {"\xff": 1}, {"s": []string{"a"}}, {"t": struct{ A int }{1}}, {"deep": map[string]any{"i": int64(1) << 60}},
+	} {
+		u := acp.UpdateAgentMessageText("x")
+		u.AgentMessageChunk.Meta = m
+		updates = append(updates, u)
+	}
 	for i, u := range updates {
 		want, werr := json.Marshal(u)
 		got, gerr := encodeUpdate(u)
