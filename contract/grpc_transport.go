@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -24,6 +25,12 @@ type TransportGRPCClient struct {
 	stream tetherv1.Transport_LinkClient
 	ready  chan struct{} // closed once stream is set
 	sendMu sync.Mutex    // serialises Send on stream
+	// The data plane: offered (until Start), then in use (dp set) or
+	// closed.
+	offer     net.Conn
+	offerName string
+	dp        *frameWriter
+	dpConn    net.Conn
 }
 
 var (
@@ -36,8 +43,38 @@ func NewTransportGRPCClient(c tetherv1.TransportClient) *TransportGRPCClient {
 	return &TransportGRPCClient{client: c, ready: make(chan struct{})}
 }
 
+// OfferDataPlane offers the plugin a data plane for its link (see
+// DataPlaneProtocol): conn is the host's end of a socket whose other end
+// the plugin inherited, name says where ("fd:N"). Call it before Start.
+// If the plugin answers the offer, Link's batches travel on conn;
+// otherwise Start closes it and the link runs over gRPC. The client owns
+// conn from now on.
+func (c *TransportGRPCClient) OfferDataPlane(conn net.Conn, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.offer != nil {
+		c.offer.Close()
+	}
+	c.offer, c.offerName = conn, name
+}
+
+// DataPlane returns the framing the link's batches travel in
+// (DataPlaneProtocol), or "" when they travel on the gRPC stream.
+func (c *TransportGRPCClient) DataPlane() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dp != nil {
+		return DataPlaneProtocol
+	}
+	return ""
+}
+
 // Start implements Transport.
 func (c *TransportGRPCClient) Start(ctx context.Context, req StartRequest) (StartResponse, error) {
+	c.mu.Lock()
+	offer, offerName := c.offer, c.offerName
+	c.offer = nil
+	c.mu.Unlock()
 	p := &tetherv1.StartRequest{
 		Instance:        req.Instance,
 		Listen:          req.Listen,
@@ -51,9 +88,24 @@ func (c *TransportGRPCClient) Start(ctx context.Context, req StartRequest) (Star
 		TlsKeyFile:      req.TLSKeyFile,
 		PageAuth:        req.PageAuth,
 	}
+	if offer != nil {
+		p.DataPlane = offerName
+	}
 	resp, err := c.client.Start(ctx, p)
 	if err != nil {
+		if offer != nil {
+			offer.Close()
+		}
 		return StartResponse{}, FromGRPC(err)
+	}
+	if offer != nil {
+		if resp.GetDataPlane() == DataPlaneProtocol {
+			c.mu.Lock()
+			c.dp, c.dpConn = &frameWriter{conn: offer}, offer
+			c.mu.Unlock()
+		} else {
+			offer.Close() // a plugin that does not speak it: gRPC it is
+		}
 	}
 	return StartResponse{
 		Addr:           resp.GetAddr(),
@@ -92,7 +144,11 @@ func (c *TransportGRPCClient) Link(ctx context.Context, sink EventSink) error {
 	}
 	c.stream = stream
 	close(c.ready)
+	dpConn := c.dpConn
 	c.mu.Unlock()
+	if dpConn != nil {
+		return c.linkData(ctx, stream, dpConn, sink)
+	}
 
 	var events []Event
 	for {
@@ -122,11 +178,20 @@ func (c *TransportGRPCClient) Exec(ctx context.Context, cmds []Command) error {
 		return ctx.Err()
 	}
 	c.mu.Lock()
-	stream := c.stream
+	stream, dp := c.stream, c.dp
 	c.mu.Unlock()
 	batch := &tetherv1.CommandBatch{Commands: make([]*tetherv1.Command, 0, len(cmds))}
 	for _, cmd := range cmds {
 		batch.Commands = append(batch.Commands, commandToProto(cmd))
+	}
+	if dp != nil {
+		if err := dp.write(batch); err != nil {
+			if errors.Is(err, ErrInvalidArgument) {
+				return err
+			}
+			return fmt.Errorf("exec: %w: %w", ErrStopped, err)
+		}
+		return nil
 	}
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
@@ -150,6 +215,9 @@ func (c *TransportGRPCClient) Stop(ctx context.Context, req StopRequest) error {
 type TransportGRPCServer struct {
 	tetherv1.UnimplementedTransportServer
 	Impl Transport
+
+	mu sync.Mutex // guards dp
+	dp net.Conn   // the data plane Start accepted, until a Link takes it
 }
 
 // Start implements tetherv1.TransportServer.
@@ -171,11 +239,25 @@ func (s *TransportGRPCServer) Start(ctx context.Context, req *tetherv1.StartRequ
 	if err != nil {
 		return nil, ToGRPC(err)
 	}
-	return &tetherv1.StartResponse{
+	out := &tetherv1.StartResponse{
 		Addr:           resp.Addr,
 		Version:        resp.Version,
 		MaxConnections: int64(resp.MaxConnections),
-	}, nil
+	}
+	if name := req.GetDataPlane(); name != "" {
+		// A data plane that cannot be opened is no reason to fail: the
+		// link runs over gRPC, as with a plugin that ignores the offer.
+		if conn, err := openInheritedConn(name); err == nil {
+			s.mu.Lock()
+			if s.dp != nil {
+				s.dp.Close()
+			}
+			s.dp = conn
+			s.mu.Unlock()
+			out.DataPlane = DataPlaneProtocol
+		}
+	}
+	return out, nil
 }
 
 // Stats implements tetherv1.TransportServer: Impl's counters, or
@@ -197,6 +279,17 @@ func (s *TransportGRPCServer) Stats(ctx context.Context, _ *tetherv1.StatsReques
 func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	exec := s.Impl.Exec
+	if o, ok := s.Impl.(OwnedExecer); ok {
+		exec = o.ExecOwned // the data was just unmarshalled: nobody else holds it
+	}
+	s.mu.Lock()
+	dp := s.dp
+	s.dp = nil // one link per data plane; a later one runs over gRPC
+	s.mu.Unlock()
+	if dp != nil {
+		return s.linkData(ctx, cancel, dp, exec)
+	}
 
 	recvDone := make(chan error, 1)
 	go func() {
@@ -210,10 +303,6 @@ func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 			cmds := make([]Command, 0, len(batch.GetCommands()))
 			for _, c := range batch.GetCommands() {
 				cmds = append(cmds, commandFromProto(c))
-			}
-			exec := s.Impl.Exec
-			if o, ok := s.Impl.(OwnedExecer); ok {
-				exec = o.ExecOwned // the data was just unmarshalled: nobody else holds it
 			}
 			if err := exec(ctx, cmds); err != nil {
 				recvDone <- err

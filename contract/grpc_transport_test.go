@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -357,7 +358,9 @@ func TestGRPCTransportStartError(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportEvents(t *testing.T) {
+func TestGRPCTransportEvents(t *testing.T) { bothLinks(t, testLinkEvents) }
+
+func testLinkEvents(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 	l := startLink(t, tc, nil)
@@ -405,7 +408,9 @@ func TestGRPCTransportEvents(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportHeaderKeysCanonical(t *testing.T) {
+func TestGRPCTransportHeaderKeysCanonical(t *testing.T) { bothLinks(t, testLinkHeaderKeysCanonical) }
+
+func testLinkHeaderKeysCanonical(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 	l := startLink(t, tc, nil)
@@ -422,7 +427,9 @@ func TestGRPCTransportHeaderKeysCanonical(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportCommands(t *testing.T) {
+func TestGRPCTransportCommands(t *testing.T) { bothLinks(t, testLinkCommands) }
+
+func testLinkCommands(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 	startLink(t, tc, nil)
@@ -458,7 +465,9 @@ func TestGRPCTransportCommands(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportConcurrentExec(t *testing.T) {
+func TestGRPCTransportConcurrentExec(t *testing.T) { bothLinks(t, testLinkConcurrentExec) }
+
+func testLinkConcurrentExec(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	// Exec is called from many goroutines; each one's commands arrive in
 	// the order it sent them.
 	fake := newFakeTransport()
@@ -499,7 +508,9 @@ func TestGRPCTransportConcurrentExec(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportExecWaitsForLink(t *testing.T) {
+func TestGRPCTransportExecWaitsForLink(t *testing.T) { bothLinks(t, testLinkExecWaitsForLink) }
+
+func testLinkExecWaitsForLink(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 
@@ -529,6 +540,10 @@ func TestGRPCTransportExecWaitsForLink(t *testing.T) {
 }
 
 func TestGRPCTransportExecContextEndsBeforeLink(t *testing.T) {
+	bothLinks(t, testLinkExecContextEndsBeforeLink)
+}
+
+func testLinkExecContextEndsBeforeLink(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 
@@ -550,7 +565,9 @@ func TestGRPCTransportExecContextEndsBeforeLink(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportSecondLink(t *testing.T) {
+func TestGRPCTransportSecondLink(t *testing.T) { bothLinks(t, testLinkSecondLink) }
+
+func testLinkSecondLink(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 	l := startLink(t, tc, nil)
@@ -571,7 +588,9 @@ func TestGRPCTransportSecondLink(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportStop(t *testing.T) {
+func TestGRPCTransportStop(t *testing.T) { bothLinks(t, testLinkStop) }
+
+func testLinkStop(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 	l := startLink(t, tc, nil)
@@ -600,7 +619,9 @@ func TestGRPCTransportStop(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportLinkCancel(t *testing.T) {
+func TestGRPCTransportLinkCancel(t *testing.T) { bothLinks(t, testLinkLinkCancel) }
+
+func testLinkLinkCancel(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 	l := startLink(t, tc, nil)
@@ -618,7 +639,9 @@ func TestGRPCTransportLinkCancel(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportSinkError(t *testing.T) {
+func TestGRPCTransportSinkError(t *testing.T) { bothLinks(t, testLinkSinkError) }
+
+func testLinkSinkError(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	fake := newFakeTransport()
 	tc := newClient(t, fake)
 	errSink := errors.New("sink full")
@@ -635,7 +658,9 @@ func TestGRPCTransportSinkError(t *testing.T) {
 	}
 }
 
-func TestGRPCTransportExecError(t *testing.T) {
+func TestGRPCTransportExecError(t *testing.T) { bothLinks(t, testLinkExecError) }
+
+func testLinkExecError(t *testing.T, newClient func(testing.TB, *fakeTransport) *contract.TransportGRPCClient) {
 	// An Exec failure inside the plugin ends the link with that error's
 	// class.
 	fake := newFakeTransport()
@@ -648,5 +673,44 @@ func TestGRPCTransportExecError(t *testing.T) {
 	}
 	if err := l.result(t); !errors.Is(err, contract.ErrStaleTransport) {
 		t.Errorf("Link = %v, want an error matching ErrStaleTransport", err)
+	}
+}
+
+// bothLinks runs a link test twice: with the batches on the gRPC Link
+// stream, and on a data plane the client offers and the server takes.
+func bothLinks(t *testing.T, test func(*testing.T, func(testing.TB, *fakeTransport) *contract.TransportGRPCClient)) {
+	t.Run("grpc", func(t *testing.T) { test(t, newClient) })
+	t.Run("data-plane", func(t *testing.T) {
+		test(t, func(t testing.TB, fake *fakeTransport) *contract.TransportGRPCClient {
+			t.Helper()
+			tc := newClientFor(t, fake)
+			startWithDataPlane(t, tc)
+			fake.mu.Lock()
+			fake.starts = nil
+			fake.mu.Unlock()
+			return tc
+		})
+	})
+}
+
+// startWithDataPlane offers tc a data plane and starts it; the plugin,
+// in this process, opens the offer by its descriptor as a child would.
+func startWithDataPlane(t testing.TB, tc *contract.TransportGRPCClient) {
+	t.Helper()
+	host, pf, err := contract.NewDataPlanePair()
+	if err != nil {
+		t.Fatalf("NewDataPlanePair: %v", err)
+	}
+	fd, err := syscall.Dup(int(pf.Fd())) // the server takes this one over
+	pf.Close()
+	if err != nil {
+		t.Fatalf("dup: %v", err)
+	}
+	tc.OfferDataPlane(host, fmt.Sprintf("fd:%d", fd))
+	if _, err := tc.Start(context.Background(), contract.StartRequest{Instance: "dp"}); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if got := tc.DataPlane(); got != contract.DataPlaneProtocol {
+		t.Fatalf("DataPlane() = %q after Start, want %q", got, contract.DataPlaneProtocol)
 	}
 }

@@ -45,6 +45,7 @@ type serveFlags struct {
 	healthEvery, healthWait            time.Duration
 	tlsCert, tlsKey                    string
 	maxConns                           int
+	dataPlane                          bool
 	cluster                            *clusterFlags
 	proxy                              *proxyFlags
 	notify                             *notifyFlags
@@ -101,6 +102,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate: serve HTTPS/WSS on --listen (with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.IntVar(&f.maxConns, "max-connections", 20000, "open connections per transport at most (every accepted TCP connection counts); past it a new one gets HTTP 503")
+	fs.BoolVar(&f.dataPlane, "plugin-data-plane", true, "offer each transport plugin a framed Unix-socket data plane for its connections' frames (a plugin that does not speak it stays on gRPC); false: every frame over gRPC")
 	f.cluster = addClusterFlags(fs)
 	f.proxy = addProxyFlags(fs)
 	f.notify = addNotifyFlags(fs)
@@ -249,6 +251,7 @@ func (f *serveFlags) hostConfig() host.Config {
 			AllowOrigins:   f.allowOrigins,
 			AllowHosts:     f.allowHosts,
 			AuthProxy:      f.authProxy,
+			GRPCLinkOnly:   !f.dataPlane,
 		},
 		Agents:       f.agents,
 		ACPAgent:     f.acpArgv,

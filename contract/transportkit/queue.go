@@ -25,7 +25,11 @@ const keepBatchCap = 1024
 //
 // Events are delivered in the order they were pushed. Link hands the sink
 // everything pending at once, so events batch while the sink is busy;
-// events pushed while no link runs wait for the next one. A batch the
+// events pushed while no link runs wait for the next one. A frame pushed
+// while the link is idle and nothing else is pending is handed to the
+// sink by PushFrame itself, from the pusher's goroutine: a request then
+// reaches the host with no goroutine hand-off. The sink is never called
+// twice at once, nor after Link has returned. A batch the
 // sink rejects is kept and delivered first to the next link (a sink that
 // failed half-way sees some events twice).
 //
@@ -46,20 +50,30 @@ const keepBatchCap = 1024
 type Queue struct {
 	wake chan struct{} // wakes the link; capacity 1
 
-	mu       sync.Mutex // guards the fields below
-	evs      []contract.Event
-	bytes    int64
-	limit    int64
-	space    chan struct{} // closed and replaced when space frees, and by Wake
-	linkDone chan struct{} // non-nil while a link runs; closed when it returns
-	stopDone chan struct{} // non-nil once Stop began; closed when the first Stop returns
-	stopped  bool          // Stop's stop function returned: the link drains and returns
+	mu   sync.Mutex // guards the fields below
+	idle sync.Cond  // on mu: signalled when an inline delivery ends
+	evs  []contract.Event
+	// The running link's sink and context, for PushFrame's inline
+	// deliveries; delivering while one runs; sinkErr is an inline
+	// delivery's failure, for the link to return.
+	sink       contract.EventSink
+	linkCtx    context.Context
+	delivering bool
+	sinkErr    error
+	onPark     func() // tests: called when the link waits with nothing to deliver
+	bytes      int64
+	limit      int64
+	space      chan struct{} // closed and replaced when space frees, and by Wake
+	linkDone   chan struct{} // non-nil while a link runs; closed when it returns
+	stopDone   chan struct{} // non-nil once Stop began; closed when the first Stop returns
+	stopped    bool          // Stop's stop function returned: the link drains and returns
 }
 
 // NewQueue returns an empty Queue bounded by limit bytes (0 or less:
 // DefaultEventBuffer).
 func NewQueue(limit int64) *Queue {
 	q := &Queue{wake: make(chan struct{}, 1), space: make(chan struct{})}
+	q.idle.L = &q.mu
 	q.SetLimit(limit)
 	return q
 }
@@ -107,6 +121,10 @@ func (q *Queue) PushFrame(e contract.Event, keep func() bool) bool {
 		if q.bytes == 0 || q.bytes+size <= q.limit {
 			q.evs = append(q.evs, e)
 			q.bytes += size
+			if len(q.evs) == 1 && q.sink != nil && !q.delivering && !q.stopped && q.sinkErr == nil {
+				q.deliverLocked() // unlocks
+				return true
+			}
 			q.mu.Unlock()
 			q.wakeLink()
 			return true
@@ -133,6 +151,34 @@ func (q *Queue) wakePushersLocked() {
 	q.space = make(chan struct{})
 }
 
+// deliverLocked hands what is pending to the running link's sink from
+// the calling goroutine, while the link's own loop waits. It is called
+// with q.mu held and returns with it released.
+func (q *Queue) deliverLocked() {
+	q.delivering = true
+	batch := q.evs
+	q.evs = nil
+	sink, ctx := q.sink, q.linkCtx
+	q.mu.Unlock()
+
+	err := sink(ctx, batch)
+
+	q.mu.Lock()
+	q.delivering = false
+	if err != nil {
+		q.evs = append(batch, q.evs...)
+		q.sinkErr = err
+	} else {
+		for i := range batch {
+			q.bytes -= eventSize(&batch[i])
+		}
+		q.wakePushersLocked()
+	}
+	q.idle.Broadcast()
+	q.mu.Unlock()
+	q.wakeLink() // whatever came meanwhile, or the failure, is the link's
+}
+
 // wakeLink makes a waiting link look at the queue.
 func (q *Queue) wakeLink() {
 	select {
@@ -156,9 +202,14 @@ func (q *Queue) Link(ctx context.Context, sink contract.EventSink) error {
 	}
 	done := make(chan struct{})
 	q.linkDone = done
+	q.sink, q.linkCtx = sink, ctx
 	q.mu.Unlock()
 	defer func() {
 		q.mu.Lock()
+		q.sink, q.linkCtx = nil, nil
+		for q.delivering {
+			q.idle.Wait() // the sink is not called after Link returns
+		}
 		q.linkDone = nil
 		q.mu.Unlock()
 		close(done)
@@ -167,15 +218,36 @@ func (q *Queue) Link(ctx context.Context, sink contract.EventSink) error {
 	var spare []contract.Event
 	for {
 		q.mu.Lock()
+		if err := q.sinkErr; err != nil {
+			q.sinkErr = nil
+			q.mu.Unlock()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("link: sink: %w", err)
+		}
+		if q.delivering {
+			q.mu.Unlock()
+			select {
+			case <-q.wake: // the inline delivery wakes the link when it ends
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		batch := q.evs
 		q.evs = spare[:0]
 		stopped := q.stopped
+		q.delivering = len(batch) > 0
 		q.mu.Unlock()
 
 		if len(batch) == 0 {
 			spare = batch
 			if stopped {
 				return nil
+			}
+			if q.onPark != nil {
+				q.onPark()
 			}
 			select {
 			case <-q.wake:
@@ -188,6 +260,7 @@ func (q *Queue) Link(ctx context.Context, sink contract.EventSink) error {
 		err := sink(ctx, batch)
 
 		q.mu.Lock()
+		q.delivering = false
 		if err != nil {
 			q.evs = append(batch, q.evs...)
 			q.mu.Unlock()

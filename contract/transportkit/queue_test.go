@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,12 +192,16 @@ func TestQueueDeliversInOrderAndBatches(t *testing.T) {
 		t.Fatalf("backlog: got %q, want %q", got, want)
 	}
 
-	// While the sink is busy, events pile up and go out together.
-	q.PushFrame(frame(1, "c"), always)
+	// While the sink is busy, events pile up and go out together. (The
+	// link is idle, so PushFrame delivers "c" itself and waits in the
+	// sink: it runs on a goroutine of its own.)
+	pushedC := make(chan bool, 1)
+	go func() { pushedC <- q.PushFrame(frame(1, "c"), always) }()
 	recv(t, s.entered, "the second delivery")
 	q.PushFrame(frame(1, "d"), always)
 	q.Push(contract.Event{Kind: contract.EventClosed, Conn: 1, Code: 1000})
 	s.gate <- nil
+	recv(t, pushedC, "PushFrame of c, once its delivery returned")
 	recv(t, s.entered, "the third delivery")
 	s.gate <- nil
 	got := s.waitFor(t, 6)
@@ -455,4 +461,125 @@ func TestQueueStop(t *testing.T) {
 			t.Errorf("Link after Stop delivered %q, want both events", got)
 		}
 	})
+}
+
+// A frame pushed while the link is idle is delivered by PushFrame itself:
+// it returns only once the sink has taken it, with no hand-off to the
+// link's goroutine. Frames pushed meanwhile wait for the link.
+func TestQueuePushFrameDeliversInline(t *testing.T) {
+	q := transportkit.NewQueue(0)
+	parked := make(chan struct{}, 1)
+	transportkit.OnPark(q, func() {
+		select {
+		case parked <- struct{}{}:
+		default:
+		}
+	})
+	s := newSink(true)
+	done, cancel := link(t, q, s)
+	recv(t, parked, "the link waiting with nothing to deliver")
+	pushed := make(chan bool, 1)
+	go func() { pushed <- q.PushFrame(frame(1, "inline"), always) }()
+	recv(t, s.entered, "the inline delivery")
+	select {
+	case <-pushed:
+		t.Fatal("PushFrame returned while its delivery was still in the sink; want it delivered from PushFrame")
+	default:
+	}
+	// The link is not idle now: this frame waits for the link.
+	if !q.PushFrame(frame(1, "queued"), always) {
+		t.Fatal("PushFrame while a delivery runs: got false")
+	}
+	s.gate <- nil
+	recv(t, pushed, "PushFrame once the sink returned")
+	recv(t, s.entered, "the link's delivery of the frame pushed meanwhile")
+	s.gate <- nil
+	if got := s.waitFor(t, 2); !slices.Equal(got, []string{"frame 1 inline", "frame 1 queued"}) {
+		t.Fatalf("got %q, want both frames in order", got)
+	}
+
+	// Link does not return while an inline delivery is in the sink.
+	recv(t, parked, "the link waiting again")
+	go func() { pushed <- q.PushFrame(frame(1, "last"), always) }()
+	recv(t, s.entered, "the last inline delivery")
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Link returned (%v) while its sink was still running", err)
+	default:
+	}
+	s.gate <- nil
+	recv(t, pushed, "the last PushFrame")
+	if err := recv(t, done, "Link after the delivery returned"); err != nil {
+		t.Fatalf("Link: %v", err)
+	}
+}
+
+// The sink is never called twice at once, whoever delivers, and every
+// event arrives once, each connection's in order.
+func TestQueueSinkNeverConcurrent(t *testing.T) {
+	q := transportkit.NewQueue(0)
+	var (
+		mu      sync.Mutex
+		inside  int
+		overlap bool
+		got     = map[uint64][]string{}
+		total   int
+		all     = make(chan struct{})
+	)
+	const pushers, each = 8, 300
+	ctx, stop := context.WithCancel(context.Background())
+	linkDone := make(chan error, 1)
+	go func() {
+		linkDone <- q.Link(ctx, func(_ context.Context, evs []contract.Event) error {
+			mu.Lock()
+			inside++
+			if inside > 1 {
+				overlap = true
+			}
+			mu.Unlock()
+			runtime.Gosched()
+			mu.Lock()
+			inside--
+			for _, e := range evs {
+				got[e.Conn] = append(got[e.Conn], string(e.Data))
+				total++
+			}
+			if total == pushers*each {
+				close(all)
+			}
+			mu.Unlock()
+			return nil
+		})
+	}()
+	var wg sync.WaitGroup
+	for p := range pushers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if i%7 == 0 {
+					q.Push(contract.Event{Kind: contract.EventFrame, Conn: uint64(p), Data: []byte(strconv.Itoa(i))})
+				} else {
+					q.PushFrame(contract.Event{Kind: contract.EventFrame, Conn: uint64(p), Data: []byte(strconv.Itoa(i))}, always)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	recv(t, all, "every event")
+	stop()
+	if err := recv(t, linkDone, "Link"); err != nil {
+		t.Fatalf("Link: %v", err)
+	}
+	if overlap {
+		t.Error("the sink was called while another call was still in it")
+	}
+	for p := range pushers {
+		for i, v := range got[uint64(p)] {
+			if v != strconv.Itoa(i) {
+				t.Fatalf("pusher %d: event %d is %q; want each pusher's events once, in order", p, i, v)
+			}
+		}
+	}
 }

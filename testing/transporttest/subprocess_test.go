@@ -10,10 +10,24 @@ import (
 )
 
 // TestPluginWS runs the kit against the real `tether plugin ws`
-// subprocess, one process per check, as the host starts it.
+// subprocess, one process per check: as the host starts it, with its
+// link on the data plane, and with its link over gRPC.
 func TestPluginWS(t *testing.T) {
 	bin := e2e.Build(t) // once per test binary
-	transporttest.Run(t, func(t *testing.T) contract.Transport {
-		return kitcheck.StartPlugin[*contract.TransportGRPCClient](t, kitcheck.PluginCmd(bin, "ws"), contract.KindTransport)
+	t.Run("data-plane", func(t *testing.T) {
+		transporttest.Run(t, func(t *testing.T) contract.Transport {
+			tc := kitcheck.StartTransportWithDataPlane(t, kitcheck.PluginCmd(bin, "ws"))
+			t.Cleanup(func() {
+				if got := tc.DataPlane(); got != contract.DataPlaneProtocol && !t.Failed() {
+					t.Errorf("the plugin's link ran on %q, want the data plane %q", got, contract.DataPlaneProtocol)
+				}
+			})
+			return tc
+		})
+	})
+	t.Run("grpc", func(t *testing.T) {
+		transporttest.Run(t, func(t *testing.T) contract.Transport {
+			return kitcheck.StartPlugin[*contract.TransportGRPCClient](t, kitcheck.PluginCmd(bin, "ws"), contract.KindTransport)
+		})
 	})
 }

@@ -146,7 +146,13 @@ type StartRequest struct {
 	TlsKeyFile  string `protobuf:"bytes,10,opt,name=tls_key_file,json=tlsKeyFile,proto3" json:"tls_key_file,omitempty"`
 	// Report each request for a page as an opened event with page set and
 	// serve it as the host answers (an admit with headers, or a close).
-	PageAuth      bool `protobuf:"varint,12,opt,name=page_auth,json=pageAuth,proto3" json:"page_auth,omitempty"`
+	PageAuth bool `protobuf:"varint,12,opt,name=page_auth,json=pageAuth,proto3" json:"page_auth,omitempty"`
+	// A data plane the host offers for the link: "fd:N", a connected Unix
+	// stream socket the plugin inherited as file descriptor N. A plugin
+	// that speaks the framing (StartResponse.data_plane) carries Link's
+	// batches on it instead of the gRPC stream; one that does not ignores
+	// it. Empty: none offered.
+	DataPlane     string `protobuf:"bytes,13,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,14 +264,25 @@ func (x *StartRequest) GetPageAuth() bool {
 	return false
 }
 
+func (x *StartRequest) GetDataPlane() string {
+	if x != nil {
+		return x.DataPlane
+	}
+	return ""
+}
+
 type StartResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Addr    string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
 	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// The bound on open connections the transport applies; 0: none.
 	MaxConnections int64 `protobuf:"varint,3,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The framing the plugin speaks on the offered data plane,
+	// "tether-frames/1" (docs/PLUGINS.md); empty: Link's batches travel on
+	// the gRPC stream.
+	DataPlane     string `protobuf:"bytes,4,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartResponse) Reset() {
@@ -317,6 +334,13 @@ func (x *StartResponse) GetMaxConnections() int64 {
 		return x.MaxConnections
 	}
 	return 0
+}
+
+func (x *StartResponse) GetDataPlane() string {
+	if x != nil {
+		return x.DataPlane
+	}
+	return ""
 }
 
 type StatsRequest struct {
@@ -871,7 +895,7 @@ var File_tetherv1_transport_proto protoreflect.FileDescriptor
 
 const file_tetherv1_transport_proto_rawDesc = "" +
 	"\n" +
-	"\x18tetherv1/transport.proto\x12\ttether.v1\"\xa5\x03\n" +
+	"\x18tetherv1/transport.proto\x12\ttether.v1\"\xc4\x03\n" +
 	"\fStartRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x16\n" +
 	"\x06listen\x18\x02 \x01(\tR\x06listen\x12(\n" +
@@ -887,11 +911,15 @@ const file_tetherv1_transport_proto_rawDesc = "" +
 	"\ftls_key_file\x18\n" +
 	" \x01(\tR\n" +
 	"tlsKeyFile\x12\x1b\n" +
-	"\tpage_auth\x18\f \x01(\bR\bpageAuthJ\x04\b\v\x10\fR\x11page_token_sha256\"f\n" +
+	"\tpage_auth\x18\f \x01(\bR\bpageAuth\x12\x1d\n" +
+	"\n" +
+	"data_plane\x18\r \x01(\tR\tdataPlaneJ\x04\b\v\x10\fR\x11page_token_sha256\"\x85\x01\n" +
 	"\rStartResponse\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12'\n" +
-	"\x0fmax_connections\x18\x03 \x01(\x03R\x0emaxConnections\"\x0e\n" +
+	"\x0fmax_connections\x18\x03 \x01(\x03R\x0emaxConnections\x12\x1d\n" +
+	"\n" +
+	"data_plane\x18\x04 \x01(\tR\tdataPlane\"\x0e\n" +
 	"\fStatsRequest\"K\n" +
 	"\rStatsResponse\x12 \n" +
 	"\vconnections\x18\x01 \x01(\x03R\vconnections\x12\x18\n" +

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,6 +89,10 @@ type TransportSettings struct {
 	// who its requests are (--auth-proxy-header, --auth-proxy-from,
 	// --auth-proxy-users).
 	AuthProxy *access.Proxy
+	// GRPCLinkOnly offers no transport process a data plane
+	// (--plugin-data-plane=false): every link's batches travel on its
+	// gRPC stream.
+	GRPCLinkOnly bool
 }
 
 // startRequest is the StartRequest of a process of the transport named
@@ -261,9 +266,29 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 		opts.ExtraFiles = []*os.File{f}
 		listen = listenFD
 	}
+	// The link's data plane: a socket pair, the plugin's end inherited
+	// after the listener. Without one the link runs over gRPC.
+	var dpHost net.Conn
+	var dpName string
+	if !t.opts.GRPCLinkOnly {
+		host, pf, err := contract.NewDataPlanePair()
+		if err != nil {
+			t.log.Warn().Err(err).Str("plugin", spec.Name).Msg("no data plane for the transport's link; it runs over gRPC")
+		} else {
+			defer pf.Close() // the child has its own copy once started
+			opts.ExtraFiles = append(opts.ExtraFiles, pf)
+			dpHost, dpName = host, fmt.Sprintf("fd:%d", 2+len(opts.ExtraFiles))
+		}
+	}
 	proc, err := startPlugin(spec, contract.KindTransport, opts, t.log)
 	if err != nil {
+		if dpHost != nil {
+			dpHost.Close()
+		}
 		return nil, err
+	}
+	if dpHost != nil {
+		proc.tr.OfferDataPlane(dpHost, dpName)
 	}
 	instance := t.ids.next(spec.Name)
 	sctx, cancel := context.WithTimeout(t.ctx, startRPCTimeout)
@@ -298,7 +323,8 @@ func (t *Transport) launchSpec(spec PluginSpec) (*tgen, error) {
 		instance: instance,
 	}
 	t.log.Debug().Str("plugin", spec.Name).Str("instance", instance).Int("pid", proc.pid).
-		Str("version", resp.Version).Str("path", spec.Path).Int("max_connections", resp.MaxConnections).Msg("plugin started")
+		Str("version", resp.Version).Str("path", spec.Path).Int("max_connections", resp.MaxConnections).
+		Str("data_plane", cmp.Or(proc.tr.DataPlane(), "grpc")).Msg("plugin started")
 	return g, nil
 }
 

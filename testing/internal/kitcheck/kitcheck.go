@@ -5,6 +5,7 @@ package kitcheck
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -62,6 +63,24 @@ func StartPlugin[T any](t *testing.T, cmd *exec.Cmd, kind string) T {
 		t.Fatalf("Dispense(%q): got %T, want %T", kind, raw, c)
 	}
 	return c
+}
+
+// StartTransportWithDataPlane starts cmd as a transport plugin as the
+// host does: with a data plane offered (contract.DataPlaneProtocol), the
+// plugin's end inherited as the next descriptor after cmd's ExtraFiles.
+// Whether the plugin takes it is up to the kit's Start.
+func StartTransportWithDataPlane(t *testing.T, cmd *exec.Cmd) *contract.TransportGRPCClient {
+	t.Helper()
+	host, pf, err := contract.NewDataPlanePair()
+	if err != nil {
+		t.Fatalf("NewDataPlanePair: %v", err)
+	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, pf)
+	name := fmt.Sprintf("fd:%d", 2+len(cmd.ExtraFiles))
+	tc := StartPlugin[*contract.TransportGRPCClient](t, cmd, contract.KindTransport)
+	pf.Close() // the child has its copy
+	tc.OfferDataPlane(host, name)
+	return tc
 }
 
 // lockedBuffer is a bytes.Buffer safe for the writer goroutine go-plugin
