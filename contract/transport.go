@@ -150,7 +150,16 @@ type Command struct {
 	Code   int    // Close: close code
 	Reason string // Close: close reason
 	// Header is, on the Admit of a page request (Event.Page), headers to
-	// set on the page's response (the page cookie's Set-Cookie).
+	// set on the page's response (the page cookie's Set-Cookie). On the
+	// Admit of a connection the host admitted by its reverse proxy's
+	// user header, it is what else binds the connection:
+	// Tether-Bind-Header names that request header and Tether-Bind-From
+	// has one value a prefix of the proxy's addresses. A transport whose
+	// connection spans several requests (ws's /acp over Streamable HTTP)
+	// then holds each later request to the user header's value of the
+	// first, read only from a peer in those prefixes (from any other it
+	// counts as absent), as it holds them to the first's credential; a
+	// transport with one request a connection may ignore it.
 	Header map[string][]string
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -60,11 +61,12 @@ type acpHTTP struct {
 type hconn struct {
 	s    *Server
 	id   uint64
-	key  string   // Acp-Connection-Id
-	cred [32]byte // digest of the initialize's credential
+	key  string // Acp-Connection-Id
 	done chan struct{}
 
 	mu       sync.Mutex // guards the fields below
+	cred     [32]byte   // digest of the initialize's credential, once admitted
+	bind     binding    // what the host's admit binds besides the credential
 	admitted chan struct{}
 	isAdmit  bool
 	closed   bool
@@ -136,10 +138,53 @@ func newConnKey() string {
 	return hex.EncodeToString(b[:])
 }
 
+// The headers of the host's Admit of a connection its reverse proxy's
+// user header admitted (contract.Command.Header; the host's
+// access.BindHeader and access.BindFrom).
+const (
+	bindHeader = "Tether-Bind-Header" // the request header naming the user
+	bindFrom   = "Tether-Bind-From"   // a prefix each: the proxy's addresses
+)
+
+// binding is what binds a connection besides its credential, as the
+// host's admit said (docs/PROTOCOL.md 14.15): the reverse proxy's user
+// header, read only from a peer in from (from any other it counts as
+// absent, as the host ignores it there). The zero binding is none.
+type binding struct {
+	header string
+	from   []netip.Prefix
+}
+
+// parseBinding reads the binding of an Admit's header; values that do
+// not parse are left out (a prefix left out trusts fewer peers).
+func parseBinding(h map[string][]string) binding {
+	var b binding
+	if v := h[bindHeader]; len(v) == 1 && v[0] != "" {
+		b.header = http.CanonicalHeaderKey(v[0])
+	}
+	for _, v := range h[bindFrom] {
+		if pre, err := netip.ParsePrefix(v); err == nil {
+			b.from = append(b.from, pre)
+		}
+	}
+	return b
+}
+
+// trusts reports whether remote (a peer's host:port) is in b.from.
+func (b binding) trusts(remote string) bool {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap().WithZone("")
+	return slices.ContainsFunc(b.from, func(pre netip.Prefix) bool { return pre.Contains(ip) })
+}
+
 // credential digests what a request presents as its credential: the
-// Authorization header, tether's cookies (tether_*) and ?token=. None
-// at all reports false.
-func credential(r *http.Request) ([32]byte, bool) {
+// Authorization header, tether's cookies (tether_*), ?token= and, when
+// b names one and r comes from b's peers, the proxy's user header.
+// None at all reports false.
+func credential(r *http.Request, bd binding) ([32]byte, bool) {
 	var b strings.Builder
 	auth := r.Header.Get("Authorization")
 	b.WriteString(auth)
@@ -155,7 +200,16 @@ func credential(r *http.Request) ([32]byte, bool) {
 	b.WriteByte(0)
 	tok := r.URL.Query().Get("token")
 	b.WriteString(tok)
-	return sha256.Sum256([]byte(b.String())), auth != "" || len(cookies) > 0 || tok != ""
+	b.WriteByte(0)
+	user, proxied := r.Header[bd.header]
+	proxied = proxied && bd.header != "" && bd.trusts(r.RemoteAddr)
+	if proxied {
+		b.WriteByte(1) // apart from "trusted, no value"
+		for _, v := range user {
+			b.WriteString(strconv.Quote(v))
+		}
+	}
+	return sha256.Sum256([]byte(b.String())), auth != "" || len(cookies) > 0 || tok != "" || proxied
 }
 
 // serveACPHTTP serves /acp without an upgrade.
@@ -194,8 +248,11 @@ func (s *Server) acpConn(w http.ResponseWriter, r *http.Request) *hconn {
 		http.Error(w, "unknown "+headerConnectionID, http.StatusNotFound)
 		return nil
 	}
-	cred, has := credential(r)
-	if subtle.ConstantTimeCompare(cred[:], hc.cred[:]) != 1 {
+	hc.mu.Lock()
+	want, bind := hc.cred, hc.bind
+	hc.mu.Unlock()
+	cred, has := credential(r, bind)
+	if subtle.ConstantTimeCompare(cred[:], want[:]) != 1 {
 		if !has {
 			http.Error(w, "this connection needs the credential its initialize carried", http.StatusUnauthorized)
 		} else {
@@ -306,9 +363,8 @@ func (hc *hconn) open() bool {
 // to the host as an upgrade of /acp would be, and answers with the
 // host's initialize response.
 func (s *Server) acpInitialize(w http.ResponseWriter, r *http.Request, body []byte, id string) {
-	cred, _ := credential(r)
 	hc := &hconn{
-		s: s, key: newConnKey(), cred: cred, done: make(chan struct{}),
+		s: s, key: newConnKey(), done: make(chan struct{}),
 		admitted: make(chan struct{}), initID: id, initResp: make(chan []byte, 1),
 		streams: make(map[string]*sseStream), reqs: make(map[string]string), lastUse: time.Now(),
 	}
@@ -361,6 +417,11 @@ func (s *Server) acpInitialize(w http.ResponseWriter, r *http.Request, body []by
 		hc.close(wire.CloseGoingAway, "client gone")
 		return
 	}
+	// Bound now, with what the admit binds: the connection has no key
+	// for another request yet.
+	hc.mu.Lock()
+	hc.cred, _ = credential(r, hc.bind)
+	hc.mu.Unlock()
 	if !hc.frame(body) {
 		http.Error(w, "connection closed", http.StatusServiceUnavailable)
 		return
@@ -405,6 +466,7 @@ func (hc *hconn) exec(cmd *contract.Command, clone bool) {
 		hc.mu.Lock()
 		if !hc.isAdmit && !hc.closed {
 			hc.isAdmit = true
+			hc.bind = parseBinding(cmd.Header)
 			close(hc.admitted)
 		}
 		hc.mu.Unlock()

@@ -141,6 +141,31 @@ func (p *Proxy) Trusts(remote string) bool {
 	return slices.ContainsFunc(p.From, func(pre netip.Prefix) bool { return pre.Contains(ip) })
 }
 
+// The headers of Binding: the Admit of a connection the proxy's user
+// header admitted names that header and the proxy's addresses
+// (contract.Command.Header; docs/PROTOCOL.md 14.15). The ws plugin
+// spells them too.
+const (
+	// BindHeader names the request header that names the user.
+	BindHeader = "Tether-Bind-Header"
+	// BindFrom has one value a prefix of --auth-proxy-from: only from
+	// those peers is BindHeader read.
+	BindFrom = "Tether-Bind-From"
+)
+
+// Binding returns the header of the Admit of a connection p admitted:
+// a transport whose connection spans several requests (/acp over
+// Streamable HTTP) binds each later request to the user header's value
+// it came with, read, as here, only from p's addresses; from any other
+// peer the header counts as absent.
+func (p *Proxy) Binding() map[string][]string {
+	from := make([]string, len(p.From))
+	for i, pre := range p.From {
+		from[i] = pre.String()
+	}
+	return map[string][]string{BindHeader: {p.Header}, BindFrom: from}
+}
+
 // decide returns the decision of a request from the proxy, and false
 // when the proxy has no say on ev: it came from another address, or it
 // carries no header. One value naming one user is needed; the user is

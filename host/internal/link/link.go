@@ -406,7 +406,11 @@ func (l *Link) opened(ev *contract.Event) {
 		l.Send(contract.Command{Kind: contract.CommandClose, Conn: ev.Conn, Code: dcode, Reason: dreason})
 		return
 	}
-	c := ep.Open(Opening{ID: tid, Transport: l.name, Event: ev, Out: l, Who: d.Who})
+	var out FlowSender = l
+	if d.Via == access.ViaProxy {
+		out = &proxyBound{FlowSender: l, conn: ev.Conn, header: l.access.Proxy.Binding()}
+	}
+	c := ep.Open(Opening{ID: tid, Transport: l.name, Event: ev, Out: out, Who: d.Who})
 	if c == nil {
 		return // the endpoint refused it (and said why)
 	}
@@ -417,6 +421,24 @@ func (l *Link) opened(ev *contract.Event) {
 	}
 	l.mu.Unlock()
 	l.metrics.Connections.Inc()
+}
+
+// proxyBound is the Out of a connection a reverse proxy's user header
+// admitted: its Admit carries the proxy's binding (access.Proxy.Binding),
+// so that a transport whose connection spans several requests holds
+// each later one to that user, not only to its credential (none).
+type proxyBound struct {
+	FlowSender
+	conn   uint64
+	header map[string][]string
+}
+
+// Send implements Sender.
+func (b *proxyBound) Send(cmd contract.Command) {
+	if cmd.Kind == contract.CommandAdmit && cmd.Conn == b.conn && cmd.Header == nil {
+		cmd.Header = b.header
+	}
+	b.FlowSender.Send(cmd)
 }
 
 // sweep closes, within a second of a revocation or an expiry, every
