@@ -32,8 +32,9 @@
 // connection's SSE streams (GET), per session; DELETE, or the host's
 // Close, ends it with one EventClosed. Every request after the initialize
 // must carry the same credential (Authorization, tether_* cookies,
-// ?token=) or it is refused with 401 (none) or 403 (another): the
-// connection id alone is no credential. Messages wait for their stream's
+// ?token=, and the reverse proxy's user header when the host's Admit
+// names it: see contract.Command.Header) or it is refused with 401
+// (none) or 403 (another): the connection id alone is no credential. Messages wait for their stream's
 // GET up to SendQueue bytes per connection; past that the connection is
 // closed with 1013. A connection with no stream open and no request for
 // PeerTimeout is closed with 1006 "peer timeout"; at most
