@@ -206,7 +206,7 @@ func (c *TransportGRPCClient) linkData(ctx context.Context, stream tetherv1.Tran
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return fmt.Errorf("transport link: %w: %w", ErrUnavailable, err)
+			return fmt.Errorf("transport link: the data plane ended without its last frame (the plugin exited?): %w: %w", ErrUnavailable, err)
 		}
 		events = events[:0]
 		for _, e := range batch.GetEvents() {
