@@ -163,7 +163,9 @@ func (f *Factory) launch(ctx context.Context, gen int) (*process, error) {
 		return nil, fmt.Errorf("acp agent %q: cannot run it: %w", f.cfg.Argv[0], err)
 	}
 	p := &process{gen: gen, cmd: cmd, stdin: stdin, done: make(chan struct{}), order: newOrder(stdout)}
-	p.conn = acp.NewClientSideConnection(&client{f: f, p: p}, stdin, p.order)
+	cl := &client{f: f, p: p}
+	p.order.direct = cl.direct
+	p.conn = acp.NewClientSideConnection(cl, stdin, p.order)
 	// The library's own complaints (a message it could not parse, a
 	// connection it closed) are tether's warnings.
 	p.conn.SetLogger(slog.New(slog.NewTextHandler(warnWriter{f.log}, &slog.HandlerOptions{Level: slog.LevelWarn})))

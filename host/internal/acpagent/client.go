@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/coder/acp-go-sdk"
@@ -43,6 +44,83 @@ func (c *client) SessionUpdate(_ context.Context, n acp.SessionNotification) err
 		ev.Delta(ch.Content.Text.Text)
 	}
 	return nil
+}
+
+// direct handles a session/update line that is a text
+// agent_message_chunk without the library (order hands it over before
+// the library would read it): SessionUpdate of what the library would
+// decode. Any other line is left to the library (false).
+func (c *client) direct(line []byte) bool {
+	n, ok := decodeTextChunk(line)
+	if !ok {
+		return false
+	}
+	_ = c.SessionUpdate(context.Background(), n)
+	return true
+}
+
+// decodeTextChunk decodes a session/update notification of one text
+// agent_message_chunk into what the library decodes it to, for lines
+// whose members are all ones the library reads by their exact names
+// (it matches struct members case-insensitively, maps exactly): the
+// envelope's jsonrpc, method and params; the params' sessionId, update
+// and _meta; the update's sessionUpdate, content and _meta; the
+// content's type and text. Anything else is not ok: the library decodes
+// it. TestDecodeTextChunkIsTheLibrarys holds the two equal.
+func decodeTextChunk(line []byte) (acp.SessionNotification, bool) {
+	var n acp.SessionNotification
+	var top, params, update, content map[string]json.RawMessage
+	if json.Unmarshal(line, &top) != nil || !onlyKeys(top, "jsonrpc", "method", "params") ||
+		!isString(top, "jsonrpc", "", false) || !isString(top, "method", acp.ClientMethodSessionUpdate, true) {
+		return n, false
+	}
+	if json.Unmarshal(top["params"], &params) != nil || !onlyKeys(params, "sessionId", "update", "_meta") ||
+		json.Unmarshal(params["sessionId"], &n.SessionId) != nil || !decodeMeta(params, &n.Meta) {
+		return n, false
+	}
+	ch := &acp.SessionUpdateAgentMessageChunk{SessionUpdate: "agent_message_chunk"}
+	if json.Unmarshal(params["update"], &update) != nil || !onlyKeys(update, "sessionUpdate", "content", "_meta") ||
+		!isString(update, "sessionUpdate", ch.SessionUpdate, true) || !decodeMeta(update, &ch.Meta) {
+		return n, false
+	}
+	text := &acp.ContentBlockText{Type: "text"}
+	if json.Unmarshal(update["content"], &content) != nil || !onlyKeys(content, "type", "text") ||
+		!isString(content, "type", "text", true) || json.Unmarshal(content["text"], &text.Text) != nil {
+		return n, false
+	}
+	ch.Content.Text = text
+	n.Update.AgentMessageChunk = ch
+	return n, true
+}
+
+// onlyKeys reports whether m has no member but these.
+func onlyKeys(m map[string]json.RawMessage, keys ...string) bool {
+	for k := range m {
+		if !slices.Contains(keys, k) {
+			return false
+		}
+	}
+	return true
+}
+
+// isString reports whether m's member k is a JSON string (equal to want
+// when want is not ""), or absent when that is allowed (!required).
+func isString(m map[string]json.RawMessage, k, want string, required bool) bool {
+	raw, ok := m[k]
+	if !ok {
+		return !required
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return false
+	}
+	return want == "" || s == want
+}
+
+// decodeMeta decodes m's _meta, when present, as the library does.
+func decodeMeta(m map[string]json.RawMessage, meta *map[string]any) bool {
+	raw, ok := m["_meta"]
+	return !ok || json.Unmarshal(raw, meta) == nil
 }
 
 // encodeUpdate is json.Marshal(u), the library's encoding of an update,

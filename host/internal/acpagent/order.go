@@ -17,8 +17,17 @@ import (
 // and notes how many came before each permission request; the request's
 // handler waits until that many were handled.
 type order struct {
-	r   io.Reader
-	buf []byte // a partial line
+	r io.Reader
+	// direct, when set, handles a session/update line itself (reporting
+	// true; it counts it handled) instead of the library; it is asked
+	// only when every update before it was handled, so the agent's
+	// order holds.
+	direct func(line []byte) bool
+	buf    []byte // a partial line
+	chunk  []byte // what one read of the agent brings in
+	out    []byte // whole lines for the library; out[off:] not read yet
+	off    int
+	err    error // the agent's read error, returned after out
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -52,8 +61,24 @@ const (
 	stuckAfter = 2 * time.Second
 )
 
-// Read implements io.Reader for the SDK, noting each whole line.
+// Read implements io.Reader for the SDK: the agent's output in whole
+// lines, each noted, less those direct handled.
 func (o *order) Read(p []byte) (int, error) {
+	for o.off == len(o.out) {
+		if o.err != nil {
+			return 0, o.err
+		}
+		o.out, o.off = o.out[:0], 0
+		o.fill()
+	}
+	n := copy(p, o.out[o.off:])
+	o.off += n
+	return n, nil
+}
+
+// fill reads once from the agent (when there is room) and queues the
+// whole lines it completes for the library.
+func (o *order) fill() {
 	o.mu.Lock()
 	if o.read-o.handled >= maxPending && !o.closed {
 		// An update the library could not parse never reaches the
@@ -77,30 +102,47 @@ func (o *order) Read(p []byte) (int, error) {
 		}
 	}
 	o.mu.Unlock()
-	if len(p) > readChunk {
-		p = p[:readChunk]
+	if o.chunk == nil {
+		o.chunk = make([]byte, readChunk)
 	}
-	n, err := o.r.Read(p)
-	o.buf = append(o.buf, p[:n]...)
+	n, err := o.r.Read(o.chunk)
+	o.buf = append(o.buf, o.chunk[:n]...)
+	rest := o.buf
 	for {
-		i := bytes.IndexByte(o.buf, '\n')
+		i := bytes.IndexByte(rest, '\n')
 		if i < 0 {
 			break
 		}
-		o.note(o.buf[:i])
-		o.buf = o.buf[i+1:]
+		if !o.note(rest[:i]) {
+			o.out = append(o.out, rest[:i+1]...)
+		}
+		rest = rest[i+1:]
+	}
+	o.buf = append(o.buf[:0], rest...)
+	if len(o.buf) > maxLine {
+		// Longer than the library reads: it is handed the line so far
+		// (and fails on it, as it would have).
+		o.out = append(o.out, o.buf...)
+		o.buf = o.buf[:0]
 	}
 	if err != nil {
+		o.out = append(o.out, o.buf...) // a last line without its newline
+		o.buf = nil
+		o.err = err
 		o.mu.Lock()
 		o.closed = true
 		o.cond.Broadcast()
 		o.mu.Unlock()
 	}
-	return n, err
 }
 
-// note counts one line of the agent's output.
-func (o *order) note(line []byte) {
+// maxLine is past the longest line the library reads (a bufio.Scanner
+// of 10 MiB).
+const maxLine = 10<<20 + 1
+
+// note counts one line of the agent's output; it reports whether direct
+// handled it.
+func (o *order) note(line []byte) bool {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
@@ -112,16 +154,20 @@ func (o *order) note(line []byte) {
 		} `json:"params"`
 	}
 	if json.Unmarshal(line, &m) != nil {
-		return
+		return false
 	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	switch {
 	case m.Method == "session/update" && len(m.ID) == 0:
 		o.read++
+		alone := o.read-1 == o.handled
+		o.mu.Unlock()
+		return alone && o.direct != nil && o.direct(line)
 	case m.Method == "session/request_permission" && len(m.ID) > 0:
 		o.before[permKey(m.Params.SessionID, m.Params.ToolCall.ToolCallID)] = o.read
 	}
+	o.mu.Unlock()
+	return false
 }
 
 // handledOne counts a session/update the SDK handed over.

@@ -110,3 +110,84 @@ func TestEncodeUpdateIsTheLibrarys(t *testing.T) {
 		}
 	}
 }
+
+// libraryDecode is what the library hands SessionUpdate for a line of the
+// agent's (ok false: it hands over nothing): the envelope decoded as its
+// anyMessage, a notification of session/update, its params decoded.
+func libraryDecode(line []byte) (acp.SessionNotification, bool) {
+	var msg struct {
+		JSONRPC string            `json:"jsonrpc"`
+		ID      *json.RawMessage  `json:"id,omitempty"`
+		Method  string            `json:"method,omitempty"`
+		Params  json.RawMessage   `json:"params,omitempty"`
+		Result  json.RawMessage   `json:"result,omitempty"`
+		Error   *acp.RequestError `json:"error,omitempty"`
+	}
+	var n acp.SessionNotification
+	if json.Unmarshal(line, &msg) != nil || msg.ID != nil || msg.Method != acp.ClientMethodSessionUpdate {
+		return n, false
+	}
+	if json.Unmarshal(msg.Params, &n) != nil {
+		return n, false
+	}
+	return n, true
+}
+
+// TestDecodeTextChunkIsTheLibrarys: a line decodeTextChunk takes (order
+// hands it to SessionUpdate without the library) is one the library
+// hands over too, with the same session, the same journaled bytes and
+// the same text; the agents' usual text chunks are taken.
+func TestDecodeTextChunkIsTheLibrarys(t *testing.T) {
+	const head = `{"jsonrpc":"2.0","method":"session/update","params":`
+	for _, tc := range []struct {
+		line string
+		take bool
+	}{
+		// The TypeScript SDK's layout (the acp row's agent), and others.
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"b1 "},"_meta":{"agent/t":12345.678}},"_meta":{"agent/n":5}}}`, true},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"<\u2028\"é\ud83d\ude00"}}}}`, true},
+		{`{"method":"session/update","jsonrpc":"2.0","params":{"update":{"content":{"text":"x","type":"text"},"sessionUpdate":"agent_message_chunk"},"sessionId":"s1"}}`, true},
+		{`{"method":"session/update","params":{"sessionId":null,"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":null},"_meta":null},"_meta":null}}`, true},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a","text":"b"}}}}`, true},
+		// Left to the library.
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x","annotations":{}}}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","messageId":"m","content":{"type":"text","text":"x"}}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"x"}}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"x","mimeType":"image/png"}}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","Content":{"type":"text","text":"x"}}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","Text":"x"}}}}`, false},
+		{head + `{"SessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}`, false},
+		{`{"jsonrpc":"2.0","Method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}`, false},
+		{`{"jsonrpc":2,"method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":1}}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"_meta":[1]}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}},"_meta":"m"}}`, false},
+		{head + `{"sessionId":1,"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":null}}}`, false},
+		{head + `{"sessionId":"s1"}}`, false},
+		{head + `null}`, false},
+		{`null`, false},
+		{head + `{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}`, false},
+	} {
+		got, took := decodeTextChunk([]byte(tc.line))
+		if took != tc.take {
+			t.Errorf("decodeTextChunk(%s) took it: %v, want %v", tc.line, took, tc.take)
+		}
+		if !took {
+			continue
+		}
+		want, ok := libraryDecode([]byte(tc.line))
+		if !ok {
+			t.Errorf("%s: taken, but the library hands nothing over", tc.line)
+			continue
+		}
+		gb, gerr := encodeUpdate(got.Update)
+		wb, werr := encodeUpdate(want.Update)
+		if got.SessionId != want.SessionId || !bytes.Equal(gb, wb) || gerr != nil || werr != nil ||
+			want.Update.AgentMessageChunk == nil || want.Update.AgentMessageChunk.Content.Text == nil ||
+			got.Update.AgentMessageChunk.Content.Text.Text != want.Update.AgentMessageChunk.Content.Text.Text {
+			t.Errorf("%s:\n decodeTextChunk %q %s\n the library     %q %s", tc.line, got.SessionId, gb, want.SessionId, wb)
+		}
+	}
+}
