@@ -1,6 +1,7 @@
 package acpagent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,31 +62,84 @@ func (c *client) direct(line []byte) bool {
 
 // decodeTextChunk decodes a session/update notification of one text
 // agent_message_chunk into what the library decodes it to, for lines
-// whose members are all ones the library reads by their exact names
-// (it matches struct members case-insensitively, maps exactly): the
+// whose members are all ones the library reads, by their exact names
+// (it matches struct members case-insensitively), each once: the
 // envelope's jsonrpc, method and params; the params' sessionId, update
 // and _meta; the update's sessionUpdate, content and _meta; the
 // content's type and text. Anything else is not ok: the library decodes
-// it. TestDecodeTextChunkIsTheLibrarys holds the two equal.
+// it. The line is checked once (json.Valid) and then only scanned; the
+// text and the session id are decoded by encoding/json only when they
+// hold escapes. TestDecodeTextChunkIsTheLibrarys holds the two equal.
 func decodeTextChunk(line []byte) (acp.SessionNotification, bool) {
 	var n acp.SessionNotification
-	var top, params, update, content map[string]json.RawMessage
-	if json.Unmarshal(line, &top) != nil || !onlyKeys(top, "jsonrpc", "method", "params") ||
-		!isString(top, "jsonrpc", "", false) || !isString(top, "method", acp.ClientMethodSessionUpdate, true) {
+	if !json.Valid(line) {
 		return n, false
 	}
-	if json.Unmarshal(top["params"], &params) != nil || !onlyKeys(params, "sessionId", "update", "_meta") ||
-		json.Unmarshal(params["sessionId"], &n.SessionId) != nil || !decodeMeta(params, &n.Meta) {
+	var params, update, content []byte
+	isUpdate := false
+	if !members(line, func(k string, v []byte) bool {
+		switch k {
+		case "jsonrpc":
+			_, ok := jsonString(v)
+			return ok
+		case "method":
+			m, ok := jsonString(v)
+			isUpdate = m == acp.ClientMethodSessionUpdate
+			return ok
+		case "params":
+			params = v
+			return true
+		}
+		return false
+	}, "jsonrpc", "method", "params") || !isUpdate || params == nil {
 		return n, false
 	}
-	ch := &acp.SessionUpdateAgentMessageChunk{SessionUpdate: "agent_message_chunk"}
-	if json.Unmarshal(params["update"], &update) != nil || !onlyKeys(update, "sessionUpdate", "content", "_meta") ||
-		!isString(update, "sessionUpdate", ch.SessionUpdate, true) || !decodeMeta(update, &ch.Meta) {
+	if !members(params, func(k string, v []byte) bool {
+		switch k {
+		case "sessionId":
+			sid, ok := jsonString(v)
+			n.SessionId = acp.SessionId(sid)
+			return ok
+		case "update":
+			update = v
+			return true
+		case "_meta":
+			return json.Unmarshal(v, &n.Meta) == nil
+		}
+		return false
+	}, "sessionId", "update", "_meta") || update == nil {
 		return n, false
 	}
-	text := &acp.ContentBlockText{Type: "text"}
-	if json.Unmarshal(update["content"], &content) != nil || !onlyKeys(content, "type", "text") ||
-		!isString(content, "type", "text", true) || json.Unmarshal(content["text"], &text.Text) != nil {
+	ch := &acp.SessionUpdateAgentMessageChunk{}
+	if !members(update, func(k string, v []byte) bool {
+		switch k {
+		case "sessionUpdate":
+			var ok bool
+			ch.SessionUpdate, ok = jsonString(v)
+			return ok
+		case "content":
+			content = v
+			return true
+		case "_meta":
+			return json.Unmarshal(v, &ch.Meta) == nil
+		}
+		return false
+	}, "sessionUpdate", "content", "_meta") || ch.SessionUpdate != "agent_message_chunk" || content == nil {
+		return n, false
+	}
+	text := &acp.ContentBlockText{}
+	hasText := false
+	if !members(content, func(k string, v []byte) bool {
+		var ok bool
+		switch k {
+		case "type":
+			text.Type, ok = jsonString(v)
+		case "text":
+			text.Text, ok = jsonString(v)
+			hasText = true
+		}
+		return ok
+	}, "type", "text") || text.Type != "text" || !hasText {
 		return n, false
 	}
 	ch.Content.Text = text
@@ -93,34 +147,99 @@ func decodeTextChunk(line []byte) (acp.SessionNotification, bool) {
 	return n, true
 }
 
-// onlyKeys reports whether m has no member but these.
-func onlyKeys(m map[string]json.RawMessage, keys ...string) bool {
-	for k := range m {
-		if !slices.Contains(keys, k) {
-			return false
-		}
-	}
-	return true
-}
-
-// isString reports whether m's member k is a JSON string (equal to want
-// when want is not ""), or absent when that is allowed (!required).
-func isString(m map[string]json.RawMessage, k, want string, required bool) bool {
-	raw, ok := m[k]
-	if !ok {
-		return !required
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
+// members calls f with each member of the JSON object b (valid JSON) and
+// reports whether b is an object whose members are all of keys, each
+// once, with no escape in their names, and f returned true for each.
+func members(b []byte, f func(key string, val []byte) bool, keys ...string) bool {
+	var seen uint
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
 		return false
 	}
-	return want == "" || s == want
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return true
+	}
+	for i < len(b) && b[i] == '"' {
+		end := i + 1 + bytes.IndexByte(b[i+1:], '"')
+		if end <= i || bytes.IndexByte(b[i+1:end], '\\') >= 0 {
+			return false
+		}
+		key := string(b[i+1 : end])
+		k := slices.Index(keys, key)
+		if k < 0 || seen&(1<<k) != 0 {
+			return false
+		}
+		seen |= 1 << k
+		i = skipSpace(b, end+1) // at ':'
+		start := skipSpace(b, i+1)
+		stop := skipValue(b, start)
+		if !f(key, b[start:stop]) {
+			return false
+		}
+		i = skipSpace(b, stop)
+		if i < len(b) && b[i] == '}' {
+			return true
+		}
+		i = skipSpace(b, i+1) // past ','
+	}
+	return false
 }
 
-// decodeMeta decodes m's _meta, when present, as the library does.
-func decodeMeta(m map[string]json.RawMessage, meta *map[string]any) bool {
-	raw, ok := m["_meta"]
-	return !ok || json.Unmarshal(raw, meta) == nil
+// skipSpace returns the index of the first byte at or after i that is
+// not JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value (valid JSON) that
+// starts at i.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+			if depth < 0 {
+				return i
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+// jsonString decodes a JSON string (null decodes to "", as into a Go
+// string); ok is false for any other value.
+func jsonString(v []byte) (string, bool) {
+	if len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) {
+		return string(v[1 : len(v)-1]), true
+	}
+	var s string
+	if (len(v) == 0 || v[0] != '"') && string(v) != "null" {
+		return "", false
+	}
+	return s, json.Unmarshal(v, &s) == nil
 }
 
 // encodeUpdate is json.Marshal(u), the library's encoding of an update,
