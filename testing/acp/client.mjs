@@ -285,12 +285,7 @@ const stream = {
     async write(msg) {
       result.frames.push({ t: Date.now() - start, dir: "out", msg });
       if (msg.method === "session/load" || msg.method === "session/resume") bindRequestId = msg.id;
-      const w = ws.writable.getWriter();
-      try {
-        await w.write(msg);
-      } finally {
-        w.releaseLock();
-      }
+      await writeOut(msg);
       if (!("method" in msg)) {
         const rec = result.permissionRequests.find((r) => r.requestId === msg.id);
         if (rec) rec.answerSent = true;
@@ -298,10 +293,41 @@ const stream = {
       }
     },
     close() {
-      return ws.writable.close();
+      return closeOut();
     },
   }),
 };
+
+// Writes to the SDK's stream go one at a time, each holding its writer's
+// lock; closeOut (once, whoever asks) waits for the last one first: a
+// close while a write held the lock failed with "WritableStream is
+// locked".
+let lastWrite = Promise.resolve();
+function writeOut(msg) {
+  const p = lastWrite.then(async () => {
+    const w = ws.writable.getWriter();
+    try {
+      await w.write(msg);
+    } finally {
+      w.releaseLock();
+    }
+  });
+  lastWrite = p.catch(() => {});
+  return p;
+}
+let closing;
+function closeOut() {
+  closing ??= (async () => {
+    await lastWrite;
+    const w = ws.writable.getWriter();
+    try {
+      await w.close();
+    } finally {
+      w.releaseLock();
+    }
+  })();
+  return closing;
+}
 
 function onIncoming(msg) {
   if (msg.method === "session/update") {
@@ -530,7 +556,7 @@ async function done() {
   await waitUntil(() => sdkIndex >= result.updates.length || result.close !== undefined);
   if (result.close === undefined && overHTTP) {
     // The SDK's close: DELETE /acp with the connection id.
-    await ws.writable.close().catch((err) => result.errors.push(`close: ${err?.message ?? err}`));
+    await closeOut().catch((err) => result.errors.push(`close: ${err?.message ?? err}`));
   } else if (result.close === undefined && socket) {
     socket.close(1000);
     let expired = false;
