@@ -184,14 +184,14 @@ func TestDecodeTextChunkIsTheLibrarys(t *testing.T) {
 	} {
 		got, took := decodeTextChunk([]byte(tc.line))
 		if took != tc.take {
-			t.Errorf("decodeTextChunk(%s) took it: %v, want %v", tc.line, took, tc.take)
+			t.Errorf("decodeTextChunk(%q) took it: %v, want %v", tc.line, took, tc.take)
 		}
 		if !took {
 			continue
 		}
 		want, ok := libraryDecode([]byte(tc.line))
 		if !ok {
-			t.Errorf("%s: taken, but the library hands nothing over", tc.line)
+			t.Errorf("%q: taken, but the library hands nothing over", tc.line)
 			continue
 		}
 		gb, gerr := encodeUpdate(got.Update)
@@ -199,7 +199,7 @@ func TestDecodeTextChunkIsTheLibrarys(t *testing.T) {
 		if got.SessionId != want.SessionId || !bytes.Equal(gb, wb) || gerr != nil || werr != nil ||
 			want.Update.AgentMessageChunk == nil || want.Update.AgentMessageChunk.Content.Text == nil ||
 			got.Update.AgentMessageChunk.Content.Text.Text != want.Update.AgentMessageChunk.Content.Text.Text {
-			t.Errorf("%s:\n decodeTextChunk %q %s\n the library     %q %s", tc.line, got.SessionId, gb, want.SessionId, wb)
+			t.Errorf("%q:\n decodeTextChunk %q %q\n the library     %q %q", tc.line, got.SessionId, gb, want.SessionId, wb)
 		}
 	}
 }
