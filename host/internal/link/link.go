@@ -11,6 +11,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -96,6 +97,10 @@ type Link struct {
 	log       zerolog.Logger
 	notify    chan struct{}  // wakes the sender
 	pages     sync.WaitGroup // page sign-ins in flight
+	// handling is set while the event handler runs: it flushes what is
+	// queued when it ends, so a Send meanwhile need not wake the sender
+	// (a request's answer then wakes no other goroutine).
+	handling atomic.Bool
 
 	mu          sync.Mutex // guards the fields below
 	conns       map[uint64]Conn
@@ -192,7 +197,9 @@ func (l *Link) Send(cmd contract.Command) {
 	l.outBytes += len(cmd.Data)
 	l.queued += cmdSize(cmd)
 	l.mu.Unlock()
-	l.wake()
+	if !l.handling.Load() { // queued before the handler's last flush otherwise
+		l.wake()
+	}
 }
 
 // wake makes sendLoop look at the queue.
@@ -347,7 +354,11 @@ func (l *Link) WaitRoom(ctx context.Context, d time.Duration) bool {
 // handle is the link's event sink. What its events made the host send
 // (admits, answers of inline requests) goes out before it returns.
 func (l *Link) handle(ctx context.Context, events []contract.Event) error {
+	l.handling.Store(true)
 	defer func() {
+		// Cleared before the flush: a Send that saw it set had queued
+		// its command already, so this flush (or sendLoop) sends it.
+		l.handling.Store(false)
 		if l.flush(ctx, inlineFlushBytes) {
 			l.wake() // left for sendLoop
 		}
