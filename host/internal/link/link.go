@@ -197,7 +197,7 @@ func (l *Link) Send(cmd contract.Command) {
 	l.outBytes += len(cmd.Data)
 	l.queued += cmdSize(cmd)
 	l.mu.Unlock()
-	if !l.handling.Load() { // queued before the handler's last flush otherwise
+	if !l.handling.Load() { // otherwise queued before the handler flushes
 		l.wake()
 	}
 }
