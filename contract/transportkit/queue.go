@@ -210,6 +210,7 @@ func (q *Queue) Link(ctx context.Context, sink contract.EventSink) error {
 		for q.delivering {
 			q.idle.Wait() // the sink is not called after Link returns
 		}
+		q.sinkErr = nil // an inline delivery's failure was this link's (its batch is kept)
 		q.linkDone = nil
 		q.mu.Unlock()
 		close(done)

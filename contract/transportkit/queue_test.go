@@ -583,3 +583,40 @@ func TestQueueSinkNeverConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// An inline delivery that fails because its link is going (the host
+// went away) keeps its frame for the next link, and the next link does
+// not inherit the failure.
+func TestQueueInlineFailureStaysWithItsLink(t *testing.T) {
+	q := transportkit.NewQueue(0)
+	parked := make(chan struct{}, 1)
+	transportkit.OnPark(q, func() {
+		select {
+		case parked <- struct{}{}:
+		default:
+		}
+	})
+	first := newSink(true)
+	done, cancel := link(t, q, first)
+	recv(t, parked, "the first link waiting")
+	pushed := make(chan bool, 1)
+	go func() { pushed <- q.PushFrame(frame(1, "kept"), always) }()
+	recv(t, first.entered, "the inline delivery")
+	cancel()
+	first.gate <- context.Canceled // the host went away during it
+	recv(t, pushed, "PushFrame")
+	if err := recv(t, done, "the first Link"); err != nil {
+		t.Fatalf("first Link, cancelled: got %v, want nil", err)
+	}
+	next := newSink(false)
+	nextDone, _ := link(t, q, next)
+	q.PushFrame(frame(1, "after"), always)
+	if got := next.waitFor(t, 2); !slices.Equal(got, []string{"frame 1 kept", "frame 1 after"}) {
+		t.Fatalf("next link got %q, want the kept frame, then the new one", got)
+	}
+	select {
+	case err := <-nextDone:
+		t.Fatalf("the next link returned %v: it inherited the first link's failure", err)
+	default:
+	}
+}
