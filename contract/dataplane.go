@@ -223,57 +223,22 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // linkData is the plugin's Link on the data plane: events from Impl.Link
 // are written to conn, commands read from it go to exec; the gRPC stream
-// stays open, carrying nothing, until the link ends.
+// stays open, carrying nothing, until the link ends. The last frame
+// follows every event, and the handler's status (returned next) says how
+// the link ended.
 func (s *TransportGRPCServer) linkData(ctx context.Context, cancel context.CancelFunc, conn net.Conn, exec func(context.Context, []Command) error) error {
 	defer conn.Close()
-	recvDone := make(chan error, 1)
-	go func() {
-		rd := newFrameReader(conn)
-		for {
-			batch := &tetherv1.CommandBatch{}
-			if err := rd.next(batch); err != nil {
-				if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-					err = nil // the host closed its end, or the link ended here
-				}
-				recvDone <- err
-				cancel()
-				return
-			}
-			cmds := make([]Command, 0, len(batch.GetCommands()))
-			for _, c := range batch.GetCommands() {
-				cmds = append(cmds, commandFromProto(c))
-			}
-			if err := exec(ctx, cmds); err != nil {
-				recvDone <- err
-				cancel()
-				return
-			}
+	rd := newFrameReader(conn)
+	recv := func() (*tetherv1.CommandBatch, error) {
+		batch := &tetherv1.CommandBatch{}
+		err := rd.next(batch)
+		if errors.Is(err, net.ErrClosed) {
+			err = io.EOF // the link ended here
 		}
-	}()
-
+		return batch, err
+	}
 	w := &frameWriter{conn: conn}
-	out := &tetherv1.EventBatch{}
-	err := s.Impl.Link(ctx, func(_ context.Context, events []Event) error {
-		out.Events = out.Events[:0]
-		for i := range events {
-			out.Events = append(out.Events, eventToProto(&events[i]))
-		}
-		return w.write(out)
-	})
-	cancel()
-	// Every event is written; the last frame says so, and the handler's
-	// status (returned next) says how the link ended.
+	err := s.runLink(ctx, cancel, exec, recv, func(b *tetherv1.EventBatch) error { return w.write(b) })
 	_ = w.end()
-	var rerr error
-	select {
-	case rerr = <-recvDone:
-	default:
-	}
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	if err == nil && rerr != nil && !errors.Is(rerr, context.Canceled) {
-		err = rerr
-	}
 	return ToGRPC(err)
 }

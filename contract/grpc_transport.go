@@ -290,21 +290,27 @@ func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 	if dp != nil {
 		return s.linkData(ctx, cancel, dp, exec)
 	}
+	return ToGRPC(s.runLink(ctx, cancel, exec, stream.Recv, stream.Send))
+}
 
+// runLink runs the plugin's side of a link, whatever carries it: recv's
+// command batches go to exec on a goroutine of their own, Impl.Link's
+// events go out through send. recv's io.EOF is the host's end. It
+// returns the link's status: Impl.Link's error, else the receiver's.
+func (s *TransportGRPCServer) runLink(ctx context.Context, cancel context.CancelFunc, exec func(context.Context, []Command) error,
+	recv func() (*tetherv1.CommandBatch, error), send func(*tetherv1.EventBatch) error) error {
 	recvDone := make(chan error, 1)
 	go func() {
 		for {
-			batch, err := stream.Recv()
+			batch, err := recv()
+			if err == nil {
+				cmds := make([]Command, 0, len(batch.GetCommands()))
+				for _, c := range batch.GetCommands() {
+					cmds = append(cmds, commandFromProto(c))
+				}
+				err = exec(ctx, cmds)
+			}
 			if err != nil {
-				recvDone <- err
-				cancel()
-				return
-			}
-			cmds := make([]Command, 0, len(batch.GetCommands()))
-			for _, c := range batch.GetCommands() {
-				cmds = append(cmds, commandFromProto(c))
-			}
-			if err := exec(ctx, cmds); err != nil {
 				recvDone <- err
 				cancel()
 				return
@@ -318,13 +324,13 @@ func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 		for i := range events {
 			out.Events = append(out.Events, eventToProto(&events[i]))
 		}
-		return stream.Send(out)
+		return send(out)
 	})
 	cancel()
-	// The receiver has already reported unless it is blocked in
-	// stream.Recv, which returns only once this handler has returned (or
-	// the host ends its side); it exits then. Waiting for it here would
-	// hang a link the transport ended by itself, e.g. on Stop.
+	// The receiver has already reported unless it is blocked in recv,
+	// which returns only once this handler has returned (or the host
+	// ends its side); it exits then. Waiting for it here would hang a
+	// link the transport ended by itself, e.g. on Stop.
 	var rerr error
 	select {
 	case rerr = <-recvDone:
@@ -336,7 +342,7 @@ func (s *TransportGRPCServer) Link(stream tetherv1.Transport_LinkServer) error {
 	if err == nil && rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, context.Canceled) {
 		err = rerr
 	}
-	return ToGRPC(err)
+	return err
 }
 
 // Stop implements tetherv1.TransportServer.
