@@ -2,7 +2,6 @@ package link
 
 import (
 	"context"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
-	"github.com/tether-agent/tether/host/store"
 )
 
 // admitRecorder opens its events' connections on Link, then waits;
@@ -46,15 +44,7 @@ func (a *admitRecorder) Exec(_ context.Context, cmds []contract.Command) error {
 // the proxy's address.
 func TestAdmitCarriesProxyBinding(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	book := access.NewBook(st, zerolog.Nop())
-	if err := book.SetAccessToken(ctx, "host-h1", "admintoken"); err != nil {
-		t.Fatal(err)
-	}
+	book := adminBook(t)
 	proxy, err := access.NewProxy("X-Forwarded-User", []string{"127.0.0.1/32", "::1"}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,23 @@ import (
 	"github.com/tether-agent/tether/host/store"
 )
 
+// adminBook is a credential book on a fresh store whose access token is
+// "admintoken".
+func adminBook(t *testing.T) *access.Book {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	book := access.NewBook(st, zerolog.Nop())
+	if err := book.SetAccessToken(ctx, "host-h1", "admintoken"); err != nil {
+		t.Fatal(err)
+	}
+	return book
+}
+
 // execRecorder records every command it is given.
 type execRecorder struct {
 	contract.Transport
@@ -59,22 +76,14 @@ func (echoConn) OnClosed() {}
 // wakes it.
 func TestInlineAnswerWakesNoSender(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	book := access.NewBook(st, zerolog.Nop())
-	if err := book.SetAccessToken(ctx, "host-h1", "admintoken"); err != nil {
-		t.Fatal(err)
-	}
+	book := adminBook(t)
 	tr := &execRecorder{}
 	l := New(Config{Name: "ws", Instance: "ws-1", Transport: tr, Log: zerolog.Nop(),
 		Endpoints: map[string]Endpoint{"/api/ws": echoEndpoint{}},
 		Access:    &access.Access{Book: book, Bound: "127.0.0.1:7717"}})
 	// No Run: the sender goroutine is not there; l.notify is what would
 	// wake it.
-	err = l.handle(ctx, []contract.Event{{Kind: contract.EventOpened, Conn: 1, Path: "/api/ws",
+	err := l.handle(ctx, []contract.Event{{Kind: contract.EventOpened, Conn: 1, Path: "/api/ws",
 		Query: "token=admintoken", Host: "127.0.0.1:7717", Remote: "127.0.0.1:50000"}})
 	if err != nil {
 		t.Fatal(err)
