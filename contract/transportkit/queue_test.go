@@ -467,14 +467,7 @@ func TestQueueStop(t *testing.T) {
 // it returns only once the sink has taken it, with no hand-off to the
 // link's goroutine. Frames pushed meanwhile wait for the link.
 func TestQueuePushFrameDeliversInline(t *testing.T) {
-	q := transportkit.NewQueue(0)
-	parked := make(chan struct{}, 1)
-	transportkit.OnPark(q, func() {
-		select {
-		case parked <- struct{}{}:
-		default:
-		}
-	})
+	q, parked := parkedQueue()
 	s := newSink(true)
 	done, cancel := link(t, q, s)
 	recv(t, parked, "the link waiting with nothing to deliver")
@@ -588,14 +581,7 @@ func TestQueueSinkNeverConcurrent(t *testing.T) {
 // went away) keeps its frame for the next link, and the next link does
 // not inherit the failure.
 func TestQueueInlineFailureStaysWithItsLink(t *testing.T) {
-	q := transportkit.NewQueue(0)
-	parked := make(chan struct{}, 1)
-	transportkit.OnPark(q, func() {
-		select {
-		case parked <- struct{}{}:
-		default:
-		}
-	})
+	q, parked := parkedQueue()
 	first := newSink(true)
 	done, cancel := link(t, q, first)
 	recv(t, parked, "the first link waiting")
@@ -619,4 +605,18 @@ func TestQueueInlineFailureStaysWithItsLink(t *testing.T) {
 		t.Fatalf("the next link returned %v: it inherited the first link's failure", err)
 	default:
 	}
+}
+
+// parkedQueue is a new Queue and a channel that gets a value whenever its
+// link waits with nothing to deliver (one kept at most).
+func parkedQueue() (*transportkit.Queue, <-chan struct{}) {
+	q := transportkit.NewQueue(0)
+	parked := make(chan struct{}, 1)
+	transportkit.OnPark(q, func() {
+		select {
+		case parked <- struct{}{}:
+		default:
+		}
+	})
+	return q, parked
 }
