@@ -91,6 +91,7 @@ func (f *acpFix) initialize(cred string) (uint64, string) {
 	if cred != "" {
 		h.Set("Authorization", cred)
 	}
+	n := f.rec.count() // before the request: its Opened may come at once
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(initMsg))
 		req.Header = h
@@ -103,7 +104,6 @@ func (f *acpFix) initialize(cred string) (uint64, string) {
 		b, _ := io.ReadAll(resp.Body)
 		done <- result{resp.StatusCode, resp.Header, string(b)}
 	}()
-	n := f.rec.count()
 	opened, _ := f.rec.waitIndex(f.t, "an Opened of /acp", n, func(e contract.Event) bool {
 		return e.Kind == contract.EventOpened && e.Path == "/acp"
 	})
