@@ -127,7 +127,9 @@ const MaxMessageSize = 64 << 20
 // every connection on it); its connection is closed with 1013 instead.
 const MaxFrameData = MaxMessageSize / 2
 
-// grpcServer is go-plugin's server with tether's message size limits.
+// grpcServer is go-plugin's server with tether's message size limits,
+// codec and buffer pool.
 func grpcServer(opts []grpc.ServerOption) *grpc.Server {
-	return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))...)
+	opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
+	return grpc.NewServer(append(opts, serverOptions()...)...)
 }

@@ -162,6 +162,7 @@ func startPlugin(spec PluginSpec, kind string, opts procOptions, log zerolog.Log
 		Logger:           hclog.NewNullLogger(),
 		Stderr:           logw,
 		StartTimeout:     timeout,
+		GRPCDialOptions:  contract.DialOptions(),
 	}
 	client := plugin.NewClient(cfg)
 	rpc, err := client.Client()
@@ -278,6 +279,7 @@ func reattachPlugin(rec ReattachRecord, name, kind string) (*pluginProc, error) 
 		Reattach:         &plugin.ReattachConfig{Protocol: plugin.Protocol(rec.Protocol), ProtocolVersion: int(contract.Handshake.ProtocolVersion), Addr: addr, Pid: rec.Pid},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           hclog.NewNullLogger(),
+		GRPCDialOptions:  contract.DialOptions(),
 	})
 	rpc, err := client.Client()
 	if err != nil {

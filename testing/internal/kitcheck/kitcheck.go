@@ -43,6 +43,7 @@ func StartPlugin[T any](t *testing.T, cmd *exec.Cmd, kind string) T {
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           hclog.NewNullLogger(),
 		Stderr:           stderr,
+		GRPCDialOptions:  contract.DialOptions(),
 	})
 	t.Cleanup(func() {
 		client.Kill()
