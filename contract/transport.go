@@ -153,8 +153,8 @@ type Command struct {
 	// set on the page's response (the page cookie's Set-Cookie). On the
 	// Admit of a connection the host admitted by its reverse proxy's
 	// user header, it is what else binds the connection:
-	// Tether-Bind-Header names that request header and Tether-Bind-From
-	// has one value a prefix of the proxy's addresses. A transport whose
+	// AdmitBindHeader names that request header and AdmitBindFrom has
+	// one value a prefix of the proxy's addresses. A transport whose
 	// connection spans several requests (ws's /acp over Streamable HTTP)
 	// then holds each later request to the user header's value of the
 	// first, read only from a peer in those prefixes (from any other it
@@ -162,6 +162,18 @@ type Command struct {
 	// transport with one request a connection may ignore it.
 	Header map[string][]string
 }
+
+// The headers of the Admit of a connection the host admitted by its
+// reverse proxy's user header (Command.Header; docs/PROTOCOL.md 14.15).
+const (
+	// AdmitBindHeader has one value: the request header that names the
+	// user.
+	AdmitBindHeader = "Tether-Bind-Header"
+	// AdmitBindFrom has one value a prefix (netip.Prefix syntax) of the
+	// addresses the proxy connects from: only from those peers is the
+	// user header read.
+	AdmitBindFrom = "Tether-Bind-From"
+)
 
 // StartRequest configures a transport before it is linked.
 type StartRequest struct {

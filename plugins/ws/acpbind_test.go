@@ -49,7 +49,7 @@ func TestACPHTTPProxyBinding(t *testing.T) {
 	}()
 	opened := f.rec.wait(t, "the Opened", func(e contract.Event) bool { return e.Kind == contract.EventOpened })
 	exec(t, f.s, contract.Command{Kind: contract.CommandAdmit, Conn: opened.Conn, Header: map[string][]string{
-		"Tether-Bind-Header": {"x-forwarded-user"}, "Tether-Bind-From": {"127.0.0.1/32", "::1/128"},
+		contract.AdmitBindHeader: {"x-forwarded-user"}, contract.AdmitBindFrom: {"127.0.0.1/32", "::1/128"},
 	}})
 	f.rec.wait(t, "the initialize", isFrame(opened.Conn))
 	exec(t, f.s, sendText(opened.Conn, `{"jsonrpc":"2.0","id":0,"result":{}}`))

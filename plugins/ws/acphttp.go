@@ -138,14 +138,6 @@ func newConnKey() string {
 	return hex.EncodeToString(b[:])
 }
 
-// The headers of the host's Admit of a connection its reverse proxy's
-// user header admitted (contract.Command.Header; the host's
-// access.BindHeader and access.BindFrom).
-const (
-	bindHeader = "Tether-Bind-Header" // the request header naming the user
-	bindFrom   = "Tether-Bind-From"   // a prefix each: the proxy's addresses
-)
-
 // binding is what binds a connection besides its credential, as the
 // host's admit said (docs/PROTOCOL.md 14.15): the reverse proxy's user
 // header, read only from a peer in from (from any other it counts as
@@ -159,10 +151,10 @@ type binding struct {
 // not parse are left out (a prefix left out trusts fewer peers).
 func parseBinding(h map[string][]string) binding {
 	var b binding
-	if v := h[bindHeader]; len(v) == 1 && v[0] != "" {
+	if v := h[contract.AdmitBindHeader]; len(v) == 1 && v[0] != "" {
 		b.header = http.CanonicalHeaderKey(v[0])
 	}
-	for _, v := range h[bindFrom] {
+	for _, v := range h[contract.AdmitBindFrom] {
 		if pre, err := netip.ParsePrefix(v); err == nil {
 			b.from = append(b.from, pre)
 		}

@@ -141,18 +141,6 @@ func (p *Proxy) Trusts(remote string) bool {
 	return slices.ContainsFunc(p.From, func(pre netip.Prefix) bool { return pre.Contains(ip) })
 }
 
-// The headers of Binding: the Admit of a connection the proxy's user
-// header admitted names that header and the proxy's addresses
-// (contract.Command.Header; docs/PROTOCOL.md 14.15). The ws plugin
-// spells them too.
-const (
-	// BindHeader names the request header that names the user.
-	BindHeader = "Tether-Bind-Header"
-	// BindFrom has one value a prefix of --auth-proxy-from: only from
-	// those peers is BindHeader read.
-	BindFrom = "Tether-Bind-From"
-)
-
 // Binding returns the header of the Admit of a connection p admitted:
 // a transport whose connection spans several requests (/acp over
 // Streamable HTTP) binds each later request to the user header's value
@@ -163,7 +151,7 @@ func (p *Proxy) Binding() map[string][]string {
 	for i, pre := range p.From {
 		from[i] = pre.String()
 	}
-	return map[string][]string{BindHeader: {p.Header}, BindFrom: from}
+	return map[string][]string{contract.AdmitBindHeader: {p.Header}, contract.AdmitBindFrom: from}
 }
 
 // decide returns the decision of a request from the proxy, and false

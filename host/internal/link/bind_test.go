@@ -66,7 +66,7 @@ func TestAdmitCarriesProxyBinding(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	want := map[uint64]map[string][]string{
-		1: {access.BindHeader: {"X-Forwarded-User"}, access.BindFrom: {"127.0.0.1/32", "::1/128"}},
+		1: {contract.AdmitBindHeader: {"X-Forwarded-User"}, contract.AdmitBindFrom: {"127.0.0.1/32", "::1/128"}},
 		2: nil,
 	}
 	for range want {
