@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tether-agent/tether/contract"
 )
@@ -35,35 +34,10 @@ func TestACPHTTPProxyBinding(t *testing.T) {
 	const user = "X-Forwarded-User"
 	h := jsonHdr("", "")
 	h.Set(user, "alice")
-	done := make(chan http.Header, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(initMsg))
-		req.Header = h
-		resp, err := f.cl.Do(req)
-		if err != nil {
-			done <- nil
-			return
-		}
-		resp.Body.Close()
-		done <- resp.Header
-	}()
-	opened := f.rec.wait(t, "the Opened", func(e contract.Event) bool { return e.Kind == contract.EventOpened })
-	exec(t, f.s, contract.Command{Kind: contract.CommandAdmit, Conn: opened.Conn, Header: map[string][]string{
+	conn, key := f.initializeAs(h, map[string][]string{
 		contract.AdmitBindHeader: {"x-forwarded-user"}, contract.AdmitBindFrom: {"127.0.0.1/32", "::1/128"},
-	}})
-	f.rec.wait(t, "the initialize", isFrame(opened.Conn))
-	exec(t, f.s, sendText(opened.Conn, `{"jsonrpc":"2.0","id":0,"result":{}}`))
-	var key string
-	select {
-	case hdr := <-done:
-		key = hdr.Get("Acp-Connection-Id")
-	case <-time.After(waitTimeout):
-		t.Fatal("initialize: no answer")
-	}
-	if key == "" {
-		t.Fatal("initialize: no Acp-Connection-Id")
-	}
-	frames := len(f.rec.forConn(opened.Conn))
+	})
+	frames := len(f.rec.forConn(conn))
 
 	other := *f
 	other.cl = fromClient(t, "127.0.0.2") // not the proxy
@@ -101,7 +75,7 @@ func TestACPHTTPProxyBinding(t *testing.T) {
 			}
 		})
 	}
-	if got := len(f.rec.forConn(opened.Conn)); got != frames {
+	if got := len(f.rec.forConn(conn)); got != frames {
 		t.Errorf("the host got %d events of the connection from the attackers, want none", got-frames)
 	}
 	// alice's connection is untouched, and hers.
@@ -111,7 +85,7 @@ func TestACPHTTPProxyBinding(t *testing.T) {
 	if got, _, body := f.do(http.MethodPost, ah, newReq); got != http.StatusAccepted {
 		t.Fatalf("alice's POST: got %d (%q), want 202", got, body)
 	}
-	exec(t, f.s, sendText(opened.Conn, `{"jsonrpc":"2.0","id":1,"result":{"sessionId":"S"}}`))
+	exec(t, f.s, sendText(conn, `{"jsonrpc":"2.0","id":1,"result":{"sessionId":"S"}}`))
 	if ev := cs.next(); !strings.Contains(ev.data, `"S"`) {
 		t.Errorf("got %+v, want the answer", ev)
 	}

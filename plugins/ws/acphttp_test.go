@@ -81,16 +81,23 @@ const initMsg = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protoc
 // contract connection and the Acp-Connection-Id.
 func (f *acpFix) initialize(cred string) (uint64, string) {
 	f.t.Helper()
+	h := jsonHdr("", "")
+	if cred != "" {
+		h.Set("Authorization", cred)
+	}
+	return f.initializeAs(h, nil)
+}
+
+// initializeAs is initialize with the request's headers h, admitted with
+// the Admit's Header admitHeader.
+func (f *acpFix) initializeAs(h http.Header, admitHeader map[string][]string) (uint64, string) {
+	f.t.Helper()
 	type result struct {
 		status int
 		hdr    http.Header
 		body   string
 	}
 	done := make(chan result, 1)
-	h := jsonHdr("", "")
-	if cred != "" {
-		h.Set("Authorization", cred)
-	}
 	n := f.rec.count() // before the request: its Opened may come at once
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(initMsg))
@@ -107,10 +114,10 @@ func (f *acpFix) initialize(cred string) (uint64, string) {
 	opened, _ := f.rec.waitIndex(f.t, "an Opened of /acp", n, func(e contract.Event) bool {
 		return e.Kind == contract.EventOpened && e.Path == "/acp"
 	})
-	if got := http.Header(opened.Header).Get("Authorization"); got != cred {
+	if got, cred := http.Header(opened.Header).Get("Authorization"), h.Get("Authorization"); got != cred {
 		f.t.Errorf("Opened: got Authorization %q, want %q", got, cred)
 	}
-	exec(f.t, f.s, admit(opened.Conn))
+	exec(f.t, f.s, contract.Command{Kind: contract.CommandAdmit, Conn: opened.Conn, Header: admitHeader})
 	fr := f.rec.wait(f.t, "the initialize frame", isFrame(opened.Conn))
 	if string(fr.Data) != initMsg {
 		f.t.Errorf("initialize frame: got %s, want %s", fr.Data, initMsg)
