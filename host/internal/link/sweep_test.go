@@ -2,7 +2,6 @@ package link
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/tether-agent/tether/contract"
 	"github.com/tether-agent/tether/host/internal/access"
-	"github.com/tether-agent/tether/host/store"
 	"github.com/tether-agent/tether/wire"
 )
 
@@ -62,15 +60,7 @@ func (nopConn) OnClosed()            {}
 // its expiry, and the access token's connection stays open.
 func TestSweepCutsRevokedAndExpired(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	book := access.NewBook(st, zerolog.Nop())
-	if err := book.SetAccessToken(ctx, "host-h1", "admintoken"); err != nil {
-		t.Fatal(err)
-	}
+	book := adminBook(t)
 	phone, phoneCred, err := book.Create(ctx, "phone", access.KindMade, []string{"session:k1:view"}, 0)
 	if err != nil {
 		t.Fatal(err)
