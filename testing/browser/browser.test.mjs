@@ -620,6 +620,9 @@ test("copy, search and font size", { timeout: 60000 }, (t) =>
     await ctx.grantPermissions(["clipboard-read", "clipboard-write"], { origin: new URL(url).origin });
     const page = await open(ctx);
     await waitState(page, "connected");
+    // Typed before the shell's prompt, the prompt would land inside the
+    // echoed command line ("echo one need# le two") and leave one match.
+    await waitPrompt(page);
     await type(page, "echo one needle two");
     await waitText(page, "\none needle two");
 
