@@ -350,6 +350,7 @@ test("no answer to a replayed query reaches the program", { timeout: 120000 }, (
     const prog = path.join(here, "testdata", "queries.mjs");
     const page = await open(ctx);
     await waitState(page, "connected");
+    await waitPrompt(page); // typed before it, the prompt would land inside the line
     await type(page, `exec '${process.execPath}' '${prog}'`);
     await waitText(page, "READY1");
 
@@ -425,6 +426,7 @@ test("a tab of another size gets the snapshot for its size", { timeout: 120000 }
   withContext(t, async (ctx) => {
     const first = await open(ctx);
     await waitState(first, "connected");
+    await waitPrompt(first); // typed before it, the prompt would land inside the line
     await type(first, "echo MARK-BEFORE");
     await waitText(first, "\nMARK-BEFORE\n");
     const before = await first.evaluate(() => [window.tether.term.cols, window.tether.term.rows]);
@@ -503,6 +505,7 @@ test("a view share link watches one terminal read-only", { timeout: 120000 }, (t
   withContext(t, async (ctx) => {
     const writer = await open(ctx);
     await waitState(writer, "connected");
+    await waitPrompt(writer); // typed before it, the prompt would land inside the line
     await type(writer, "echo before_$((1+1))");
     await waitText(writer, String.raw`\nbefore_2`);
     const tok = await writer.evaluate(() => window.tether.attach());
@@ -598,6 +601,7 @@ test("links are clickable", { timeout: 60000 }, (t) =>
     );
     const page = await open(ctx);
     await waitState(page, "connected");
+    await waitPrompt(page); // typed before it, the prompt would land inside the line
     await type(page, "echo see https://example.invalid/x now");
     await waitText(page, String.raw`\nsee https://example\.invalid/x now`);
     const { x, y } = await pointAt(page, `see ${link} now`, 4 + 5);
@@ -1059,6 +1063,7 @@ test("chat: a new chat streams its answer; the terminal keeps its shell; a reloa
     ctx.on("page", (p) => p.on("websocket", (ws) => ws.url().includes("/api/pty") && ptySockets.push(ws.url())));
     const page = await open(ctx);
     await waitState(page, "connected");
+    await waitPrompt(page); // typed before it, the prompt would land inside the line
     await type(page, "echo pid=$$");
     const pid = await waitText(page, String.raw`pid=(\d+)`);
 
@@ -1765,6 +1770,7 @@ test("the open page reconnects by itself after the host was gone 30 s", { timeou
   withContext(t, async (ctx) => {
     const page = await open(ctx);
     await waitState(page, "connected");
+    await waitPrompt(page); // typed before it, the prompt would land inside the line
     await type(page, "echo pid=$$");
     const pid = await waitText(page, String.raw`pid=(\d+)`);
     // The chat's socket too (it stays open in the terminal view).
